@@ -1,0 +1,45 @@
+# Tidemark: `make demo` runs everything on generated live data; `make test` runs the suite.
+# Both bootstrap what they need on a fresh Debian/Ubuntu machine.
+
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+APT_PACKAGES :=
+
+.PHONY: demo test system-deps venv bench clean
+
+demo: venv system-deps
+	$(VENV)/bin/tidemark demo
+
+test: venv system-deps
+	$(PY) -m pytest -q
+
+bench: venv system-deps
+	$(PY) bench/run_all.py
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e ".[dev]"
+	touch $(STAMP)
+
+# Redis, Java for Spark and Chromium for the browser tests, from Debian's packages.
+system-deps:
+	@missing=""; \
+	command -v redis-server >/dev/null || missing="$$missing redis-server"; \
+	command -v java >/dev/null || missing="$$missing openjdk-17-jre-headless"; \
+	test -x /usr/bin/chromium || missing="$$missing chromium"; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    echo "installing:$$missing"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	  else \
+	    echo "missing:$$missing — install them (sudo apt-get install$$missing)"; exit 1; \
+	  fi; \
+	fi
+
+clean:
+	rm -rf .run $(VENV)

@@ -1,0 +1,1 @@
+"""The Tidemark HTTP service: ingest, stream settings, queries with bounds, alerts, dashboard."""

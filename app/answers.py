@@ -1,0 +1,135 @@
+"""Answers to queries, computed from a published summary: one implementation for the
+HTTP endpoints, the dashboard and the alerts.
+
+Windows are in seconds; sketches count in ticks of the stream's ``resolution``. A tick is
+*inside* ``[at - window, at]`` when all of its events are, and *touches* it when some may
+be. The lower bound comes from the ticks inside, the upper from the ticks that touch, so
+the time grain can only widen an interval, never make it wrong.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+from sketches.base import Estimate, SketchError
+from tidemark.streams import StreamConfig, parse_duration
+from tidemark.summary import StreamSummary
+
+__all__ = ["QueryError", "Window", "answer", "QUERY_KINDS", "parse_window"]
+
+
+class QueryError(ValueError):
+    """The caller asked for something this stream cannot answer (a 4xx)."""
+
+
+@dataclass(frozen=True)
+class Window:
+    """``[at - seconds, at]`` and its tick ranges (inclusive; empty when lo > hi)."""
+
+    seconds: float
+    at: float
+    inner: tuple[int, int]
+    outer: tuple[int, int]
+
+
+def parse_window(params: dict, config: StreamConfig, clock: float | None) -> Window:
+    raw = params.get("window")
+    seconds = config.max_window if raw in (None, "") else _duration(raw, "window")
+    if seconds > config.max_window * (1 + 1e-12):
+        raise QueryError(
+            f"window {seconds:g}s exceeds the stream's max_window {config.max_window:g}s"
+        )
+    at_raw = params.get("at")
+    if at_raw in (None, ""):
+        at = clock if clock is not None else 0.0
+    else:
+        try:
+            at = float(at_raw)
+        except ValueError:
+            raise QueryError(f"at {at_raw!r} is not a number (Unix seconds)") from None
+        if not math.isfinite(at):
+            raise QueryError("at must be finite")
+    res = config.resolution
+    a, b = at - seconds, at
+    top = math.floor(b / res)
+    if clock is not None:
+        oldest = clock - config.max_window
+        if a < oldest - 1e-9 * max(1.0, abs(oldest)):
+            raise QueryError(
+                f"window start {a:g} is before clock - max_window = {oldest:g}: "
+                "events that old are no longer kept"
+            )
+        # No event is later than the clock, so the tick holding it is inside when at >= clock.
+        top = min(top, math.floor(clock / res))
+        inner_top = top if clock <= b else top - 1
+    else:
+        inner_top = top - 1
+    return Window(seconds, at, (math.ceil(a / res), inner_top), (math.floor(a / res), top))
+
+
+def _duration(raw, name: str) -> float:
+    try:
+        return parse_duration(raw, name)
+    except ValueError as e:
+        raise QueryError(str(e)) from None
+
+
+def _exact_zero(method: str) -> Estimate:
+    return Estimate(0.0, 0.0, 0.0, "relative", 0.0, 1.0, method)
+
+
+def window_estimate(sketch, window: Window, method: str) -> Estimate:
+    """Total of a window counter over the window, bracketing the time grain at its edges."""
+    try:
+        outer = sketch.query(*window.outer) if window.outer[0] <= window.outer[1] else _exact_zero(method)
+        if window.inner == window.outer:
+            return outer
+        inner = sketch.query(*window.inner) if window.inner[0] <= window.inner[1] else _exact_zero(method)
+    except SketchError as e:
+        raise QueryError(str(e)) from None
+    lower, upper = inner.lower, outer.upper
+    estimate = min(max((inner.estimate + outer.estimate) / 2, lower), upper)
+    return Estimate(estimate, lower, upper, outer.kind, outer.epsilon,
+                    min(inner.confidence, outer.confidence), outer.method)
+
+
+def _count(summary: StreamSummary, window: Window, params: dict) -> Estimate:
+    return window_estimate(summary["count"], window, "splittable-histogram")
+
+
+def _sum(summary: StreamSummary, window: Window, params: dict) -> Estimate:
+    return window_estimate(summary["sum"], window, "splittable-histogram")
+
+
+QUERY_KINDS: dict[str, Callable] = {"count": _count, "sum": _sum}
+_EMPTY_METHOD = {"count": "splittable-histogram", "sum": "splittable-histogram"}
+
+
+def answer(kind: str, name: str, config: StreamConfig, summary: StreamSummary | None,
+           status: dict, params: dict) -> dict:
+    """The contract's answer object (§6) for one query."""
+    if kind not in QUERY_KINDS:
+        raise QueryError(f"unknown query {kind!r}; known: {', '.join(sorted(QUERY_KINDS))}")
+    window = parse_window(params, config, status.get("clock"))
+    if summary is None:  # nothing published yet: no event, exactly
+        result = _exact_zero(_EMPTY_METHOD.get(kind, kind))
+    else:
+        result = QUERY_KINDS[kind](summary, window, params)
+    body = {"estimate": result.estimate} if isinstance(result, Estimate) else {"items": result}
+    if isinstance(result, Estimate):
+        body["bound"] = result.bound()
+    body.update(
+        stream=name,
+        query=kind,
+        window=window.seconds,
+        at=window.at,
+        as_of={
+            "sketch_version": status["sketch_version"],
+            "updated_at": status["updated_at"],
+            "events": status["events"],
+            "late_dropped": status["late_dropped"],
+        },
+    )
+    return body

@@ -1,0 +1,70 @@
+"""Builds the FastAPI app: routers, error mapping, shared state."""
+
+from __future__ import annotations
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from app.answers import QueryError
+from app.metrics import Metrics
+from app.routes import health, ingest, live, queries, streams
+from app.store import Backpressure, Store, StreamConflict, StreamNotFound
+from sketches.base import CorruptSketchError
+from tidemark import __version__
+from tidemark.settings import Settings
+
+__all__ = ["create_app"]
+
+
+def _validation_message(exc: RequestValidationError) -> str:
+    parts = []
+    for err in exc.errors():
+        where = ".".join(str(x) for x in err.get("loc", ()) if x not in ("body", "path", "query"))
+        msg = err.get("msg", "invalid").removeprefix("Value error, ")
+        parts.append(f"{where}: {msg}" if where else msg)
+    return "; ".join(parts) or "invalid request"
+
+
+def _error_handlers(app: FastAPI) -> None:
+    def handler(status: int, headers: dict | None = None):
+        async def handle(request: Request, exc: Exception) -> JSONResponse:
+            return JSONResponse({"detail": str(exc)}, status_code=status, headers=headers)
+        return handle
+
+    app.add_exception_handler(StreamNotFound, handler(404))
+    app.add_exception_handler(StreamConflict, handler(409))
+    app.add_exception_handler(QueryError, handler(422))
+    app.add_exception_handler(Backpressure, handler(429, {"Retry-After": "1"}))
+    # A published blob that does not parse is our fault, not the caller's; it is refused
+    # whole and reported as unavailable until the worker publishes again.
+    app.add_exception_handler(CorruptSketchError, handler(503))
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        return JSONResponse({"detail": _validation_message(exc)}, status_code=422)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        return JSONResponse({"detail": exc.detail}, status_code=exc.status_code,
+                            headers=getattr(exc, "headers", None))
+
+
+def create_app(settings: Settings, redis_url: str) -> FastAPI:
+    app = FastAPI(title="Tidemark", version=__version__,
+                  description="Live approximate queries over event streams, with error bounds.")
+    app.state.settings = settings
+    app.state.redis_url = redis_url
+    app.state.store = Store(redis_url, settings.max_pending_chunks)
+    app.state.metrics = Metrics()
+    _error_handlers(app)
+    for module in (health, streams, ingest, queries, live):
+        app.include_router(module.router)
+    try:
+        from frontend import mount
+    except ImportError:  # the dashboard is optional for an API-only deployment
+        pass
+    else:
+        mount(app)
+    return app

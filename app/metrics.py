@@ -1,0 +1,30 @@
+"""Prometheus metrics of the API process (one registry per app, so tests can build many)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+__all__ = ["Metrics"]
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.events_accepted = Counter(
+            "tidemark_events_accepted", "Events accepted by ingest", ["stream"], registry=self.registry)
+        self.events_rejected = Counter(
+            "tidemark_events_rejected", "Events rejected by ingest", ["stream"], registry=self.registry)
+        self.query_seconds = Histogram(
+            "tidemark_query_seconds", "Query latency", ["query"], registry=self.registry)
+        self.sketch_bytes = Gauge(
+            "tidemark_sketch_bytes", "Serialized size of a published sketch part",
+            ["stream", "part"], registry=self.registry)
+        self.sketch_version = Gauge(
+            "tidemark_sketch_version", "Latest published sketch version", ["stream"],
+            registry=self.registry)
+        self.batch_lag_seconds = Gauge(
+            "tidemark_publish_age_seconds", "Seconds since the stream's last publish", ["stream"],
+            registry=self.registry)
+        self.pending_chunks = Gauge(
+            "tidemark_pending_chunks", "Ingest chunks waiting for the worker", ["stream"],
+            registry=self.registry)

@@ -1,0 +1,1 @@
+"""Thin routers: parse the request, call the layer below, shape the response."""

@@ -1,0 +1,123 @@
+"""Shared fixtures: a real Redis server, one local Spark session, the running pipeline.
+
+Everything a test needs is started here, on free ports, and stopped after.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+
+import httpx
+import pytest
+
+from tidemark.redis_server import EmbeddedRedis, free_port
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory):
+    server = EmbeddedRedis(tmp_path_factory.mktemp("redis")).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def redis_url(redis_server) -> str:
+    return redis_server.url
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """The one Spark session of the test run."""
+    from workers.job import build_spark
+
+    os.environ.setdefault("PYSPARK_PYTHON", os.sys.executable)
+    session = build_spark("local[2]", shards=2, app_name="tidemark-tests")
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()
+
+
+class ApiServer:
+    """The real FastAPI app under uvicorn, in a thread, on a free port."""
+
+    def __init__(self, redis_url: str, **settings):
+        import uvicorn
+
+        from app.main import create_app
+        from tidemark.settings import Settings
+
+        self.port = free_port()
+        self.app = create_app(Settings(redis_url=redis_url, **settings), redis_url)
+        config = uvicorn.Config(self.app, host="127.0.0.1", port=self.port, log_level="warning")
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> "ApiServer":
+        self.thread.start()
+        deadline = time.monotonic() + 20
+        while not self.server.started:
+            if time.monotonic() > deadline:
+                raise RuntimeError("API did not start")
+            time.sleep(0.02)
+        return self
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(10)
+
+
+@pytest.fixture(scope="session")
+def api(redis_url):
+    server = ApiServer(redis_url).start()
+    yield server
+    server.stop()
+
+
+@dataclass
+class Pipeline:
+    api: str
+    redis_url: str
+    worker: object
+    query: object
+    checkpoint: str
+
+    def client(self) -> httpx.Client:
+        return httpx.Client(base_url=self.api, timeout=30)
+
+    def wait_events(self, stream: str, n: int, timeout: float = 90.0) -> dict:
+        """Block until the published sketches reflect ``n`` events; return the status."""
+        deadline = time.monotonic() + timeout
+        status = {}
+        with self.client() as c:
+            while time.monotonic() < deadline:
+                status = c.get(f"/v1/streams/{stream}").json()["status"]
+                if status["events"] + status["late_dropped"] >= n:
+                    return status
+                time.sleep(0.2)
+        raise AssertionError(f"stream {stream} reached {status} instead of {n} events")
+
+
+@pytest.fixture(scope="session")
+def pipeline(spark, redis_url, api, tmp_path_factory):
+    from workers.job import start
+
+    checkpoint = str(tmp_path_factory.mktemp("checkpoint"))
+    query, worker, stop = start(spark, redis_url, checkpoint, shards=2, trigger="300 milliseconds")
+    p = Pipeline(api.url, redis_url, worker, query, checkpoint)
+    p.stop_heartbeat = stop
+    yield p
+    stop.set()
+    p.query.stop()
+
+
+@pytest.fixture
+def stream_name() -> str:
+    return f"s-{uuid.uuid4().hex[:10]}"

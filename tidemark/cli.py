@@ -1,0 +1,222 @@
+"""The ``tidemark`` command: up, demo, ingest, worker, api (contract §2)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import yaml
+
+from tidemark.settings import Settings
+from tidemark.streams import StreamConfig
+
+__all__ = ["main"]
+
+
+class CliError(Exception):
+    """One clear line for the user, and a non-zero exit."""
+
+
+# -- configuration -----------------------------------------------------------------------
+def load_streams(path: str | None) -> dict[str, StreamConfig]:
+    if not path:
+        return {}
+    try:
+        raw = yaml.safe_load(Path(path).read_text()) or {}
+    except (OSError, yaml.YAMLError) as e:
+        raise CliError(f"cannot read config {path}: {e}") from None
+    streams = raw.get("streams") or {}
+    if not isinstance(streams, dict):
+        raise CliError(f"{path}: 'streams' must be a mapping of name -> settings")
+    out = {}
+    for name, settings in streams.items():
+        try:
+            out[str(name)] = StreamConfig.model_validate(settings or {})
+        except ValueError as e:
+            first = str(e).splitlines()
+            raise CliError(f"{path}: stream {name!r}: {' '.join(first[1:3]) or first[0]}") from None
+    return out
+
+
+def declare_streams(redis_url: str, streams: dict[str, StreamConfig]) -> None:
+    from app.store import Store
+
+    store = Store(redis_url)
+    for name, config in streams.items():
+        store.declare(name, config)
+
+
+# -- processes ---------------------------------------------------------------------------
+def _spawn(args: list[str], env: dict | None = None) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "tidemark.cli", *args],
+                            start_new_session=True, env={**os.environ, **(env or {})})
+
+
+def _stop(proc: subprocess.Popen, timeout: float = 30.0) -> None:
+    if proc.poll() is not None:
+        return
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    except ProcessLookupError:
+        pass
+    try:  # anything the child left in its group (Spark's JVM, Python workers)
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _wait_ready(url: str, procs: list[subprocess.Popen], timeout: float = 180.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for p in procs:
+            if p.poll() is not None:
+                raise CliError(f"a Tidemark process exited early (status {p.returncode})")
+        try:
+            if httpx.get(f"{url}/readyz", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
+    raise CliError(f"not ready after {timeout:.0f}s: see the logs above")
+
+
+def run_up(args, demo: bool = False) -> None:
+    from tidemark.redis_server import EmbeddedRedis
+
+    settings = Settings()
+    streams = load_streams(args.config)
+    redis_url = args.redis or settings.redis_url
+    embedded = None
+    if not redis_url:
+        embedded = EmbeddedRedis(Path(settings.run_dir) / "redis").start()
+        redis_url = embedded.url
+    if demo:
+        from tidemark.demo import DEMO_STREAMS
+
+        streams = {**DEMO_STREAMS, **streams}
+    procs: list[subprocess.Popen] = []
+    stopping = False
+
+    def stop(*_):
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    try:
+        declare_streams(redis_url, streams)
+        worker_args = ["worker", "--redis", redis_url, "--checkpoint", args.checkpoint or settings.checkpoint]
+        if args.master:
+            worker_args += ["--master", args.master]
+        procs.append(_spawn(worker_args))
+        procs.append(_spawn(["api", "--redis", redis_url, "--host", args.host, "--port", str(args.port)]))
+        url = f"http://{args.host}:{args.port}"
+        _wait_ready(url, procs)
+        print(f"Tidemark is up: dashboard at {url}/  (API docs at {url}/docs)", flush=True)
+        generator = None
+        if demo:
+            from tidemark.demo import DemoFeeder
+
+            generator = DemoFeeder(url)
+            generator.start()
+        while not stopping and all(p.poll() is None for p in procs):
+            time.sleep(0.2)
+        if generator:
+            generator.stop()
+        if not stopping:
+            raise CliError("a Tidemark process exited; stopping the others")
+    finally:
+        for p in reversed(procs):
+            _stop(p)
+        if embedded:
+            embedded.stop()
+        print("Tidemark stopped.", flush=True)
+
+
+def run_worker(args) -> None:
+    from workers.job import main as worker_main
+
+    settings = Settings()
+    redis_url = args.redis or settings.redis_url
+    if not redis_url:
+        raise CliError("the worker needs --redis URL (or REDIS_URL)")
+    worker_main(redis_url, args.checkpoint or settings.checkpoint, args.master or settings.spark_master,
+                args.shards or settings.shards, settings.trigger)
+
+
+def run_api(args) -> None:
+    import uvicorn
+
+    from app.main import create_app
+
+    settings = Settings()
+    redis_url = args.redis or settings.redis_url
+    if not redis_url:
+        raise CliError("the API needs --redis URL (or REDIS_URL)")
+    declare_streams(redis_url, load_streams(args.config))
+    app = create_app(settings, redis_url)
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+
+
+def run_ingest(args) -> None:
+    from tidemark.ingest_client import send_files
+
+    send_files(args.api, args.stream, args.files, args.batch)
+
+
+# -- argument parsing ----------------------------------------------------------------------
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="tidemark", description=__doc__)
+    sub = p.add_subparsers(dest="command", required=True)
+    for name in ("up", "demo"):
+        s = sub.add_parser(name, help="start Redis, the worker and the API" +
+                           (" with live generated data" if name == "demo" else ""))
+        s.add_argument("--config", help="YAML file with a 'streams:' mapping")
+        s.add_argument("--port", type=int, default=8000)
+        s.add_argument("--host", default="127.0.0.1")
+        s.add_argument("--redis", help="use this Redis instead of an embedded one")
+        s.add_argument("--master", help="Spark master URL (default local[*])")
+        s.add_argument("--checkpoint", help="worker state location (path or pyarrow.fs URI)")
+    s = sub.add_parser("ingest", help="send NDJSON or CSV event files to a stream")
+    s.add_argument("--stream", required=True)
+    s.add_argument("--api", default="http://127.0.0.1:8000")
+    s.add_argument("--batch", type=int, default=5000, help="events per request")
+    s.add_argument("files", nargs="+")
+    s = sub.add_parser("worker", help="run the Spark worker")
+    s.add_argument("--redis")
+    s.add_argument("--master")
+    s.add_argument("--checkpoint")
+    s.add_argument("--shards", type=int)
+    s = sub.add_parser("api", help="run the API and dashboard")
+    s.add_argument("--redis")
+    s.add_argument("--config")
+    s.add_argument("--host", default="127.0.0.1")
+    s.add_argument("--port", type=int, default=8000)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        {"up": run_up, "demo": lambda a: run_up(a, demo=True), "ingest": run_ingest,
+         "worker": run_worker, "api": run_api}[args.command](args)
+    except CliError as e:
+        print(f"tidemark: error: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,165 @@
+"""Event validation: turn a request body into columns of good events plus a list of rejects.
+
+A bad event never costs the good ones: each is checked on its own and reported with its
+index and reason (contract §3).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from datetime import datetime
+
+import numpy as np
+
+from tidemark.streams import StreamConfig
+
+__all__ = ["EventBatch", "Reject", "validate_events", "parse_body", "BodyError", "MAX_KEY_BYTES"]
+
+MAX_KEY_BYTES = 256
+
+
+class BodyError(ValueError):
+    """The request body as a whole cannot be read (not one event's fault)."""
+
+
+@dataclass
+class Reject:
+    index: int
+    error: str
+
+
+@dataclass
+class EventBatch:
+    """Good events in columnar form; ``key``/``value`` use None/NaN where absent."""
+
+    ts: np.ndarray
+    key: list
+    value: np.ndarray
+    weight: np.ndarray
+    rejects: list[Reject] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.ts)
+
+
+def parse_body(body: bytes, content_type: str | None) -> list:
+    """A JSON array, or NDJSON (one object per line). Returns the raw items."""
+    text = body.decode("utf-8", errors="strict") if body else ""
+    stripped = text.lstrip()
+    if not stripped:
+        return []
+    if stripped[0] == "[":
+        try:
+            items = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise BodyError(f"body is not valid JSON: {e.msg} at line {e.lineno}") from None
+        if not isinstance(items, list):
+            raise BodyError("body must be a JSON array of events or NDJSON")
+        return items
+    items = []
+    for lineno, line in enumerate(text.splitlines()):
+        if not line.strip():
+            continue
+        try:
+            items.append(json.loads(line))
+        except json.JSONDecodeError as e:
+            items.append(_Unparsable(f"line {lineno + 1} is not valid JSON: {e.msg}"))
+    return items
+
+
+class _Unparsable:
+    def __init__(self, reason: str):
+        self.reason = reason
+
+
+def _parse_ts(raw) -> float:
+    if isinstance(raw, bool):
+        raise ValueError("ts must be a number or an ISO-8601 string")
+    if isinstance(raw, (int, float)):
+        ts = float(raw)
+    elif isinstance(raw, str):
+        try:
+            ts = float(raw)
+        except ValueError:
+            try:
+                dt = datetime.fromisoformat(raw.replace("Z", "+00:00"))
+            except ValueError:
+                raise ValueError(f"ts {raw[:40]!r} is not a number or an ISO-8601 time") from None
+            if dt.tzinfo is None:
+                raise ValueError("ts ISO-8601 string needs an offset (e.g. +00:00 or Z)")
+            ts = dt.timestamp()
+    else:
+        raise ValueError("ts must be a number or an ISO-8601 string")
+    if not math.isfinite(ts) or ts < 0:
+        raise ValueError("ts must be a finite, non-negative Unix time")
+    return ts
+
+
+def _number(raw, name: str) -> float:
+    if isinstance(raw, bool) or not isinstance(raw, (int, float, str)):
+        raise ValueError(f"{name} must be a number")
+    try:
+        x = float(raw)
+    except ValueError:
+        raise ValueError(f"{name} {str(raw)[:40]!r} is not a number") from None
+    if not math.isfinite(x):
+        raise ValueError(f"{name} must be finite")
+    return x
+
+
+def _validate_one(item, config: StreamConfig) -> tuple[float, str | None, float, float]:
+    if isinstance(item, _Unparsable):
+        raise ValueError(item.reason)
+    if not isinstance(item, dict):
+        raise ValueError("event must be a JSON object")
+    unknown = set(item) - {"ts", "key", "value", "weight"}
+    if unknown:
+        raise ValueError(f"unknown field(s): {', '.join(sorted(unknown))}")
+    if "ts" not in item or item["ts"] is None or item["ts"] == "":
+        raise ValueError("missing ts")
+    ts = _parse_ts(item["ts"])
+    key = item.get("key")
+    if key is not None:
+        if not isinstance(key, str):
+            raise ValueError("key must be a string")
+        n = len(key.encode("utf-8"))
+        if n == 0 or n > MAX_KEY_BYTES:
+            raise ValueError(f"key must be 1-{MAX_KEY_BYTES} UTF-8 bytes, got {n}")
+    value = math.nan
+    if item.get("value") not in (None, ""):
+        value = _number(item["value"], "value")
+        if config.has_values and not config.value_min <= value <= config.value_max:
+            raise ValueError(
+                f"value {value:g} outside the stream's declared range "
+                f"[{config.value_min:g}, {config.value_max:g}]"
+            )
+    weight = 1.0
+    if item.get("weight") not in (None, ""):
+        weight = _number(item["weight"], "weight")
+        if weight < 0:
+            raise ValueError("weight must be >= 0")
+    return ts, key, value, weight
+
+
+def validate_events(items: list, config: StreamConfig) -> EventBatch:
+    """Check each item against the contract; keep the good ones in columns."""
+    ts, keys, values, weights, rejects = [], [], [], [], []
+    for i, item in enumerate(items):
+        try:
+            t, k, v, w = _validate_one(item, config)
+        except ValueError as e:
+            rejects.append(Reject(i, str(e)))
+            continue
+        ts.append(t)
+        keys.append(k)
+        values.append(v)
+        weights.append(w)
+    return EventBatch(
+        np.asarray(ts, dtype=np.float64),
+        keys,
+        np.asarray(values, dtype=np.float64),
+        np.asarray(weights, dtype=np.float64),
+        rejects,
+    )
