@@ -133,3 +133,10 @@ def answer(kind: str, name: str, config: StreamConfig, summary: StreamSummary | 
         },
     )
     return body
+
+
+def answer_from_store(store, kind: str, name: str, params: dict) -> dict:
+    """Read what the query needs from the store and answer it (queries, dashboard, alerts)."""
+    config = store.config(name)
+    summary, status = store.summary(name)
+    return answer(kind, name, config, summary, status, params)

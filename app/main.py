@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+from contextlib import asynccontextmanager
+
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from app.alerts.engine import AlertEngine
+from app.alerts.store import AlertNotFound, AlertStore
 from app.answers import QueryError
 from app.metrics import Metrics
-from app.routes import health, ingest, live, queries, streams
+from app.routes import alerts, health, ingest, live, queries, streams
 from app.store import Backpressure, Store, StreamConflict, StreamNotFound
 from sketches.base import CorruptSketchError
 from tidemark import __version__
@@ -34,6 +38,7 @@ def _error_handlers(app: FastAPI) -> None:
         return handle
 
     app.add_exception_handler(StreamNotFound, handler(404))
+    app.add_exception_handler(AlertNotFound, handler(404))
     app.add_exception_handler(StreamConflict, handler(409))
     app.add_exception_handler(QueryError, handler(422))
     app.add_exception_handler(Backpressure, handler(429, {"Retry-After": "1"}))
@@ -51,15 +56,27 @@ def _error_handlers(app: FastAPI) -> None:
                             headers=getattr(exc, "headers", None))
 
 
+@asynccontextmanager
+async def _lifespan(app: FastAPI):
+    engine = AlertEngine(app.state.store, app.state.alerts, app.state.redis_url,
+                         app.state.settings.webhook_retry_for)
+    engine.start()
+    app.state.alert_engine_wake = engine.wake
+    yield
+    await engine.stop()
+
+
 def create_app(settings: Settings, redis_url: str) -> FastAPI:
-    app = FastAPI(title="Tidemark", version=__version__,
+    app = FastAPI(title="Tidemark", version=__version__, lifespan=_lifespan,
                   description="Live approximate queries over event streams, with error bounds.")
     app.state.settings = settings
     app.state.redis_url = redis_url
     app.state.store = Store(redis_url, settings.max_pending_chunks)
+    app.state.alerts = AlertStore(redis_url)
+    app.state.alert_engine_wake = lambda: None
     app.state.metrics = Metrics()
     _error_handlers(app)
-    for module in (health, streams, ingest, queries, live):
+    for module in (health, streams, ingest, alerts, queries, live):
         app.include_router(module.router)
     try:
         from frontend import mount

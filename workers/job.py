@@ -152,9 +152,14 @@ class Worker:
 
 
 def build_spark(master: str | None, shards: int, app_name: str = "tidemark-worker"):
+    import os
     import sys
 
     from pyspark.sql import SparkSession
+
+    # Spark's Python helpers (the streaming source runner among them) start
+    # PYSPARK_PYTHON, not the driver's interpreter: point them at this environment.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
     builder = SparkSession.builder.appName(app_name)
     if master:
@@ -163,21 +168,23 @@ def build_spark(master: str | None, shards: int, app_name: str = "tidemark-worke
         "spark.sql.shuffle.partitions": str(shards),
         "spark.ui.enabled": "false",
         "spark.sql.execution.arrow.pyspark.enabled": "true",
-        "spark.pyspark.python": sys.executable,
-        "spark.pyspark.driver.python": sys.executable,
         "spark.sql.streaming.minBatchesToRetain": "20",
     }
+    if not master or master.startswith("local"):
+        # On a cluster the executors' Python is the cluster's business (spark-defaults).
+        conf["spark.pyspark.python"] = sys.executable
     for k, v in conf.items():
         builder = builder.config(k, v)
     return builder.getOrCreate()
 
 
-def start(spark, redis_url: str, checkpoint: str, shards: int, trigger: str = "1 second"):
+def start(spark, redis_url: str, checkpoint: str, shards: int, trigger: str = "1 second",
+          worker_cls: type[Worker] = Worker):
     """Start the streaming query; returns ``(query, worker, stop_event)``."""
     from workers.source import RedisChunkSource
 
     spark.dataSource.register(RedisChunkSource)
-    worker = Worker(spark, redis_url, checkpoint.rstrip("/") + "/state", shards)
+    worker = worker_cls(spark, redis_url, checkpoint.rstrip("/") + "/state", shards)
     worker.republish_all()
     stop = threading.Event()
     threading.Thread(target=worker.heartbeat_forever, args=(stop,), daemon=True).start()

@@ -6,7 +6,7 @@ import time
 
 from fastapi import APIRouter, Request
 
-from app.answers import answer
+from app.answers import answer_from_store
 from app.deps import MetricsDep, StoreDep
 from app.routes.streams import StreamName
 
@@ -16,8 +16,6 @@ router = APIRouter(tags=["queries"])
 @router.get("/v1/streams/{name}/{query}")
 def query(name: StreamName, query: str, request: Request, store: StoreDep, metrics: MetricsDep) -> dict:
     started = time.perf_counter()
-    config = store.config(name)
-    summary, status = store.summary(name)
-    body = answer(query, name, config, summary, status, dict(request.query_params))
+    body = answer_from_store(store, query, name, dict(request.query_params))
     metrics.query_seconds.labels(query).observe(time.perf_counter() - started)
     return body

@@ -1,0 +1,1 @@
+"""Bound-aware threshold alerts delivered as signed webhooks (contract §7)."""

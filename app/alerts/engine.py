@@ -1,0 +1,176 @@
+"""Alert evaluation and webhook delivery, as background tasks of the API.
+
+Evaluation runs on every announced sketch version of a stream, with the same answer code
+the query endpoints use. Delivery is a loop over due deliveries kept in Redis, so pending
+ones survive an API restart and several replicas share the work (see ``store.py``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import hashlib
+import hmac
+import json
+import logging
+import random
+import time
+
+import httpx
+
+from app.alerts.rules import AlertRule, crossed
+from app.alerts.store import AlertStore
+from app.answers import QueryError, answer_from_store
+from app.store import Store, StreamNotFound, announcements
+
+__all__ = ["AlertEngine", "sign", "evaluate"]
+
+log = logging.getLogger("tidemark.alerts")
+
+
+def sign(body: bytes, secret: str) -> str:
+    return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+
+
+def _now_iso() -> str:
+    return dt.datetime.now(dt.timezone.utc).isoformat()
+
+
+def rule_answer(store: Store, rule: AlertRule) -> tuple[dict, float, float, float, int]:
+    """The rule's current answer: (answer, estimate, lower, upper, version)."""
+    if rule.query == "inner-product":
+        from app.answers import inner_product_from_store
+
+        body = inner_product_from_store(store, rule.params)
+        version = sum(body["as_of"]["sketch_versions"].values())
+    else:
+        body = answer_from_store(store, rule.query, rule.stream, rule.params)
+        version = body["as_of"]["sketch_version"]
+    if "items" in body:  # quantiles: the rule names one q
+        item = body["items"][0]
+        return body, item["estimate"], item["bound"]["lower"], item["bound"]["upper"], version
+    return body, body["estimate"], body["bound"]["lower"], body["bound"]["upper"], version
+
+
+def evaluate(store: Store, alerts: AlertStore, rule: AlertRule) -> bool:
+    """Evaluate one rule; queue a message when its state changes. True when queued."""
+    try:
+        answer, estimate, lower, upper, version = rule_answer(store, rule)
+    except (QueryError, StreamNotFound) as e:
+        log.info("alert %s cannot be evaluated now: %s", rule.id, e)
+        return False
+    state = "firing" if crossed(rule, lower, upper) else "ok"
+    bound = answer.get("bound") or answer["items"][0]["bound"]
+    last = {"estimate": estimate, "bound": bound, "at": answer["at"], "sketch_version": version,
+            "evaluated_at": _now_iso()}
+    body = {
+        "alert_id": rule.id, "state": "firing" if state == "firing" else "resolved", "stream": rule.stream, "query": rule.query,
+        "params": rule.params, "op": rule.op, "threshold": rule.threshold, "mode": rule.mode,
+        "estimate": estimate, "bound": bound, "at": answer["at"], "sketch_version": version,
+    }
+    return alerts.record(rule, version, state, last, body)
+
+
+def _involves(rule: AlertRule, stream: str) -> bool:
+    if rule.query == "inner-product":
+        return stream in str(rule.params.get("streams", "")).split(",")
+    return rule.stream == stream
+
+
+class AlertEngine:
+    def __init__(self, store: Store, alerts: AlertStore, redis_url: str, retry_for: float,
+                 timeout: float = 10.0):
+        self.store, self.alerts, self.redis_url = store, alerts, redis_url
+        self.retry_for, self.timeout = retry_for, timeout
+        self._tasks: list[asyncio.Task] = []
+        self._wake = asyncio.Event()
+
+    def wake(self) -> None:
+        """Look for due deliveries now (called from request threads)."""
+        self._loop.call_soon_threadsafe(self._wake.set)
+
+    def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._tasks = [asyncio.create_task(self._evaluate_loop()),
+                       asyncio.create_task(self._deliver_loop())]
+
+    async def stop(self) -> None:
+        for t in self._tasks:
+            t.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    def evaluate_stream(self, stream: str | None) -> int:
+        queued = 0
+        for rule in self.alerts.rules():
+            if stream is None or _involves(rule, stream):
+                queued += evaluate(self.store, self.alerts, rule)
+        return queued
+
+    async def _evaluate_loop(self) -> None:
+        while True:
+            try:
+                if await asyncio.to_thread(self.evaluate_stream, None):
+                    self._wake.set()
+                async for note in announcements(self.redis_url):
+                    if note and await asyncio.to_thread(self.evaluate_stream, note["stream"]):
+                        self._wake.set()
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # Redis restarting: listen again shortly
+                log.warning("alert evaluation paused: %s", e)
+                await asyncio.sleep(1.0)
+
+    async def _deliver_loop(self) -> None:
+        async with httpx.AsyncClient(timeout=self.timeout, follow_redirects=False) as client:
+            while True:
+                try:
+                    due = await asyncio.to_thread(self.alerts.due, time.time())
+                    await asyncio.gather(*(self._deliver(client, d) for d in due))
+                except asyncio.CancelledError:
+                    raise
+                except Exception as e:
+                    log.warning("alert delivery paused: %s", e)
+                try:
+                    await asyncio.wait_for(self._wake.wait(), timeout=0.25)
+                except asyncio.TimeoutError:
+                    pass
+                self._wake.clear()
+
+    async def _deliver(self, client: httpx.AsyncClient, delivery_id: str) -> None:
+        lease = await asyncio.to_thread(self.alerts.lease, delivery_id, time.time(), self.timeout * 3)
+        if lease is None:
+            return  # another replica has it, or it was cancelled
+        alert_id = delivery_id.split(":", 1)[0]
+        try:
+            rule = await asyncio.to_thread(self.alerts.get, alert_id)
+        except LookupError:
+            await asyncio.to_thread(self.alerts.done, delivery_id)
+            return
+        body = json.loads(lease["body"])
+        body["sent_at"] = _now_iso()
+        raw = json.dumps(body).encode()
+        headers = {"content-type": "application/json", "X-Tidemark-Signature": sign(raw, rule.secret),
+                   "X-Tidemark-Delivery": body["delivery_id"]}
+        attempt = {"delivery_id": body["delivery_id"], "state": body["state"], "time": body["sent_at"],
+                   "attempt": lease["attempts"] + 1}
+        started = time.perf_counter()
+        try:
+            resp = await client.post(rule.webhook_url, content=raw, headers=headers)
+            attempt.update(status=resp.status_code, error=None)
+            ok = 200 <= resp.status_code < 300
+        except httpx.HTTPError as e:
+            attempt.update(status=None, error=f"{type(e).__name__}: {e}"[:300])
+            ok = False
+        attempt["latency_ms"] = round((time.perf_counter() - started) * 1000, 2)
+        await asyncio.to_thread(self.alerts.log_attempt, alert_id, attempt)
+        if ok:
+            await asyncio.to_thread(self.alerts.done, delivery_id)
+            return
+        tries = lease["attempts"] + 1
+        if time.time() - lease["first_due"] > self.retry_for:
+            await asyncio.to_thread(self.alerts.log_attempt, alert_id,
+                                    {**attempt, "error": "gave up: retry period exhausted"})
+            await asyncio.to_thread(self.alerts.done, delivery_id)
+            return
+        backoff = min(2.0 ** (tries - 1) * 0.5, 300.0) * random.uniform(0.5, 1.5)
+        await asyncio.to_thread(self.alerts.retry_at, delivery_id, time.time() + backoff, tries)

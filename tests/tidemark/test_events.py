@@ -1,0 +1,58 @@
+"""Event validation: each bad event is rejected with its index and reason, the rest kept."""
+
+import numpy as np
+import pytest
+
+from tidemark.events import BodyError, parse_body, validate_events
+from tidemark.streams import StreamConfig
+
+CONFIG = StreamConfig(max_window="1h", value_min=0, value_max=100)
+
+
+def test_good_events_become_columns():
+    batch = validate_events(
+        [{"ts": 10}, {"ts": "1970-01-01T00:00:20+00:00", "key": "a", "value": 5, "weight": 2.5}],
+        CONFIG,
+    )
+    assert batch.rejects == []
+    np.testing.assert_array_equal(batch.ts, [10.0, 20.0])
+    assert batch.key == [None, "a"]
+    assert np.isnan(batch.value[0]) and batch.value[1] == 5
+    np.testing.assert_array_equal(batch.weight, [1.0, 2.5])
+
+
+@pytest.mark.parametrize(
+    "event, reason",
+    [
+        ({}, "missing ts"),
+        ({"ts": "yesterday"}, "is not a number or an ISO-8601 time"),
+        ({"ts": "2024-01-01T00:00:00"}, "needs an offset"),
+        ({"ts": True}, "ts must be a number"),
+        ({"ts": 1, "weight": -1}, "weight must be >= 0"),
+        ({"ts": 1, "weight": "heavy"}, "is not a number"),
+        ({"ts": 1, "key": 7}, "key must be a string"),
+        ({"ts": 1, "key": ""}, "key must be 1-256 UTF-8 bytes"),
+        ({"ts": 1, "key": "é" * 129}, "key must be 1-256 UTF-8 bytes, got 258"),
+        ({"ts": 1, "value": 101}, "outside the stream's declared range"),
+        ({"ts": 1, "value": float("nan")}, "value must be finite"),
+        ({"ts": 1, "colour": "red"}, "unknown field(s): colour"),
+        (["ts", 1], "event must be a JSON object"),
+    ],
+)
+def test_each_bad_event_is_rejected_with_its_reason(event, reason):
+    batch = validate_events([{"ts": 1}, event, {"ts": 2}], CONFIG)
+    assert len(batch) == 2
+    assert [r.index for r in batch.rejects] == [1]
+    assert reason in batch.rejects[0].error
+
+
+def test_ndjson_with_a_broken_line_keeps_the_others():
+    items = parse_body(b'{"ts": 1}\nnot json\n\n{"ts": 2}\n', "application/x-ndjson")
+    batch = validate_events(items, CONFIG)
+    assert len(batch) == 2
+    assert batch.rejects[0].index == 1 and "not valid JSON" in batch.rejects[0].error
+
+
+def test_a_body_that_is_not_an_array_is_refused_whole():
+    with pytest.raises(BodyError):
+        parse_body(b"[1, 2", None)
