@@ -95,44 +95,69 @@ def window_estimate(sketch, window: Window, method: str) -> Estimate:
                     min(inner.confidence, outer.confidence), outer.method)
 
 
-def _count(summary: StreamSummary, window: Window, params: dict) -> Estimate:
-    return window_estimate(summary["count"], window, "splittable-histogram")
+@dataclass(frozen=True)
+class QueryKind:
+    """One query of §6: how to check its parameters, answer it, and answer it empty."""
+
+    name: str
+    run: Callable[[StreamSummary, StreamConfig, Window, dict], Estimate | list]
+    empty: Callable[[StreamConfig, dict], Estimate | list]
+    check: Callable[[StreamConfig, dict], dict] = lambda config, params: params
 
 
-def _sum(summary: StreamSummary, window: Window, params: dict) -> Estimate:
-    return window_estimate(summary["sum"], window, "splittable-histogram")
+QUERY_KINDS: dict[str, QueryKind] = {}
 
 
-QUERY_KINDS: dict[str, Callable] = {"count": _count, "sum": _sum}
-_EMPTY_METHOD = {"count": "splittable-histogram", "sum": "splittable-histogram"}
+def register(kind: QueryKind) -> QueryKind:
+    QUERY_KINDS[kind.name] = kind
+    return kind
+
+
+def _windowed(part: str, method: str) -> QueryKind:
+    return QueryKind(
+        part,
+        run=lambda summary, config, window, p: window_estimate(summary[part], window, method),
+        empty=lambda config, p: _exact_zero(method),
+    )
+
+
+register(_windowed("count", "splittable-histogram"))
+register(_windowed("sum", "splittable-histogram"))
+
+
+def as_of(status: dict) -> dict:
+    return {
+        "sketch_version": status["sketch_version"],
+        "updated_at": status["updated_at"],
+        "events": status["events"],
+        "late_dropped": status["late_dropped"],
+    }
+
+
+def shape(result: Estimate | list, **outer) -> dict:
+    """The contract's answer object: ``estimate`` + ``bound``, or ``items``."""
+    if isinstance(result, Estimate):
+        body = {"estimate": result.estimate, "bound": result.bound()}
+    else:
+        body = {"items": result}
+    body.update(outer)
+    return body
 
 
 def answer(kind: str, name: str, config: StreamConfig, summary: StreamSummary | None,
            status: dict, params: dict) -> dict:
     """The contract's answer object (§6) for one query."""
-    if kind not in QUERY_KINDS:
+    query = QUERY_KINDS.get(kind)
+    if query is None:
         raise QueryError(f"unknown query {kind!r}; known: {', '.join(sorted(QUERY_KINDS))}")
     window = parse_window(params, config, status.get("clock"))
+    checked = query.check(config, params)
     if summary is None:  # nothing published yet: no event, exactly
-        result = _exact_zero(_EMPTY_METHOD.get(kind, kind))
+        result = query.empty(config, checked)
     else:
-        result = QUERY_KINDS[kind](summary, window, params)
-    body = {"estimate": result.estimate} if isinstance(result, Estimate) else {"items": result}
-    if isinstance(result, Estimate):
-        body["bound"] = result.bound()
-    body.update(
-        stream=name,
-        query=kind,
-        window=window.seconds,
-        at=window.at,
-        as_of={
-            "sketch_version": status["sketch_version"],
-            "updated_at": status["updated_at"],
-            "events": status["events"],
-            "late_dropped": status["late_dropped"],
-        },
-    )
-    return body
+        result = query.run(summary, config, window, checked)
+    return shape(result, stream=name, query=kind, window=window.seconds, at=window.at,
+                 as_of=as_of(status))
 
 
 def answer_from_store(store, kind: str, name: str, params: dict) -> dict:

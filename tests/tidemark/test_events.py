@@ -56,3 +56,25 @@ def test_ndjson_with_a_broken_line_keeps_the_others():
 def test_a_body_that_is_not_an_array_is_refused_whole():
     with pytest.raises(BodyError):
         parse_body(b"[1, 2", None)
+
+
+def test_fast_path_agrees_with_the_per_event_path():
+    from tidemark.events import validate_ndjson_fast
+
+    body = b'{"ts": 1, "key": "a", "value": 3, "weight": 2}\n{"ts": 2.5}\n\n{"ts": 3, "key": "b"}\n'
+    fast = validate_ndjson_fast(body, CONFIG)
+    slow = validate_events(parse_body(body, None), CONFIG)
+    assert fast is not None
+    np.testing.assert_array_equal(fast.ts, slow.ts)
+    np.testing.assert_array_equal(fast.weight, slow.weight)
+    np.testing.assert_array_equal(fast.value, slow.value)
+    assert fast.key == slow.key
+
+
+@pytest.mark.parametrize("line", [b'{"ts": "2024-01-01T00:00:00Z"}', b'{"ts": -1}', b'{"x": 1, "ts": 1}',
+                                  b'{"ts": 1, "weight": -1}', b'{"ts": 1, "value": 1000}',
+                                  b'{"ts": 1, "key": ""}', b'{"ts": 1, "key": 5}', b'not json'])
+def test_fast_path_declines_anything_irregular(line):
+    from tidemark.events import validate_ndjson_fast
+
+    assert validate_ndjson_fast(b'{"ts": 1}\n' + line + b"\n", CONFIG) is None

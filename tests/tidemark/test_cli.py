@@ -1,0 +1,85 @@
+"""The ``tidemark`` command as a user runs it."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import httpx
+import pytest
+
+from tidemark.redis_server import free_port
+
+
+def _tidemark(*args, **kw):
+    return subprocess.run([sys.executable, "-m", "tidemark.cli", *args], capture_output=True,
+                          text=True, timeout=120, **kw)
+
+
+def test_ingest_sends_ndjson_and_csv_and_reports_counts(api, stream_name, tmp_path):
+    httpx.put(f"{api.url}/v1/streams/{stream_name}", json={"max_window": "1h"})
+    nd = tmp_path / "events.ndjson"
+    nd.write_text("\n".join(json.dumps({"ts": 1000 + i, "key": f"k{i % 3}"}) for i in range(25))
+                  + '\n{"ts": "never"}\n')
+    csv = tmp_path / "events.csv"
+    csv.write_text("ts,key,value,weight\n1000,a,,2\n1001,b,,\n1002,c,,-1\n")
+    out = _tidemark("ingest", "--stream", stream_name, "--api", api.url, "--batch", "10",
+                    str(nd), str(csv))
+    assert out.returncode == 0, out.stderr
+    assert "accepted 27, rejected 2" in out.stdout
+    assert "event 25:" in out.stdout and "event 28: weight must be >= 0" in out.stdout
+    status = httpx.get(f"{api.url}/v1/streams/{stream_name}").json()["status"]
+    assert status["received"] == 27 and status["rejected"] == 2
+
+
+def test_errors_are_one_clear_line_and_a_nonzero_status(tmp_path):
+    out = _tidemark("ingest", "--stream", "s", "--api", "http://127.0.0.1:9", str(tmp_path / "nope.ndjson"))
+    assert out.returncode != 0
+    assert out.stderr.strip().splitlines() == [f"tidemark: error: no such file: {tmp_path / 'nope.ndjson'}"]
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("streams:\n  web: {max_window: 1x}\n")
+    out = _tidemark("up", "--config", str(bad), "--port", str(free_port()))
+    assert out.returncode != 0 and "stream 'web'" in out.stderr and len(out.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.spark
+def test_up_serves_the_configured_streams_and_stops_cleanly(tmp_path):
+    config = tmp_path / "streams.yaml"
+    config.write_text("streams:\n  web:\n    max_window: 1h\n    epsilon: 0.05\n")
+    port = free_port()
+    env = {**os.environ, "TIDEMARK_RUN_DIR": str(tmp_path / "run"),
+           "TIDEMARK_CHECKPOINT": str(tmp_path / "ckpt")}
+    env.pop("REDIS_URL", None)
+    proc = subprocess.Popen([sys.executable, "-m", "tidemark.cli", "up", "--config", str(config),
+                             "--port", str(port)], stdout=subprocess.PIPE, text=True, env=env,
+                            start_new_session=True)
+    try:
+        line = ""
+        deadline = time.monotonic() + 240
+        while "Tidemark is up" not in line:
+            assert time.monotonic() < deadline and proc.poll() is None, "up never became ready"
+            line = proc.stdout.readline()
+        assert f"http://127.0.0.1:{port}/" in line
+        streams = httpx.get(f"http://127.0.0.1:{port}/v1/streams").json()["streams"]
+        assert [s["name"] for s in streams] == ["web"]
+        r = httpx.post(f"http://127.0.0.1:{port}/v1/streams/web/events", json=[{"ts": 5000.5}])
+        assert r.json()["accepted"] == 1
+        deadline = time.monotonic() + 60
+        while httpx.get(f"http://127.0.0.1:{port}/v1/streams/web").json()["status"]["events"] < 1:
+            assert time.monotonic() < deadline
+            time.sleep(0.3)
+        count = httpx.get(f"http://127.0.0.1:{port}/v1/streams/web/count", params={"window": 60}).json()
+        assert count["bound"]["lower"] <= 1 <= count["bound"]["upper"]
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(90) == 0
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    # No orphans: nothing still runs with this test's paths on its command line.
+    time.sleep(1)
+    left = subprocess.run(["pgrep", "-f", str(tmp_path)], capture_output=True, text=True).stdout.split()
+    assert left == [], f"orphan processes: {left}"
