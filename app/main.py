@@ -25,7 +25,10 @@ __all__ = ["create_app"]
 def _validation_message(exc: RequestValidationError) -> str:
     parts = []
     for err in exc.errors():
-        where = ".".join(str(x) for x in err.get("loc", ()) if x not in ("body", "path", "query"))
+        loc = list(err.get("loc", ()))
+        if loc and loc[0] in ("body", "path", "query", "header"):
+            loc = loc[1:]  # where it came from; the field name is what the caller needs
+        where = ".".join(str(x) for x in loc)
         msg = err.get("msg", "invalid").removeprefix("Value error, ")
         parts.append(f"{where}: {msg}" if where else msg)
     return "; ".join(parts) or "invalid request"

@@ -13,14 +13,11 @@ from pathlib import Path
 import httpx
 import yaml
 
+from tidemark.errors import CliError
 from tidemark.settings import Settings
 from tidemark.streams import StreamConfig
 
 __all__ = ["main"]
-
-
-class CliError(Exception):
-    """One clear line for the user, and a non-zero exit."""
 
 
 # -- configuration -----------------------------------------------------------------------

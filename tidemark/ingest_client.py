@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Iterator
 
 import httpx
+from tidemark.errors import CliError
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
 
 __all__ = ["send_files", "read_events"]
@@ -33,8 +34,6 @@ def _body(events: list) -> bytes:
 
 
 def send_files(api: str, stream: str, files: list[str], batch: int = 5000) -> tuple[int, int]:
-    from tidemark.cli import CliError
-
     paths = [Path(f) for f in files]
     for p in paths:
         if not p.is_file():
@@ -72,8 +71,6 @@ def send_files(api: str, stream: str, files: list[str], batch: int = 5000) -> tu
 
 
 def _post(client: httpx.Client, stream: str, events: list, offset: int) -> tuple[int, list]:
-    from tidemark.cli import CliError
-
     for attempt in range(30):
         try:
             resp = client.post(f"/v1/streams/{stream}/events", content=_body(events),

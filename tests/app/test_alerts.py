@@ -211,6 +211,6 @@ def test_a_deleted_rule_sends_nothing(pipeline, stream_name, receiver):
 def test_bad_rules_are_refused_with_reasons(api, stream_name, change, detail):
     with httpx.Client(base_url=api.url) as c:
         c.put(f"/v1/streams/{stream_name}", json={"max_window": "1h"})
-        r = c.post("/v1/alerts", json=_rule(stream_name, "http://127.0.0.1:9/x", **change))
+        r = c.post("/v1/alerts", json={**_rule(stream_name, "http://127.0.0.1:9/x"), **change})
         assert r.status_code in (404, 422), r.text
         assert detail in r.json()["detail"]
