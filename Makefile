@@ -16,7 +16,8 @@ test: venv system-deps
 	$(PY) -m pytest -q
 
 bench: venv system-deps
-	$(PY) bench/run_all.py
+	$(PY) -m pip install -q -e ".[bench]"
+	for b in bench/bench_*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
 
 venv: $(STAMP)
 

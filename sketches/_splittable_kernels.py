@@ -79,10 +79,13 @@ def _insert_level(L, R, M, n, T, i, t, v, alpha):
 
 @njit(cache=True)
 def _discard_overflow(L, R, M, n, T, i, alpha):
-    # Algorithm 4, lines 39-45: keep the alpha most recent buckets.
-    extra = n[i] - alpha
-    if extra <= 0:
+    # Algorithm 4, lines 39-45: keep the alpha most recent buckets. Discarding is
+    # deferred until a level holds 2·alpha buckets, so the shift is amortised O(1) per
+    # insertion. Keeping more than alpha recent buckets only lowers T_i: Lemma 1 does not
+    # depend on it, and Lemma 3 needs at least alpha buckets after T_i, which holds.
+    if n[i] < 2 * alpha:
         return
+    extra = n[i] - alpha
     T[i] = R[i, extra - 1]
     for j in range(alpha):
         L[i, j] = L[i, j + extra]

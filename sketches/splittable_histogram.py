@@ -46,7 +46,9 @@ class _Interval:
 
     def __init__(self, k: int, alpha: int, log_w: int, levels: int = 1):
         self.k = k
-        self.cap = alpha + log_w + 2  # one insertion adds at most log W buckets before discard
+        # Levels are trimmed back to alpha when they reach 2·alpha; one insertion adds at
+        # most log W buckets before that check.
+        self.cap = 2 * alpha + log_w + 2
         self.L = np.zeros((levels, self.cap), np.int64)
         self.R = np.zeros((levels, self.cap), np.int64)
         self.M = np.zeros((levels, self.cap), np.float64)
@@ -294,11 +296,16 @@ class SplittableHistogram:
             for d in (p.old, p.new):
                 out.append(struct.pack("<qdI", d.k, d.total, d.levels))
                 for i in range(d.levels):
-                    n = int(d.n[i])
-                    out.append(struct.pack("<qI", d.T[i], n))
+                    # Stored levels keep only the alpha most recent buckets: the discard
+                    # that the in-memory form defers (Algorithm 4, lines 39-45).
+                    end = int(d.n[i])
+                    first = max(0, end - self.alpha)
+                    T = d.T[i] if first == 0 else d.R[i, first - 1]
+                    n = end - first
+                    out.append(struct.pack("<qI", T, n))
                     rows = np.empty((n, 3), np.int64)
-                    rows[:, 0], rows[:, 1] = d.L[i, :n], d.R[i, :n]
-                    rows[:, 2] = d.M[i, :n].view(np.int64)
+                    rows[:, 0], rows[:, 1] = d.L[i, first:end], d.R[i, first:end]
+                    rows[:, 2] = d.M[i, first:end].view(np.int64)
                     out.append(rows.tobytes())
         payload = b"".join(out)
         return pack_header(Family.SPLITTABLE_HISTOGRAM, len(payload)) + payload
