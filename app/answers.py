@@ -139,7 +139,7 @@ def shape(result: Estimate | list, **outer) -> dict:
     if isinstance(result, Estimate):
         body = {"estimate": result.estimate, "bound": result.bound()}
     else:
-        body = {"items": result}
+        body = {"items": list(result), **getattr(result, "extra", {})}
     body.update(outer)
     return body
 

@@ -9,6 +9,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+import app.kinds  # noqa: F401  (registers the query kinds)
 from app.alerts.engine import AlertEngine
 from app.alerts.store import AlertNotFound, AlertStore
 from app.answers import QueryError

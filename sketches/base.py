@@ -71,6 +71,8 @@ class Family:
     DECAYED_ADDITIVE = 6
     DECAYED_RELATIVE = 7
     STREAM_SUMMARY = 8
+    VALUE_HISTOGRAM = 9
+    KEY_CANDIDATES = 10
 
 
 @dataclass(frozen=True)

@@ -75,6 +75,56 @@ PARTS: list[PartSpec] = [
         lambda sk, cols: sk.update(cols.ticks, cols.weight),
     ),
 ]
+
+
+def _ecm():
+    from sketches.ecm_sketch import ECMSketch
+
+    return ECMSketch
+
+
+def _candidates():
+    from sketches.key_candidates import KeyCandidates
+
+    return KeyCandidates
+
+
+def _values():
+    from sketches.value_histogram import ValueHistogram
+
+    return ValueHistogram
+
+
+VALUE_BINS = 1024  # value resolution of quantiles: (value_max - value_min) / 1024
+
+
+def candidate_k(epsilon: float) -> int:
+    """Keys kept per pane: any key left out has ≤ N/(k+1) events, below every φ ≥ ε/4."""
+    return max(16, math.ceil(4 / epsilon))
+
+
+PARTS += [
+    PartSpec(
+        "keys",
+        _ecm,
+        lambda c, seed: _ecm()(c.epsilon, c.delta, c.window_ticks + 1, seed),
+        lambda sk, cols: sk.update(cols.ticks[cols.keyed], cols.key_ids),
+    ),
+    PartSpec(
+        "key_candidates",
+        _candidates,
+        lambda c, seed: _candidates()(c.window_ticks + 1, math.ceil(2 / c.epsilon), candidate_k(c.epsilon)),
+        lambda sk, cols: sk.update(cols.ticks[cols.keyed], cols.keys),
+    ),
+    PartSpec(
+        "values",
+        _values,
+        lambda c, seed: _values()(c.value_min, c.value_max, c.window_ticks + 1, math.ceil(2 / c.epsilon),
+                                  VALUE_BINS),
+        lambda sk, cols: sk.update(cols.ticks[cols.valued], cols.values),
+        wanted=lambda c: c.has_values,
+    ),
+]
 _BY_NAME = {p.name: p for p in PARTS}
 _META = struct.Struct("<I")
 

@@ -39,7 +39,7 @@ def _now_iso() -> str:
 def rule_answer(store: Store, rule: AlertRule) -> tuple[dict, float, float, float, int]:
     """The rule's current answer: (answer, estimate, lower, upper, version)."""
     if rule.query == "inner-product":
-        from app.answers import inner_product_from_store
+        from app.kinds.keyed import inner_product_from_store
 
         body = inner_product_from_store(store, rule.params)
         version = sum(body["as_of"]["sketch_versions"].values())
