@@ -60,7 +60,7 @@ def _status(published: dict, ingested: dict) -> Status:
 
 
 class Store:
-    def __init__(self, redis_url: str, max_pending_chunks: int = 10_000):
+    def __init__(self, redis_url: str, max_pending_chunks: int = 1000):
         self.redis = redis.Redis.from_url(redis_url, health_check_interval=30)
         self.max_pending_chunks = max_pending_chunks
         self._cache: dict[str, tuple[int, StreamSummary]] = {}

@@ -25,7 +25,8 @@ class Settings(BaseSettings):
     shards: int = Field(default=2, ge=1, le=256)
     trigger: str = "1 second"
     worker_stale_after: float = Field(default=15.0, gt=0, description="seconds without heartbeat")
-    max_pending_chunks: int = Field(default=10_000, ge=1, description="per stream, before 429")
+    max_pending_chunks: int = Field(
+        default=1000, ge=1, description="chunks waiting for the worker, per stream, before 429")
     max_body_bytes: int = Field(default=64 * 1024 * 1024, ge=1024)
     webhook_allow_hosts: list[str] = Field(
         default_factory=lambda: ["127.0.0.1", "localhost", "::1"],

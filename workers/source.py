@@ -30,7 +30,6 @@ SCHEMA = StructType(
 )
 
 _ZERO = "0-0"
-_MAX_ENTRIES_PER_BATCH = 2000  # per stream; bounds one micro-batch's size
 
 
 def shard_of(entry_id: str, shards: int) -> int:
@@ -65,7 +64,6 @@ class _Reader(DataSourceStreamReader):
     def __init__(self, options: dict):
         self.redis_url = options["redis_url"]
         self.shards = int(options.get("shards", 2))
-        self.max_entries = int(options.get("max_entries", _MAX_ENTRIES_PER_BATCH))
 
     def _redis(self):
         import redis
@@ -81,17 +79,19 @@ class _Reader(DataSourceStreamReader):
         return {}
 
     def latestOffset(self, start: dict | None = None, limit=None) -> dict:
+        """The last entry id of every stream (one cheap XREVRANGE each). A batch's size is
+        bounded by the API's back-pressure on the number of waiting chunks."""
         from tidemark import keys
 
-        start = dict(start or {})
+        end = dict(start or {})
         r = self._redis()
-        end = dict(start)
-        for stream in self._streams(r):
-            after = start.get(stream, _ZERO)
-            # The id of the max_entries-th entry after `after` (or the last one).
-            entries = r.xrange(keys.ingest(stream), min=f"({after}", count=self.max_entries)
-            if entries:
-                end[stream] = entries[-1][0].decode()
+        with r.pipeline(transaction=False) as p:
+            streams = self._streams(r)
+            for stream in streams:
+                p.xrevrange(keys.ingest(stream), count=1)
+            for stream, last in zip(streams, p.execute()):
+                if last and _id_tuple(last[0][0].decode()) > _id_tuple(end.get(stream, _ZERO)):
+                    end[stream] = last[0][0].decode()
         return end
 
     def partitions(self, start: dict, end: dict):
