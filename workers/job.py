@@ -118,7 +118,7 @@ class Worker:
             for name in changed:
                 self.publish_stream(name)
             self.publisher.heartbeat(batch_id)
-        log.info("batch %s: %d shard updates in %.2fs", batch_id, len(rows),
+        log.debug("batch %s: %d shard updates in %.2fs", batch_id, len(rows),
                  time.perf_counter() - started)
 
     def _fold(self, rows, configs: dict) -> set[str]:
@@ -208,6 +208,7 @@ def main(redis_url: str, checkpoint: str, master: str | None = None, shards: int
     import signal
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s worker %(message)s")
+    logging.getLogger("py4j").setLevel(logging.WARNING)
     spark = build_spark(master, shards)
     spark.sparkContext.setLogLevel("WARN")
     query, worker, stop = start(spark, redis_url, checkpoint, shards, trigger)
