@@ -18,6 +18,8 @@ from tidemark.streams import StreamConfig
 __all__ = ["EventBatch", "Reject", "validate_events", "parse_body", "BodyError", "MAX_KEY_BYTES"]
 
 MAX_KEY_BYTES = 256
+MAX_WEIGHT = 1e15  # sums of many stay far from float64 overflow
+MAX_TS = 253402300799.0  # 9999-12-31T23:59:59Z: keeps every tick inside int64
 
 
 class BodyError(ValueError):
@@ -92,8 +94,8 @@ def _parse_ts(raw) -> float:
             ts = dt.timestamp()
     else:
         raise ValueError("ts must be a number or an ISO-8601 string")
-    if not math.isfinite(ts) or ts < 0:
-        raise ValueError("ts must be a finite, non-negative Unix time")
+    if not math.isfinite(ts) or ts < 0 or ts > MAX_TS:
+        raise ValueError("ts must be a Unix time between 0 and 9999-12-31")
     return ts
 
 
@@ -140,6 +142,8 @@ def _validate_one(item, config: StreamConfig) -> tuple[float, str | None, float,
         weight = _number(item["weight"], "weight")
         if weight < 0:
             raise ValueError("weight must be >= 0")
+        if weight > MAX_WEIGHT:
+            raise ValueError(f"weight must be <= {MAX_WEIGHT:g}")
     return ts, key, value, weight
 
 
@@ -191,7 +195,8 @@ def validate_ndjson_fast(body: bytes, config: StreamConfig) -> EventBatch | None
     weight = table.column("weight").fill_null(1.0).to_numpy(zero_copy_only=False)
     value = table.column("value").to_numpy(zero_copy_only=False)  # nulls -> NaN
     key = table.column("key")
-    ok = np.isfinite(ts).all() and (ts >= 0).all() and np.isfinite(weight).all() and (weight >= 0).all()
+    ok = (np.isfinite(ts).all() and (ts >= 0).all() and (ts <= MAX_TS).all()
+          and np.isfinite(weight).all() and (weight >= 0).all() and (weight <= MAX_WEIGHT).all())
     if ok and key.null_count < len(key):
         lengths = pc.binary_length(key.cast(pa.binary())).to_numpy(zero_copy_only=False)
         lengths = lengths[~np.isnan(lengths.astype(float))]

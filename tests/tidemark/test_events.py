@@ -28,8 +28,11 @@ def test_good_events_become_columns():
         ({"ts": "yesterday"}, "is not a number or an ISO-8601 time"),
         ({"ts": "2024-01-01T00:00:00"}, "needs an offset"),
         ({"ts": True}, "ts must be a number"),
+        ({"ts": 1e300}, "between 0 and 9999-12-31"),
+        ({"ts": -5}, "between 0 and 9999-12-31"),
         ({"ts": 1, "weight": -1}, "weight must be >= 0"),
         ({"ts": 1, "weight": "heavy"}, "is not a number"),
+        ({"ts": 1, "weight": 1e16}, "weight must be <= 1e+15"),
         ({"ts": 1, "key": 7}, "key must be a string"),
         ({"ts": 1, "key": ""}, "key must be 1-256 UTF-8 bytes"),
         ({"ts": 1, "key": "é" * 129}, "key must be 1-256 UTF-8 bytes, got 258"),
@@ -71,7 +74,7 @@ def test_fast_path_agrees_with_the_per_event_path():
     assert fast.key == slow.key
 
 
-@pytest.mark.parametrize("line", [b'{"ts": "2024-01-01T00:00:00Z"}', b'{"ts": -1}', b'{"x": 1, "ts": 1}',
+@pytest.mark.parametrize("line", [b'{"ts": "2024-01-01T00:00:00Z"}', b'{"ts": -1}', b'{"ts": 1e300}', b'{"x": 1, "ts": 1}',
                                   b'{"ts": 1, "weight": -1}', b'{"ts": 1, "value": 1000}',
                                   b'{"ts": 1, "key": ""}', b'{"ts": 1, "key": 5}', b'not json'])
 def test_fast_path_declines_anything_irregular(line):
