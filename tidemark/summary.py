@@ -77,12 +77,6 @@ PARTS: list[PartSpec] = [
 ]
 
 
-def _wave():
-    from sketches.randomized_wave import RandomizedWave
-
-    return RandomizedWave
-
-
 def _ecm():
     from sketches.ecm_sketch import ECMSketch
 
@@ -110,12 +104,6 @@ def candidate_k(epsilon: float) -> int:
 
 
 PARTS += [
-    PartSpec(
-        "distinct",
-        _wave,
-        lambda c, seed: _wave()(c.epsilon, c.delta, c.window_ticks + 1, seed),
-        lambda sk, cols: sk.update(cols.ticks[cols.keyed], cols.key_ids),
-    ),
     PartSpec(
         "keys",
         _ecm,
