@@ -80,19 +80,22 @@ def _exact_zero(method: str) -> Estimate:
     return Estimate(0.0, 0.0, 0.0, "relative", 0.0, 1.0, method)
 
 
-def window_estimate(sketch, window: Window, method: str) -> Estimate:
-    """Total of a window counter over the window, bracketing the time grain at its edges."""
+def window_estimate(query: Callable[[int, int], Estimate], window: Window, method: str) -> Estimate:
+    """A monotone query (a count that can only grow with the range) over the window: the
+    ticks inside give the lower bound, the ticks that touch it the upper bound, so the
+    time grain at the window's edges widens the interval and never breaks it."""
     try:
-        outer = sketch.query(*window.outer) if window.outer[0] <= window.outer[1] else _exact_zero(method)
+        outer = query(*window.outer) if window.outer[0] <= window.outer[1] else _exact_zero(method)
         if window.inner == window.outer:
             return outer
-        inner = sketch.query(*window.inner) if window.inner[0] <= window.inner[1] else _exact_zero(method)
+        inner = query(*window.inner) if window.inner[0] <= window.inner[1] else _exact_zero(method)
     except SketchError as e:
         raise QueryError(str(e)) from None
     lower, upper = inner.lower, outer.upper
     estimate = min(max((inner.estimate + outer.estimate) / 2, lower), upper)
-    return Estimate(estimate, lower, upper, outer.kind, outer.epsilon,
-                    min(inner.confidence, outer.confidence), outer.method)
+    # Both intervals must hold: the union bound on their failure probabilities.
+    confidence = max(0.0, inner.confidence + outer.confidence - 1.0)
+    return Estimate(estimate, lower, upper, outer.kind, outer.epsilon, confidence, outer.method)
 
 
 @dataclass(frozen=True)
@@ -116,13 +119,14 @@ def register(kind: QueryKind) -> QueryKind:
 def _windowed(part: str, method: str) -> QueryKind:
     return QueryKind(
         part,
-        run=lambda summary, config, window, p: window_estimate(summary[part], window, method),
+        run=lambda summary, config, window, p: window_estimate(summary[part].query, window, method),
         empty=lambda config, p: _exact_zero(method),
     )
 
 
 register(_windowed("count", "splittable-histogram"))
 register(_windowed("sum", "splittable-histogram"))
+register(_windowed("distinct", "randomized-wave"))
 
 
 def as_of(status: dict) -> dict:

@@ -77,16 +77,22 @@ PARTS: list[PartSpec] = [
 ]
 
 
+def _wave():
+    from sketches.randomized_wave import RandomizedWave
+
+    return RandomizedWave
+
+
 def _ecm():
-    from sketches.ecm_sketch import ECMSketch
+    from sketches.ecm import ECMSketch
 
     return ECMSketch
 
 
 def _candidates():
-    from sketches.key_candidates import KeyCandidates
+    from sketches.key_dictionary import KeyDictionary
 
-    return KeyCandidates
+    return KeyDictionary
 
 
 def _values():
@@ -99,11 +105,18 @@ VALUE_BINS = 1024  # value resolution of quantiles: (value_max - value_min) / 10
 
 
 def candidate_k(epsilon: float) -> int:
-    """Keys kept per pane: any key left out has ≤ N/(k+1) events, below every φ ≥ ε/4."""
-    return max(16, math.ceil(4 / epsilon))
+    """Keys kept per time bucket: a key left out has ≤ (1+R)·N/(k+1) events, below φ·N
+    for every φ ≥ ε/2 or so."""
+    return min(65535, max(16, math.ceil(4 / epsilon)))
 
 
 PARTS += [
+    PartSpec(
+        "distinct",
+        _wave,
+        lambda c, seed: _wave()(c.epsilon, c.delta, c.window_ticks + 1, seed),
+        lambda sk, cols: sk.update(cols.ticks[cols.keyed], cols.key_ids),
+    ),
     PartSpec(
         "keys",
         _ecm,
@@ -113,8 +126,8 @@ PARTS += [
     PartSpec(
         "key_candidates",
         _candidates,
-        lambda c, seed: _candidates()(c.window_ticks + 1, math.ceil(2 / c.epsilon), candidate_k(c.epsilon)),
-        lambda sk, cols: sk.update(cols.ticks[cols.keyed], cols.keys),
+        lambda c, seed: _candidates()(candidate_k(c.epsilon), c.window_ticks + 1, c.epsilon),
+        lambda sk, cols: sk.update(cols.ticks[cols.keyed], cols.keys, cols.key_ids),
     ),
     PartSpec(
         "values",

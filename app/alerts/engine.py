@@ -13,7 +13,6 @@ import hashlib
 import hmac
 import json
 import logging
-import random
 import time
 
 import httpx
@@ -52,13 +51,24 @@ def rule_answer(store: Store, rule: AlertRule) -> tuple[dict, float, float, floa
     return body, body["estimate"], body["bound"]["lower"], body["bound"]["upper"], version
 
 
-def evaluate(store: Store, alerts: AlertStore, rule: AlertRule) -> bool:
-    """Evaluate one rule; queue a message when its state changes. True when queued."""
+def evaluate(store: Store, alerts: AlertStore, rule: AlertRule, answers: dict | None = None) -> bool:
+    """Evaluate one rule now; queue a message when its state changes. True when queued."""
+    found = judge(store, rule, {} if answers is None else answers)
+    return bool(found and alerts.record([found]))
+
+
+def judge(store: Store, rule: AlertRule, answers: dict):
+    """The rule's evaluation ``(rule, version, state, last, body)``, or None when it cannot
+    be evaluated now. ``answers`` shares one computation among rules asking the same query.
+    """
+    key = (rule.query, rule.stream, tuple(sorted(rule.params.items())))
     try:
-        answer, estimate, lower, upper, version = rule_answer(store, rule)
+        if key not in answers:
+            answers[key] = rule_answer(store, rule)
+        answer, estimate, lower, upper, version = answers[key]
     except (QueryError, StreamNotFound) as e:
         log.info("alert %s cannot be evaluated now: %s", rule.id, e)
-        return False
+        return None
     state = "firing" if crossed(rule, lower, upper) else "ok"
     bound = answer.get("bound") or answer["items"][0]["bound"]
     last = {"estimate": estimate, "bound": bound, "at": answer["at"], "sketch_version": version,
@@ -68,7 +78,7 @@ def evaluate(store: Store, alerts: AlertStore, rule: AlertRule) -> bool:
         "params": rule.params, "op": rule.op, "threshold": rule.threshold, "mode": rule.mode,
         "estimate": estimate, "bound": bound, "at": answer["at"], "sketch_version": version,
     }
-    return alerts.record(rule, version, state, last, body)
+    return rule, version, state, last, body
 
 
 def _involves(rule: AlertRule, stream: str) -> bool:
@@ -100,11 +110,10 @@ class AlertEngine:
         await asyncio.gather(*self._tasks, return_exceptions=True)
 
     def evaluate_stream(self, stream: str | None) -> int:
-        queued = 0
-        for rule in self.alerts.rules():
-            if stream is None or _involves(rule, stream):
-                queued += evaluate(self.store, self.alerts, rule)
-        return queued
+        answers: dict = {}
+        found = [judge(self.store, rule, answers) for rule in self.alerts.rules()
+                 if stream is None or _involves(rule, stream)]
+        return self.alerts.record([f for f in found if f])
 
     async def _evaluate_loop(self) -> None:
         while True:
@@ -121,11 +130,11 @@ class AlertEngine:
                 await asyncio.sleep(1.0)
 
     async def _deliver_loop(self) -> None:
-        async with httpx.AsyncClient(timeout=self.timeout, follow_redirects=False) as client:
+        limits = httpx.Limits(max_connections=200, max_keepalive_connections=50)
+        async with httpx.AsyncClient(timeout=self.timeout, follow_redirects=False, limits=limits) as client:
             while True:
                 try:
-                    due = await asyncio.to_thread(self.alerts.due, time.time())
-                    await asyncio.gather(*(self._deliver(client, d) for d in due))
+                    await self._deliver_due(client)
                 except asyncio.CancelledError:
                     raise
                 except Exception as e:
@@ -136,16 +145,20 @@ class AlertEngine:
                     pass
                 self._wake.clear()
 
-    async def _deliver(self, client: httpx.AsyncClient, delivery_id: str) -> None:
-        lease = await asyncio.to_thread(self.alerts.lease, delivery_id, time.time(), self.timeout * 3)
-        if lease is None:
-            return  # another replica has it, or it was cancelled
-        alert_id = delivery_id.split(":", 1)[0]
-        try:
-            rule = await asyncio.to_thread(self.alerts.get, alert_id)
-        except LookupError:
-            await asyncio.to_thread(self.alerts.done, delivery_id)
+    async def _deliver_due(self, client: httpx.AsyncClient) -> None:
+        """Lease every due delivery at once, send them concurrently, record the outcomes."""
+        leased = await asyncio.to_thread(self.alerts.lease_due, time.time(), self.timeout * 3)
+        if not leased:
             return
+        rules = {r.id: r for r in await asyncio.to_thread(self.alerts.rules)}
+        outcomes = await asyncio.gather(*(self._send(client, rules.get(d["alert_id"]), d) for d in leased))
+        await asyncio.to_thread(self.alerts.settle, outcomes, self.retry_for)
+        if len(leased) >= 500:
+            self._wake.set()  # more may be due
+
+    async def _send(self, client: httpx.AsyncClient, rule: AlertRule | None, lease: dict) -> dict:
+        if rule is None:  # deleted meanwhile: nothing is sent
+            return {"lease": lease, "ok": True, "attempt": None}
         body = json.loads(lease["body"])
         body["sent_at"] = _now_iso()
         raw = json.dumps(body).encode()
@@ -162,15 +175,4 @@ class AlertEngine:
             attempt.update(status=None, error=f"{type(e).__name__}: {e}"[:300])
             ok = False
         attempt["latency_ms"] = round((time.perf_counter() - started) * 1000, 2)
-        await asyncio.to_thread(self.alerts.log_attempt, alert_id, attempt)
-        if ok:
-            await asyncio.to_thread(self.alerts.done, delivery_id)
-            return
-        tries = lease["attempts"] + 1
-        if time.time() - lease["first_due"] > self.retry_for:
-            await asyncio.to_thread(self.alerts.log_attempt, alert_id,
-                                    {**attempt, "error": "gave up: retry period exhausted"})
-            await asyncio.to_thread(self.alerts.done, delivery_id)
-            return
-        backoff = min(2.0 ** (tries - 1) * 0.5, 300.0) * random.uniform(0.5, 1.5)
-        await asyncio.to_thread(self.alerts.retry_at, delivery_id, time.time() + backoff, tries)
+        return {"lease": lease, "ok": ok, "attempt": attempt}

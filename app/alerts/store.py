@@ -13,6 +13,7 @@ Several API replicas may run; each step that must happen once is one atomic Redi
 from __future__ import annotations
 
 import json
+import random
 import time
 import uuid
 
@@ -60,12 +61,22 @@ end
 return 1
 """
 
-# KEYS: due zset. ARGV: delivery id, now, lease until. Takes the delivery if it is due.
-_LEASE = """
-local due = redis.call('ZSCORE', KEYS[1], ARGV[1])
-if not due or tonumber(due) > tonumber(ARGV[2]) then return 0 end
-redis.call('ZADD', KEYS[1], ARGV[3], ARGV[1])
-return 1
+# KEYS: due zset. ARGV: now, lease until, limit, key prefix of delivery hashes. Takes up
+# to `limit` due deliveries (moving their due time to the lease's end) and returns, for
+# each, its id, body, attempts and first due time.
+_LEASE_DUE = """
+local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[3]))
+local out = {}
+for _, id in ipairs(ids) do
+  redis.call('ZADD', KEYS[1], ARGV[2], id)
+  local h = redis.call('HMGET', ARGV[4] .. id, 'body', 'attempts', 'first_due')
+  if h[1] then
+    table.insert(out, id); table.insert(out, h[1]); table.insert(out, h[2]); table.insert(out, h[3])
+  else
+    redis.call('ZREM', KEYS[1], id)
+  end
+end
+return out
 """
 
 
@@ -73,7 +84,7 @@ class AlertStore:
     def __init__(self, redis_url: str):
         self.redis = redis.Redis.from_url(redis_url)
         self._transition = self.redis.register_script(_TRANSITION)
-        self._lease = self.redis.register_script(_LEASE)
+        self._lease_due = self.redis.register_script(_LEASE_DUE)
 
     # -- rules -------------------------------------------------------------------------
     def add(self, rule: AlertRule) -> None:
@@ -106,47 +117,54 @@ class AlertStore:
         }
 
     # -- transitions -------------------------------------------------------------------
-    def record(self, rule: AlertRule, version: int, state: str, last: dict, body: dict | None) -> bool:
-        """Record an evaluation; queue ``body`` if the state changed. True if queued."""
-        delivery_id = f"{rule.id}:{uuid.uuid4().hex}"
-        payload = "" if body is None else json.dumps({**body, "delivery_id": delivery_id})
-        result = self._transition(
-            keys=[_state_key(rule.id), DUE, _delivery_key(delivery_id)],
-            args=[version, state, json.dumps(last), payload, delivery_id, time.time()],
-        )
-        return result == 2
+    def record(self, evaluations: list[tuple[AlertRule, int, str, dict, dict | None]]) -> int:
+        """Record evaluations ``(rule, version, state, last, body)`` in one round trip;
+        queue each ``body`` whose rule changed state. Returns how many were queued."""
+        now = time.time()
+        with self.redis.pipeline(transaction=False) as p:
+            for rule, version, state, last, body in evaluations:
+                delivery_id = f"{rule.id}:{uuid.uuid4().hex}"
+                payload = "" if body is None else json.dumps({**body, "delivery_id": delivery_id})
+                self._transition(keys=[_state_key(rule.id), DUE, _delivery_key(delivery_id)],
+                                 args=[version, state, json.dumps(last), payload, delivery_id, now],
+                                 client=p)
+            return sum(r == 2 for r in p.execute())
 
     # -- deliveries ----------------------------------------------------------------------
-    def due(self, now: float, limit: int = 100) -> list[str]:
-        return [m.decode() for m in self.redis.zrangebyscore(DUE, "-inf", now, start=0, num=limit)]
+    def lease_due(self, now: float, seconds: float, limit: int = 500) -> list[dict]:
+        """Take the due deliveries for ``seconds``; another replica will not see them."""
+        flat = self._lease_due(keys=[DUE], args=[now, now + seconds, limit, _delivery_key("")])
+        out = []
+        for i in range(0, len(flat), 4):
+            delivery_id = flat[i].decode()
+            out.append({"delivery_id": delivery_id, "alert_id": delivery_id.split(":", 1)[0],
+                        "body": flat[i + 1].decode(), "attempts": int(flat[i + 2]),
+                        "first_due": float(flat[i + 3])})
+        return out
 
-    def lease(self, delivery_id: str, now: float, seconds: float) -> dict | None:
-        if not self._lease(keys=[DUE], args=[delivery_id, now, now + seconds]):
-            return None
-        raw = self.redis.hgetall(_delivery_key(delivery_id))
-        if not raw:
-            self.redis.zrem(DUE, delivery_id)
-            return None
-        return {"body": raw[b"body"].decode(), "attempts": int(raw[b"attempts"]),
-                "first_due": float(raw[b"first_due"])}
-
-    def log_attempt(self, alert_id: str, attempt: dict) -> None:
-        with self.redis.pipeline() as p:
-            p.lpush(_attempts_key(alert_id), json.dumps(attempt))
-            p.ltrim(_attempts_key(alert_id), 0, 499)
+    def settle(self, outcomes: list[dict], retry_for: float) -> None:
+        """Record each attempt; finish delivered ones, reschedule the rest with backoff and
+        jitter until ``retry_for`` seconds after their first due time."""
+        now = time.time()
+        with self.redis.pipeline(transaction=False) as p:
+            for o in outcomes:
+                lease, attempt = o["lease"], o["attempt"]
+                did, alert_id = lease["delivery_id"], lease["alert_id"]
+                if attempt is not None:
+                    p.lpush(_attempts_key(alert_id), json.dumps(attempt))
+                    p.ltrim(_attempts_key(alert_id), 0, 499)
+                tries = lease["attempts"] + 1
+                if o["ok"] or now - lease["first_due"] > retry_for:
+                    if not o["ok"]:
+                        p.lpush(_attempts_key(alert_id), json.dumps(
+                            {**attempt, "error": "gave up: retry period exhausted"}))
+                    p.zrem(DUE, did)
+                    p.delete(_delivery_key(did))
+                else:
+                    backoff = min(2.0 ** (tries - 1) * 0.5, 300.0) * random.uniform(0.5, 1.5)
+                    p.hset(_delivery_key(did), "attempts", tries)
+                    p.zadd(DUE, {did: now + backoff}, xx=True)
             p.execute()
 
     def attempts(self, alert_id: str) -> list[dict]:
         return [json.loads(x) for x in self.redis.lrange(_attempts_key(alert_id), 0, -1)]
-
-    def done(self, delivery_id: str) -> None:
-        with self.redis.pipeline() as p:
-            p.zrem(DUE, delivery_id)
-            p.delete(_delivery_key(delivery_id))
-            p.execute()
-
-    def retry_at(self, delivery_id: str, when: float, attempts: int) -> None:
-        with self.redis.pipeline() as p:
-            p.hset(_delivery_key(delivery_id), "attempts", attempts)
-            p.zadd(DUE, {delivery_id: when}, xx=True)
-            p.execute()

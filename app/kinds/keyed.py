@@ -1,46 +1,38 @@
-"""Key queries from the ECM-sketch: frequency, heavy hitters, self-join, inner product."""
+"""Key queries from the ECM-sketch: frequency, heavy hitters, self-join, inner product.
+
+Each is monotone in the range, so ``window_estimate`` brackets the window's time grain:
+the lower bound from the ticks inside the window, the upper from those touching it.
+"""
 
 from __future__ import annotations
 
-from app.answers import QueryError, QueryKind, Window, parse_window, register, shape
+from app.answers import QueryError, QueryKind, Window, parse_window, register, shape, window_estimate
 from sketches.base import Estimate, SketchError
 from sketches.hashing import hash_keys
 from tidemark.events import MAX_KEY_BYTES
 from tidemark.streams import StreamConfig
 
-METHOD = "ecm-sketch/pane-cells"
-
-
-def _ranges(window: Window):
-    return window.outer, window.inner
+METHOD = "ecm-sketch/dyadic-exponential-histogram"
 
 
 def _zero(config: StreamConfig) -> Estimate:
     return Estimate(0.0, 0.0, 0.0, "additive", config.epsilon, 1.0, METHOD)
 
 
-def _guard(fn):
-    def run(summary, config, window, params):
-        if window.outer[0] > window.outer[1]:
-            return _zero(config) if fn is not _heavy_hitters else []
-        try:
-            return fn(summary, config, window, params)
-        except SketchError as e:
-            raise QueryError(str(e)) from None
-    return run
-
-
 def _check_key(config: StreamConfig, params: dict) -> dict:
     key = params.get("key")
     if key is None or not 1 <= len(key.encode()) <= MAX_KEY_BYTES:
         raise QueryError(f"frequency needs key=… (1-{MAX_KEY_BYTES} UTF-8 bytes)")
-    return {"key": key}
+    return {"key": key, "id": int(hash_keys([key])[0])}
 
 
 def _frequency(summary, config, window, params):
-    (lo, hi), inner = _ranges(window)
-    key_id = int(hash_keys([params["key"]])[0])
-    return summary["keys"].frequency(key_id, lo, hi, inner)
+    ecm = summary["keys"]
+    return window_estimate(lambda lo, hi: ecm.frequency(params["id"], lo, hi), window, METHOD)
+
+
+def _self_join(summary, config, window, params):
+    return window_estimate(summary["keys"].self_join, window, METHOD)
 
 
 def _check_phi(config: StreamConfig, params: dict) -> dict:
@@ -53,36 +45,43 @@ def _check_phi(config: StreamConfig, params: dict) -> dict:
     return {"phi": phi}
 
 
-def _heavy_hitters(summary, config, window, params):
-    """Every key with f ≥ φ·N is listed (while ``complete``), each with its ECM bounds; a
-    listed key has an upper bound of at least φ·N_low, so one below φ·N is within them."""
-    (lo, hi), inner = _ranges(window)
-    ecm = summary["keys"]
-    n_low, n_high = ecm.count(lo, hi, inner)
-    names, unlisted_max = summary["key_candidates"].candidates(lo, hi, n_high)
-    threshold = params["phi"] * n_low
-    items = []
-    if names:
-        names = sorted(names)
-        for name, key_id in zip(names, hash_keys(names)):
-            e = ecm.frequency(int(key_id), lo, hi, inner)
-            if e.upper >= threshold and e.upper > 0:
-                items.append({"key": name, "estimate": e.estimate, "bound": e.bound()})
-    items.sort(key=lambda item: -item["estimate"])
-    return HeavyHitters(items, unlisted_max, unlisted_max < threshold or n_high == 0)
-
-
 class HeavyHitters(list):
-    """The list answer, with what it knows of keys it does not list."""
+    """The list answer, with what it knows of the keys it does not list."""
 
     def __init__(self, items, unlisted_max: float, complete: bool):
         super().__init__(items)
         self.extra = {"unlisted_max": unlisted_max, "complete": bool(complete)}
 
 
-def _self_join(summary, config, window, params):
-    (lo, hi), inner = _ranges(window)
-    return summary["keys"].self_join(lo, hi, inner)
+def _heavy_hitters(summary, config, window, params):
+    """Candidates (with their strings) come from the key dictionary: every key weighing more
+    than its ``threshold`` is one. Each is listed when its ECM upper bound reaches φ·N_low,
+    so no key with f ≥ φ·N is missed while ``threshold < φ·N_low`` (``complete``), and a
+    listed key below φ·N is one whose bound says it may be heavy."""
+    if window.outer[0] > window.outer[1]:
+        return HeavyHitters([], 0.0, True)
+    try:
+        found = summary["key_candidates"].candidates(*window.outer)
+    except SketchError as e:
+        raise QueryError(str(e)) from None
+    n_low = window_estimate(summary["count"].query, window, "splittable-histogram").lower
+    threshold = params["phi"] * n_low
+    ecm, items = summary["keys"], []
+    for key_id, name in zip(found.ids.tolist(), found.keys):
+        e = window_estimate(lambda lo, hi: ecm.frequency(key_id, lo, hi), window, METHOD)
+        if e.upper >= threshold and e.upper > 0:
+            items.append({"key": name, "estimate": e.estimate, "bound": e.bound()})
+    items.sort(key=lambda item: -item["estimate"])
+    return HeavyHitters(items, found.threshold, found.threshold < threshold or n_low == 0)
+
+
+def _guard(fn):
+    def run(summary, config, window, params):
+        try:
+            return fn(summary, config, window, params)
+        except SketchError as e:
+            raise QueryError(str(e)) from None
+    return run
 
 
 register(QueryKind("frequency", _guard(_frequency), lambda c, p: _zero(c), _check_key))
@@ -90,20 +89,15 @@ register(QueryKind("heavy-hitters", _guard(_heavy_hitters), lambda c, p: HeavyHi
 register(QueryKind("self-join", _guard(_self_join), lambda c, p: _zero(c)))
 
 
-def inner_product(a, b, config_a: StreamConfig, config_b: StreamConfig, window_a: Window, window_b: Window) -> Estimate:
+def inner_product(a, b, config_a: StreamConfig, config_b: StreamConfig, window: Window) -> Estimate:
     """Σ f_A·f_B over the window; both streams must have identically shaped sketches."""
     if (config_a.epsilon, config_a.delta, config_a.max_window, config_a.resolution) != (
             config_b.epsilon, config_b.delta, config_b.max_window, config_b.resolution):
         raise QueryError("inner-product needs two streams with the same epsilon, delta, "
                          "max_window and resolution (their sketches must have one shape)")
-    if a is None or b is None or window_a.outer[0] > window_a.outer[1]:
+    if a is None or b is None:
         return _zero(config_a)
-    (lo, hi), inner = _ranges(window_a)
-    try:
-        return a["keys"].inner_product(b["keys"], lo, hi, inner)
-    except SketchError as e:
-        raise QueryError(str(e)) from None
-
+    return window_estimate(lambda lo, hi: a["keys"].inner_product(b["keys"], lo, hi), window, METHOD)
 
 
 def inner_product_from_store(store, params: dict) -> dict:
@@ -111,16 +105,19 @@ def inner_product_from_store(store, params: dict) -> dict:
     names = [n.strip() for n in str(params.get("streams", "")).split(",") if n.strip()]
     if len(names) != 2:
         raise QueryError("inner-product needs streams=A,B (two stream names)")
-    (ca, sa), (cb, sb) = [(store.config(n), store.summary(n)) for n in names]
-    (summary_a, status_a), (summary_b, status_b) = sa, sb
+    ca, cb = store.config(names[0]), store.config(names[1])
+    (summary_a, status_a), (summary_b, status_b) = store.summary(names[0]), store.summary(names[1])
     clocks = [c for c in (status_a["clock"], status_b["clock"]) if c is not None]
     params = dict(params)
     if params.get("at") in (None, "") and clocks:
         params["at"] = repr(max(clocks))
-    window_a = parse_window(params, ca, status_a["clock"])
-    window_b = parse_window(params, cb, status_b["clock"])
-    result = inner_product(summary_a, summary_b, ca, cb, window_a, window_b)
-    return shape(result, streams=names, query="inner-product", window=window_a.seconds,
-                 at=window_a.at, as_of={"sketch_versions": {names[0]: status_a["sketch_version"],
-                                                            names[1]: status_b["sketch_version"]},
-                                        "events": {names[0]: status_a["events"], names[1]: status_b["events"]}})
+    window = parse_window(params, ca, status_a["clock"])
+    parse_window(params, cb, status_b["clock"])  # the window must be kept by both
+    try:
+        result = inner_product(summary_a, summary_b, ca, cb, window)
+    except SketchError as e:
+        raise QueryError(str(e)) from None
+    return shape(result, streams=names, query="inner-product", window=window.seconds, at=window.at,
+                 as_of={"sketch_versions": {names[0]: status_a["sketch_version"],
+                                            names[1]: status_b["sketch_version"]},
+                        "events": {names[0]: status_a["events"], names[1]: status_b["events"]}})

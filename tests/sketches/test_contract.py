@@ -7,9 +7,11 @@ import pytest
 
 from sketches.base import CorruptSketchError, IncompatibleSketchError
 from sketches.deterministic_wave import DeterministicWave
-from sketches.ecm_sketch import ECMSketch
+from sketches.dyadic import DyadicECM
+from sketches.ecm import ECMSketch
 from sketches.exponential_histogram import ExponentialHistogram
-from sketches.key_candidates import KeyCandidates
+from sketches.key_dictionary import KeyDictionary
+from sketches.randomized_wave import RandomizedWave
 from sketches.splittable_histogram import SplittableHistogram
 from sketches.value_histogram import ValueHistogram
 
@@ -24,7 +26,9 @@ FAMILIES = {
     "ecm-sketch": (lambda: ECMSketch(0.1, 0.1, 100), lambda s: s.update(TICKS, KEYS)),
     "value-histogram": (lambda: ValueHistogram(0, 1, 100, panes=10, bins=16),
                         lambda s: s.update(TICKS, np.linspace(0, 1, TICKS.size))),
-    "key-candidates": (lambda: KeyCandidates(100, 10, 8), lambda s: s.update(TICKS, [f"k{k}" for k in KEYS])),
+    "randomized-wave": (lambda: RandomizedWave(0.2, 0.2, 100), lambda s: s.update(TICKS, KEYS)),
+    "dyadic-ecm": (lambda: DyadicECM(0.2, 0.2, 100, levels=6), lambda s: s.update(TICKS, KEYS % np.uint64(64))),
+    "key-dictionary": (lambda: KeyDictionary(8, 100), lambda s: s.update(TICKS, [f"k{k}" for k in KEYS])),
 }
 
 

@@ -1,0 +1,594 @@
+"""Compiled core of the ECM family: dyadic time buckets shared by every counter cell.
+
+An ECM-sketch (Papapetrou, Garofalakis & Deligiannakis, VLDB 2012, §4) is a Count-Min
+array whose cells are sliding-window counters. Here all cells of a sketch share one
+partition of time into buckets, so the whole sketch is two flat arrays:
+
+* bucket metadata ``lvl, idx, s, e, m`` (one entry per bucket), and
+* ``counts[bucket, cell]`` (float64), the weight each cell received from the events of
+  that bucket.
+
+Each cell's sliding-window counter is a column of ``counts``; there is no Python object
+per cell, and every update, merge and query is a numba kernel or a vectorised NumPy step.
+
+Buckets are *dyadic time intervals*: bucket ``(lvl, idx)`` may only hold events whose
+tick lies in ``[idx * 2**lvl, (idx + 1) * 2**lvl - 1]``; ``[s, e]`` is the tight hull of
+the ticks it really holds and ``m`` its total weight. Distinct buckets have distinct
+positions, so any two buckets are nested or disjoint (a laminar family). This is what
+makes the structure correct for *asynchronous* streams (events arriving out of order,
+Busch & Tirthapura 2007): a late event becomes a single-tick leaf bucket, which never
+straddles a query boundary, and is folded into a coarser bucket only when the invariant
+below still holds. A bucket is never split, so nothing is ever guessed.
+
+Invariant (C), for every stored bucket ``v`` of level >= 1::
+
+    m_v + sum(m_u : u stored, u's interval strictly contains v's)
+        <= R * sum(m_b : b stored, start(b) > end(v))                       (C)
+
+where ``start``/``end`` are the ends of the dyadic intervals. Consequence (Lemma A):
+for every ``lo`` inside the window, with ``S(lo)`` the weight of buckets whose hull
+straddles ``lo`` (``s < lo <= e``) and ``N(lo)`` the true weight of events with tick >= lo,
+
+    S(lo) <= R * sum(m_b : s_b >= lo) <= R * N(lo).
+
+Proof: the buckets whose *dyadic interval* straddles ``lo`` form a chain (laminar
+family); let ``v`` be its deepest member. Hull straddlers are interval straddlers, whose
+total is ``m_v`` plus the masses of ``v``'s stored ancestors; (C) for ``v`` bounds it by
+``R`` times the weight of buckets starting after ``end(v) >= lo``, all of whose events are
+at ticks >= lo. Leaves (level 0) hold a single tick and never straddle.
+
+(C) is preserved by every operation:
+
+* inserting a leaf adds weight to right-hand sides only;
+* expiring a bucket whose hull ends before the window drops a term that is on no
+  right-hand side of a surviving bucket (its start precedes every surviving end);
+* the union of two sketches (merge) adds both sides of (C) position by position, because
+  positions and dyadic ends do not depend on the data: (C) for A and for B imply (C) for
+  A + B. Merging therefore adds **no** error, unlike the EH aggregation of §5.1 (Thm 4),
+  whose reconstructed stream costs an extra ``eps'`` per level of aggregation;
+* ``compress`` folds a set of sibling buckets into their parent only after checking (C)
+  for the parent; that move changes the terms of no bucket outside the parent (masses
+  stay inside it), so one bottom-up pass keeps (C) everywhere.
+
+Hashing: row ``j`` of a Count-Min array maps a ``uint64`` key with simple tabulation
+hashing (8 tables of 256 random words, XOR), which is 3-wise independent, then reduces
+its top 32 bits to ``[0, w)`` by multiply-shift; for distinct keys
+``Pr[h(x) = h(y)] <= 1/w + 2**-32``.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import numba as nb
+import numpy as np
+
+__all__ = [
+    "MAX_LEVEL",
+    "NO_CLOCK",
+    "TICK_LIMIT",
+    "TimeBuckets",
+    "hash_tables",
+    "cells_of",
+    "materialize",
+    "group_ticks",
+    "straddle_ratio",
+]
+
+MAX_LEVEL = 62  # highest bucket level; ticks are limited so shifts never overflow
+TICK_LIMIT = 1 << 61  # |tick| must stay below this
+NO_CLOCK = int(np.iinfo(np.int64).min)  # clock of a sketch that never saw an event
+_SLACK = 1.0 - 1e-12  # (C) is checked with this margin so float rounding cannot break it
+
+
+# --------------------------------------------------------------------------------------
+# hashing
+# --------------------------------------------------------------------------------------
+@functools.lru_cache(maxsize=64)
+def hash_tables(seed: int, salt: int, n: int) -> np.ndarray:
+    """``n`` independent simple-tabulation tables (n, 8, 256) derived from ``seed``."""
+    gen = np.random.Generator(np.random.PCG64(np.random.SeedSequence([seed, salt, n])))
+    tables = gen.bit_generator.random_raw(n * 8 * 256).astype(np.uint64).reshape(n, 8, 256)
+    tables.setflags(write=False)
+    return tables
+
+
+@nb.njit(cache=True, inline="always")
+def _tab(x, tables, t):
+    h = np.uint64(0)
+    for b in range(8):
+        h ^= tables[t, b, np.intp((x >> np.uint64(8 * b)) & np.uint64(0xFF))]
+    return h
+
+
+@nb.njit(cache=True, inline="always")
+def _cell(x, c, tables, shift, table, offset, width):
+    y = x >> shift[c]
+    t = table[c]
+    if t < 0:  # an exact slot: the shifted id is the cell
+        return offset[c] + np.int64(y)
+    # Lemire's multiply-shift range reduction of the top 32 bits: each cell has
+    # floor or ceil(2^32 / w) preimages, so Pr[h(x) = h(y)] <= 1/w + 2^-32
+    return offset[c] + np.int64(((_tab(y, tables, t) >> np.uint64(32)) * width[c]) >> np.uint64(32))
+
+
+@nb.njit(cache=True)
+def cells_of(ids, tables, shift, table, offset, width):
+    """Cell index of every id in every slot: ``int64[len(ids), n_slots]``."""
+    n, c_n = ids.shape[0], shift.shape[0]
+    out = np.empty((n, c_n), np.int64)
+    for i in range(n):
+        for c in range(c_n):
+            out[i, c] = _cell(ids[i], c, tables, shift, table, offset, width)
+    return out
+
+
+@nb.njit(cache=True)
+def materialize(n_out, old_counts, old_dest, ev_dest, ev_ids, ev_w, tables, shift, table, offset, width):
+    """New ``counts``: old rows added into their destination rows, then every event
+    added to its cell in each slot of its destination row (rows of ``-1`` are dropped)."""
+    k = old_counts.shape[1]
+    out = np.zeros((n_out, k))
+    for i in range(old_counts.shape[0]):
+        r = old_dest[i]
+        if r >= 0:
+            for c in range(k):
+                out[r, c] += old_counts[i, c]
+    for i in range(ev_ids.shape[0]):
+        r = ev_dest[i]
+        x = ev_ids[i]
+        w = ev_w[i]
+        for c in range(shift.shape[0]):
+            out[r, _cell(x, c, tables, shift, table, offset, width)] += w
+    return out
+
+
+@nb.njit(cache=True)
+def group_ticks(ticks, weights):
+    """Distinct ticks (sorted), the group of each event and the weight of each group, by
+    counting when the ticks span a short range (``None`` otherwise: the caller sorts)."""
+    n = ticks.shape[0]
+    lo = ticks.min()
+    span = ticks.max() - lo + 1
+    if span > 4 * n + 4096:
+        return None
+    slot = np.full(span, -1, np.int64)
+    for i in range(n):
+        slot[ticks[i] - lo] = 0
+    u = 0
+    for j in range(span):
+        if slot[j] == 0:
+            slot[j] = u
+            u += 1
+    uniq = np.empty(u, np.int64)
+    mass = np.zeros(u)
+    for j in range(span):
+        if slot[j] >= 0:
+            uniq[slot[j]] = lo + j
+    inv = np.empty(n, np.int64)
+    for i in range(n):
+        g = slot[ticks[i] - lo]
+        inv[i] = g
+        mass[g] += weights[i]
+    return uniq, inv, mass
+
+
+# --------------------------------------------------------------------------------------
+# the time-bucket structure
+# --------------------------------------------------------------------------------------
+@nb.njit(cache=True)
+def _ancestry(lvl, idx, m):
+    """Dyadic ends, nearest stored strict ancestor, ancestor-inclusive masses, and the
+    start-sorted suffix sums that give ``sum(m_b : start(b) > x)``."""
+    n = lvl.shape[0]
+    start = np.empty(n, np.int64)
+    end = np.empty(n, np.int64)
+    for i in range(n):
+        start[i] = idx[i] << lvl[i]
+        end[i] = start[i] + ((np.int64(1) << lvl[i]) - 1)
+    o = np.argsort(start, kind="mergesort")
+    ss = start[o]
+    suf = np.zeros(n + 1)
+    for k in range(n - 1, -1, -1):
+        suf[k] = suf[k + 1] + m[o[k]]
+    # preorder: start ascending, level descending (an ancestor before its descendants)
+    o2 = np.argsort(-lvl, kind="mergesort")
+    o2 = o2[np.argsort(start[o2], kind="mergesort")]
+    par = np.full(n, -1, np.int64)
+    anc = np.zeros(n)
+    stack = np.empty(n, np.int64)
+    top = 0
+    dup = False
+    for k in range(n):
+        i = o2[k]
+        while top > 0 and end[stack[top - 1]] < start[i]:
+            top -= 1
+        if top > 0:
+            p = stack[top - 1]
+            if start[p] == start[i] and lvl[p] == lvl[i]:
+                dup = True
+            par[i] = p
+            anc[i] = m[i] + anc[p]
+        else:
+            anc[i] = m[i]
+        stack[top] = i
+        top += 1
+    return start, end, par, anc, ss, suf, dup
+
+
+@nb.njit(cache=True)
+def _pst(ss, suf, x):
+    return suf[np.searchsorted(ss, x, side="right")]
+
+
+@nb.njit(cache=True)
+def invariant_excess(lvl, idx, m, ratio):
+    """Largest ``lhs - ratio * rhs`` of (C) over stored buckets of level >= 1 (<= 0 when
+    (C) holds), and whether two buckets share a position."""
+    start, end, par, anc, ss, suf, dup = _ancestry(lvl, idx, m)
+    worst = -np.inf
+    for i in range(lvl.shape[0]):
+        if lvl[i] >= 1:
+            v = anc[i] - ratio * _pst(ss, suf, end[i])
+            if v > worst:
+                worst = v
+    return worst, dup
+
+
+@nb.njit(cache=True)
+def _find(uf, i):
+    r = i
+    while uf[r] != r:
+        r = uf[r]
+    while uf[i] != r:
+        nxt = uf[i]
+        uf[i] = r
+        i = nxt
+    return r
+
+
+@nb.njit(cache=True)
+def compress(lvl, idx, s, e, m, ratio):
+    """One bottom-up pass folding sibling buckets into their parent wherever (C) allows.
+
+    Input: buckets with distinct positions. Output: the new buckets (``lvl, idx, s, e, m``)
+    and ``dest[i]``, the output bucket that input bucket ``i`` went into.
+
+    At each level, for each parent position ``p`` whose stored descendants have all been
+    folded into its children (no "blocked" child), the children and ``p``'s own bucket
+    are folded into ``p`` if ``m' + anc(p) <= ratio * Pst(end(p))``. ``anc`` and ``Pst`` are
+    computed once on the input: folding moves mass only inside the parent, so neither
+    changes for any position that is checked later (see the module docstring).
+    """
+    n = lvl.shape[0]
+    start, end, par, anc, ss, suf, dup = _ancestry(lvl, idx, m)
+    # initial buckets grouped by level, by idx within a level
+    o3 = np.argsort(idx, kind="mergesort")
+    o3 = o3[np.argsort(lvl[o3], kind="mergesort")]
+    lvl_lo = np.zeros(MAX_LEVEL + 3, np.int64)
+    for i in range(n):
+        lvl_lo[lvl[i] + 1] += 1
+    for k in range(1, MAX_LEVEL + 3):
+        lvl_lo[k] += lvl_lo[k - 1]
+    uf = np.arange(n)
+    out_no = np.full(n, -1, np.int64)
+    o_lvl = np.empty(n, np.int64)
+    o_idx = np.empty(n, np.int64)
+    o_s = np.empty(n, np.int64)
+    o_e = np.empty(n, np.int64)
+    o_m = np.empty(n)
+    n_out = 0
+    # frontier at the current level: rep (initial bucket, -1 = blocked marker), position, hull, mass, nearest stored ancestor
+    f_rep = np.empty(n, np.int64)
+    f_idx = np.empty(n, np.int64)
+    f_s = np.empty(n, np.int64)
+    f_e = np.empty(n, np.int64)
+    f_m = np.empty(n)
+    f_nsa = np.empty(n, np.int64)
+    g_rep = np.empty(n, np.int64)
+    g_idx = np.empty(n, np.int64)
+    g_s = np.empty(n, np.int64)
+    g_e = np.empty(n, np.int64)
+    g_m = np.empty(n)
+    g_nsa = np.empty(n, np.int64)
+    nf = 0
+    lam_done = 0
+    for k in range(lvl_lo[0], lvl_lo[1]):
+        i = o3[k]
+        f_rep[nf] = i
+        f_idx[nf] = idx[i]
+        f_s[nf] = s[i]
+        f_e[nf] = e[i]
+        f_m[nf] = m[i]
+        f_nsa[nf] = par[i]
+        nf += 1
+    for lam in range(MAX_LEVEL):
+        plev = lam + 1
+        b, bend = lvl_lo[plev], lvl_lo[plev + 1]
+        live = False
+        for k in range(nf):
+            if f_rep[k] >= 0:
+                live = True
+                break
+        if not live and b == bend and lvl_lo[plev + 1] == n:
+            nf = 0
+            break
+        a = 0
+        ng = 0
+        while a < nf or b < bend:
+            if a < nf and (b >= bend or (f_idx[a] >> 1) <= idx[o3[b]]):
+                p = f_idx[a] >> 1
+            else:
+                p = idx[o3[b]]
+            k1 = -1
+            k2 = -1
+            if a < nf and (f_idx[a] >> 1) == p:
+                k1 = a
+                a += 1
+                if a < nf and (f_idx[a] >> 1) == p:
+                    k2 = a
+                    a += 1
+            own = -1
+            if b < bend and idx[o3[b]] == p:
+                own = o3[b]
+                b += 1
+            if k1 < 0:  # only the parent's own bucket: carry it up unchanged
+                g_rep[ng] = own
+                g_idx[ng] = p
+                g_s[ng] = s[own]
+                g_e[ng] = e[own]
+                g_m[ng] = m[own]
+                g_nsa[ng] = par[own]
+                ng += 1
+                continue
+            blocked = f_rep[k1] < 0 or (k2 >= 0 and f_rep[k2] < 0)
+            if not blocked:
+                mm = f_m[k1]
+                lo_s = f_s[k1]
+                hi_e = f_e[k1]
+                if k2 >= 0:
+                    mm += f_m[k2]
+                    lo_s = min(lo_s, f_s[k2])
+                    hi_e = max(hi_e, f_e[k2])
+                if own >= 0:
+                    mm += m[own]
+                    lo_s = min(lo_s, s[own])
+                    hi_e = max(hi_e, e[own])
+                    nsa = par[own]
+                else:
+                    nsa = f_nsa[k1]
+                a_mass = anc[nsa] if nsa >= 0 else 0.0
+                endp = ((p + 1) << plev) - 1
+                if mm + a_mass <= ratio * _pst(ss, suf, endp) * _SLACK:
+                    rep = f_rep[k1]
+                    if k2 >= 0:
+                        uf[f_rep[k2]] = rep
+                    if own >= 0:
+                        uf[own] = rep
+                    g_rep[ng] = rep
+                    g_idx[ng] = p
+                    g_s[ng] = lo_s
+                    g_e[ng] = hi_e
+                    g_m[ng] = mm
+                    g_nsa[ng] = nsa
+                    ng += 1
+                    continue
+            # the parent cannot absorb: its children and own bucket are final
+            for k in (k1, k2):
+                if k >= 0 and f_rep[k] >= 0:
+                    r = f_rep[k]
+                    out_no[r] = n_out
+                    o_lvl[n_out] = lam
+                    o_idx[n_out] = f_idx[k]
+                    o_s[n_out] = f_s[k]
+                    o_e[n_out] = f_e[k]
+                    o_m[n_out] = f_m[k]
+                    n_out += 1
+            if own >= 0:
+                out_no[own] = n_out
+                o_lvl[n_out] = plev
+                o_idx[n_out] = p
+                o_s[n_out] = s[own]
+                o_e[n_out] = e[own]
+                o_m[n_out] = m[own]
+                n_out += 1
+            g_rep[ng] = -1
+            g_idx[ng] = p
+            ng += 1
+        f_rep, g_rep = g_rep, f_rep
+        f_idx, g_idx = g_idx, f_idx
+        f_s, g_s = g_s, f_s
+        f_e, g_e = g_e, f_e
+        f_m, g_m = g_m, f_m
+        f_nsa, g_nsa = g_nsa, f_nsa
+        nf = ng
+        lam_done = plev
+    for k in range(nf):  # what is left at the top level is final
+        if f_rep[k] >= 0:
+            r = f_rep[k]
+            out_no[r] = n_out
+            o_lvl[n_out] = lam_done
+            o_idx[n_out] = f_idx[k]
+            o_s[n_out] = f_s[k]
+            o_e[n_out] = f_e[k]
+            o_m[n_out] = f_m[k]
+            n_out += 1
+    dest = np.empty(n, np.int64)
+    for i in range(n):
+        dest[i] = out_no[_find(uf, i)]
+    return o_lvl[:n_out], o_idx[:n_out], o_s[:n_out], o_e[:n_out], o_m[:n_out], dest
+
+
+class TimeBuckets:
+    """The shared time partition of one sketch: bucket metadata and the clock.
+
+    Holds events with tick in ``[clock - window + 1, clock]``. ``ratio`` is the ``R`` of
+    invariant (C). Owners (ECM cells, key dictionaries) keep one payload row per bucket and
+    re-map their rows with the ``dest`` arrays that :meth:`plan_update` and
+    :meth:`plan_union` return.
+    """
+
+    __slots__ = ("window", "ratio", "lvl", "idx", "s", "e", "m", "clock")
+
+    def __init__(self, window: int, ratio: float):
+        self.window = int(window)
+        self.ratio = float(ratio)
+        self.lvl = np.zeros(0, np.int64)
+        self.idx = np.zeros(0, np.int64)
+        self.s = np.zeros(0, np.int64)
+        self.e = np.zeros(0, np.int64)
+        self.m = np.zeros(0)
+        self.clock = NO_CLOCK
+
+    def __len__(self) -> int:
+        return int(self.lvl.shape[0])
+
+    def copy(self) -> "TimeBuckets":
+        other = TimeBuckets(self.window, self.ratio)
+        for name in ("lvl", "idx", "s", "e", "m"):
+            setattr(other, name, getattr(self, name).copy())
+        other.clock = self.clock
+        return other
+
+    @property
+    def horizon(self) -> int:
+        """Oldest tick still kept."""
+        return self.clock - self.window + 1
+
+    def _adopt(self, lvl, idx, s, e, m, dest):
+        """Store compressed buckets in canonical order (start ascending, level descending);
+        return ``dest`` re-mapped to that order."""
+        start = idx << lvl
+        order = np.lexsort((-lvl, start))
+        rank = np.empty_like(order)
+        rank[order] = np.arange(order.shape[0])
+        self.lvl, self.idx, self.s, self.e, self.m = lvl[order], idx[order], s[order], e[order], m[order]
+        out = np.full(dest.shape[0], -1, np.int64)
+        ok = dest >= 0
+        out[ok] = rank[dest[ok]]
+        return out
+
+    def plan_update(self, ticks: np.ndarray, weights: np.ndarray):
+        """Insert a batch; return ``(sel, ev_dest, old_dest, n_out)``: the indices of the
+        events kept (positive weight, inside the window), the bucket each goes to, the new
+        row of each old bucket (-1: expired) and the number of buckets."""
+        n_old = len(self)
+        clock = max(self.clock, int(ticks.max())) if ticks.shape[0] else self.clock
+        horizon = clock - self.window + 1
+        sel = np.flatnonzero((weights > 0) & (ticks >= horizon))
+        alive = self.e >= horizon
+        ts, ws = ticks[sel], weights[sel]
+        grouped = group_ticks(ts, ws) if ts.shape[0] else None
+        if grouped is None:
+            ut, inv = np.unique(ts, return_inverse=True)
+            lm = np.bincount(inv, weights=ws, minlength=ut.shape[0])
+        else:
+            ut, inv, lm = grouped
+        keep = np.flatnonzero(alive)
+        lvl, idx, s, e, m = self.lvl[keep], self.idx[keep], self.s[keep], self.e[keep], self.m[keep].copy()
+        leaf_rows = np.flatnonzero(lvl == 0)  # sorted by tick (canonical order)
+        match = np.zeros(ut.shape[0], bool)
+        jj = np.zeros(ut.shape[0], np.int64)
+        if leaf_rows.shape[0]:
+            j = np.searchsorted(idx[leaf_rows], ut)
+            jj = np.minimum(j, leaf_rows.shape[0] - 1)
+            match = (j < leaf_rows.shape[0]) & (idx[leaf_rows[jj]] == ut)
+        leaf_at = np.empty(ut.shape[0], np.int64)
+        leaf_at[match] = leaf_rows[jj[match]]
+        np.add.at(m, leaf_at[match], lm[match])
+        new = ~match
+        n_new = int(new.sum())
+        leaf_at[new] = keep.shape[0] + np.arange(n_new)
+        nt = ut[new]
+        lvl = np.concatenate([lvl, np.zeros(n_new, np.int64)])
+        idx = np.concatenate([idx, nt])
+        s = np.concatenate([s, nt])
+        e = np.concatenate([e, nt])
+        m = np.concatenate([m, lm[new]])
+        out = compress(lvl, idx, s, e, m, self.ratio)
+        self.clock = clock
+        dest = self._adopt(*out)
+        old_dest = np.full(n_old, -1, np.int64)
+        old_dest[keep] = dest[: keep.shape[0]]
+        return sel, dest[leaf_at][inv], old_dest, len(self)
+
+    def plan_union(self, other: "TimeBuckets"):
+        """Fold ``other``'s buckets in; return ``(dest_self, dest_other, n_out)``."""
+        clock = max(self.clock, other.clock)
+        horizon = clock - self.window + 1
+        lvl = np.concatenate([self.lvl, other.lvl])
+        idx = np.concatenate([self.idx, other.idx])
+        s = np.concatenate([self.s, other.s])
+        e = np.concatenate([self.e, other.e])
+        m = np.concatenate([self.m, other.m])
+        alive = np.flatnonzero(e >= horizon)
+        pre = np.full(lvl.shape[0], -1, np.int64)
+        if alive.shape[0]:
+            key = np.lexsort((idx[alive], lvl[alive]))
+            a = alive[key]
+            first = np.ones(a.shape[0], bool)
+            first[1:] = (lvl[a][1:] != lvl[a][:-1]) | (idx[a][1:] != idx[a][:-1])
+            grp = np.cumsum(first) - 1
+            pre[a] = grp
+            g = int(grp[-1]) + 1
+            heads = a[first]
+            cm = np.zeros(g)
+            np.add.at(cm, grp, m[a])
+            cs = np.full(g, np.iinfo(np.int64).max)
+            np.minimum.at(cs, grp, s[a])
+            ce = np.full(g, np.iinfo(np.int64).min)
+            np.maximum.at(ce, grp, e[a])
+            out = compress(lvl[heads], idx[heads], cs, ce, cm, self.ratio)
+        else:
+            out = (np.zeros(0, np.int64),) * 4 + (np.zeros(0), np.zeros(0, np.int64))
+        n_self = len(self)
+        self.clock = clock
+        dest = self._adopt(*out)
+        full = np.full(lvl.shape[0], -1, np.int64)
+        ok = pre >= 0
+        full[ok] = dest[pre[ok]]
+        return full[:n_self], full[n_self:], len(self)
+
+    def classify(self, lo: int, hi: int):
+        """Masks of the buckets inside ``[lo, hi]`` and of those straddling its ends."""
+        inside = (self.s >= lo) & (self.e <= hi)
+        touching = (self.e >= lo) & (self.s <= hi)
+        return inside, touching & ~inside
+
+    def validate(self) -> str | None:
+        """Why the metadata is not a valid state, or None (used by ``from_bytes``)."""
+        lvl, idx, s, e, m = self.lvl, self.idx, self.s, self.e, self.m
+        n = lvl.shape[0]
+        if n == 0:
+            return None
+        if self.clock == NO_CLOCK or abs(self.clock) >= TICK_LIMIT:
+            return "clock out of range"
+        if lvl.min() < 0 or lvl.max() > MAX_LEVEL:
+            return "bucket level out of range"
+        if not (np.all(np.isfinite(m)) and np.all(m > 0)):
+            return "bucket masses must be finite and positive"
+        start = idx << lvl
+        if np.any((start >> lvl) != idx):
+            return "bucket position out of range"
+        end = start + ((np.int64(1) << lvl) - 1)
+        if np.any(s > e) or np.any(s < start) or np.any(e > end):
+            return "bucket hull outside its interval"
+        if np.any(e < self.horizon) or np.any(e > self.clock) or np.any(s < -TICK_LIMIT):
+            return "bucket outside the window"
+        order = np.lexsort((-lvl, start))
+        if np.any(order != np.arange(n)):
+            return "buckets not in canonical order"
+        worst, dup = invariant_excess(lvl, idx, m, self.ratio)
+        if dup:
+            return "two buckets share a position"
+        if worst > 1e-9 * float(m.sum()):
+            return "bucket masses violate the merge invariant"
+        return None
+
+
+def straddle_ratio(tb: TimeBuckets, lo: int) -> float:
+    """``S(lo) / sum(m_b : s_b >= lo)`` (0 when both are 0): what Lemma A bounds by ``R``."""
+    strad = float(tb.m[(tb.s < lo) & (tb.e >= lo)].sum())
+    after = float(tb.m[tb.s >= lo].sum())
+    return 0.0 if strad == 0 else (math.inf if after == 0 else strad / after)

@@ -1,0 +1,344 @@
+"""Compiled kernels of the randomized wave (Gibbons & Tirthapura 2004, §4-5).
+
+One *instance* of the wave is a pool of entries plus per-level bookkeeping:
+
+* entry ``e``: ``ekey[e]`` (the item id), ``eT[e]`` (its latest tick as far as this entry
+  knows), ``eh[e]`` (its level h(key) in [0, L]) and ``emask[e]`` (bit ``l`` set when the
+  entry is in the buffer of level ``l``). ``table`` is an open-addressing map key -> entry
+  (linear probing, backward-shift deletion, -1 = empty); ``free`` is a stack of reusable
+  entry slots; ``meta = [high-water mark, free count, live count]``.
+* level ``l``: ``s[l]`` entries in its buffer ``bufs[l][:s[l]]`` (entry indices; a numba
+  typed list of arrays grown on demand up to 2C) and its floor ``(fT[l], fK[l])``, present
+  when ``fhas[l]``: the best score pushed out of the level so far (the (C+1)-th best score
+  once the level is compacted).
+
+A score is the pair ``(tick, key)`` compared lexicographically, so scores are distinct.
+Buffers are lazy: an arrival is appended to level ``l`` when it beats the floor, and a
+level is trimmed back to its ``C`` best scores (:func:`compact_level`) only when it reaches
+``2C`` entries, or before a query or a serialisation. Why this is exact is proved in
+``sketches/randomized_wave.py``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+P61 = np.uint64((1 << 61) - 1)  # the Mersenne prime 2^61 - 1: the hash field Z_p
+_M32 = np.uint64(0xFFFFFFFF)
+_M29 = np.uint64((1 << 29) - 1)
+_GOLD = np.uint64(0x9E3779B97F4A7C15)  # Fibonacci hashing for the slot of a key
+_U0 = np.uint64(0)
+_U1 = np.uint64(1)
+_U29 = np.uint64(29)
+_U32 = np.uint64(32)
+_U61 = np.uint64(61)
+_TOP = np.uint64(1 << 60)
+
+
+@njit(cache=True, inline="always")
+def _mulmod_small(a, x):
+    """A value ≡ a·x (mod 2^61 − 1), below 2^62 + 2^33, for a < 2^61 and x < 2^32."""
+    lo = (a & _M32) * x  # < 2^64
+    z = (a >> _U32) * x  # < 2^61; z·2^32 = (z >> 29)·2^61 + (z mod 2^29)·2^32
+    return (lo & P61) + (lo >> _U61) + (z >> _U29) + ((z & _M29) << _U32)
+
+
+@njit(cache=True, inline="always")
+def field_hash(key, a0, a1, b):
+    """``(a1·key_hi + a0·key_lo + b) mod (2^61 − 1)``: pairwise independent over keys.
+
+    The two 32-bit halves of a key are a vector of Z_p^2 (distinct keys give distinct
+    vectors), and ``x -> <a, x> + b`` with ``a, b`` uniform is strongly universal there.
+    """
+    r = _mulmod_small(a1, key >> _U32) + _mulmod_small(a0, key & _M32) + b  # < 2^64
+    r = (r & P61) + (r >> _U61)
+    if r >= P61:
+        r -= P61
+    return r
+
+
+@njit(cache=True, inline="always")
+def level_of(y, L):
+    """h = the largest l <= L with y < 2^(61 - l) (h = 0 when y >= 2^60)."""
+    lev = 0
+    thr = _TOP
+    while lev < L and y < thr:
+        lev += 1
+        thr >>= _U1
+    return lev
+
+
+@njit(cache=True)
+def levels_of(keys, a0, a1, b, L):
+    out = np.empty(keys.size, np.int64)
+    for i in range(keys.size):
+        out[i] = level_of(field_hash(keys[i], a0, a1, b), L)
+    return out
+
+
+@njit(cache=True)
+def hashes_of(keys, a0, a1, b):
+    out = np.empty(keys.size, np.uint64)
+    for i in range(keys.size):
+        out[i] = field_hash(keys[i], a0, a1, b)
+    return out
+
+
+@njit(cache=True, inline="always")
+def _home(key, shift):
+    return np.int64((key * _GOLD) >> shift)
+
+
+@njit(cache=True, inline="always")
+def _find(table, shift, tmask, ekey, key):
+    """Slot holding ``key``, or the empty slot where it would go."""
+    i = _home(key, shift)
+    while True:
+        e = table[i]
+        if e < 0 or ekey[e] == key:
+            return i
+        i = (i + 1) & tmask
+
+
+@njit(cache=True)
+def _delete_slot(table, shift, tmask, ekey, i):
+    # Backward-shift deletion keeps every probe chain unbroken without tombstones.
+    j = i
+    while True:
+        j = (j + 1) & tmask
+        e = table[j]
+        if e < 0:
+            break
+        k = _home(ekey[e], shift)
+        if i <= j:
+            if i < k and k <= j:
+                continue
+        elif k > i or k <= j:
+            continue
+        table[i] = e
+        i = j
+    table[i] = -1
+
+
+@njit(cache=True)
+def _shift_for(size):
+    bits = 0
+    while (1 << bits) < size:
+        bits += 1
+    return np.uint64(64 - bits)
+
+
+@njit(cache=True)
+def rebuild_table(table, ekey, emask, hwm):
+    """Fill an all-empty ``table`` (size a power of two >= 2) with the live entries."""
+    shift = _shift_for(table.size)
+    tmask = table.size - 1
+    for e in range(hwm):
+        if emask[e] != _U0:
+            table[_find(table, shift, tmask, ekey, ekey[e])] = e
+
+
+@njit(cache=True, inline="always")
+def _beats(t, key, l, fT, fK, fhas):
+    return fhas[l] == 0 or t > fT[l] or (t == fT[l] and key > fK[l])
+
+
+@njit(cache=True)
+def _drop_entry(e, ekey, free, meta, table, shift, tmask):
+    _delete_slot(table, shift, tmask, ekey, _find(table, shift, tmask, ekey, ekey[e]))
+    free[meta[1]] = e
+    meta[1] += 1
+    meta[2] -= 1
+
+
+@njit(cache=True)
+def compact_level(l, C, ekey, eT, emask, free, meta, table, s, fT, fK, fhas, bufs):
+    """Trim level ``l`` to its canonical content: the C best scores above the floor.
+
+    Entries at or below the floor are dropped without touching the floor (they can only
+    be left over from a merge that raised it); of the rest, the C best are kept and the
+    floor rises to the best score pushed out.
+    """
+    shift = _shift_for(table.size)
+    tmask = table.size - 1
+    bit = _U1 << np.uint64(l)
+    n = s[l]
+    idx = bufs[l][:n].copy()
+    keep = np.empty(n, np.bool_)
+    cnt = 0
+    for j in range(n):
+        e = idx[j]
+        keep[j] = _beats(eT[e], ekey[e], l, fT, fK, fhas)
+        if keep[j]:
+            cnt += 1
+    if cnt > C:
+        ts = np.empty(cnt, np.int64)
+        c = 0
+        for j in range(n):
+            if keep[j]:
+                ts[c] = eT[idx[j]]
+                c += 1
+        tcut = np.partition(ts, cnt - C)[cnt - C]  # the C-th largest tick
+        greater = 0
+        ties = 0
+        for j in range(cnt):
+            if ts[j] > tcut:
+                greater += 1
+            elif ts[j] == tcut:
+                ties += 1
+        need = C - greater  # 1 <= need <= ties: ties at tcut are broken by key
+        tk = np.empty(ties, np.uint64)
+        c = 0
+        for j in range(n):
+            if keep[j] and eT[idx[j]] == tcut:
+                tk[c] = ekey[idx[j]]
+                c += 1
+        tk = np.sort(tk)
+        kcut = tk[ties - need]
+        best_t, best_k, found = np.int64(0), _U0, False
+        if ties > need:
+            best_t, best_k, found = tcut, tk[ties - need - 1], True
+        for j in range(n):
+            if not keep[j]:
+                continue
+            e = idx[j]
+            t = eT[e]
+            if t > tcut or (t == tcut and ekey[e] >= kcut):
+                continue
+            keep[j] = False
+            if t < tcut and not (ties > need):
+                if (not found) or t > best_t or (t == best_t and ekey[e] > best_k):
+                    best_t, best_k, found = t, ekey[e], True
+        if found and _beats(best_t, best_k, l, fT, fK, fhas):
+            fT[l], fK[l], fhas[l] = best_t, best_k, 1
+    buf = bufs[l]
+    c = 0
+    for j in range(n):
+        e = idx[j]
+        if keep[j]:
+            buf[c] = e
+            c += 1
+        else:
+            emask[e] &= ~bit
+            if emask[e] == _U0:
+                _drop_entry(e, ekey, free, meta, table, shift, tmask)
+    s[l] = c
+
+
+@njit(cache=True)
+def _append(bufs, s, l, e, C):
+    buf = bufs[l]
+    if s[l] == buf.size:  # grow lazily: a level never holds more than 2C
+        new = np.empty(min(2 * C, max(16, 2 * buf.size)), np.int64)
+        new[: s[l]] = buf[: s[l]]
+        bufs[l] = new
+        buf = new
+    buf[s[l]] = e
+    s[l] += 1
+
+
+@njit(cache=True)
+def insert_events(ticks, keys, a0, a1, b, C, L, ekey, eT, emask, eh, free, meta, table,
+                  s, fT, fK, fhas, bufs):
+    """Insert (tick, key) events in any order; the pool must have room for ``keys.size``."""
+    shift = _shift_for(table.size)
+    tmask = table.size - 1
+    over = 2 * C
+    for i in range(ticks.size):
+        t = ticks[i]
+        v = keys[i]
+        slot = _find(table, shift, tmask, ekey, v)
+        e = table[slot]
+        if e >= 0:
+            if t <= eT[e]:
+                continue  # the key's latest tick is unchanged: so is every level
+            eT[e] = t
+            h = eh[e]
+            m = emask[e]
+        else:
+            h = level_of(field_hash(v, a0, a1, b), L)
+            m = _U0
+        add = _U0
+        for l in range(h + 1):
+            bit = _U1 << np.uint64(l)
+            if (m & bit) == _U0 and _beats(t, v, l, fT, fK, fhas):
+                add |= bit
+        if add == _U0:
+            continue
+        if e < 0:
+            if meta[1] > 0:
+                meta[1] -= 1
+                e = free[meta[1]]
+            else:
+                e = meta[0]
+                meta[0] += 1
+            ekey[e], eT[e], eh[e] = v, t, h
+            table[slot] = e
+            meta[2] += 1
+        emask[e] = m | add
+        full = False
+        for l in range(h + 1):
+            if (add >> np.uint64(l)) & _U1:
+                _append(bufs, s, l, e, C)
+                full |= s[l] >= over
+        if full:
+            for l in range(h + 1):
+                if s[l] >= over:
+                    compact_level(l, C, ekey, eT, emask, free, meta, table, s, fT, fK, fhas, bufs)
+
+
+@njit(cache=True)
+def count_at_least(l, lo, eT, s, bufs):
+    """Entries of level ``l`` whose latest tick is >= lo."""
+    buf = bufs[l]
+    c = 0
+    for j in range(s[l]):
+        if eT[buf[j]] >= lo:
+            c += 1
+    return c
+
+
+@njit(cache=True)
+def fill_buffers(emask, n, s, bufs):
+    """Buffers of a freshly loaded pool: each level lists the entries whose bit is set."""
+    for l in range(s.size):
+        bit = _U1 << np.uint64(l)
+        buf = np.empty(max(s[l], 1), np.int64)
+        c = 0
+        for e in range(n):
+            if emask[e] & bit:
+                buf[c] = e
+                c += 1
+        bufs[l] = buf
+
+
+@njit(cache=True)
+def export_entries(ekey, eT, emask, eh, hwm):
+    """Live entries sorted by key, with the lowest level each is in; -1 if not contiguous."""
+    n = 0
+    for e in range(hwm):
+        if emask[e] != _U0:
+            n += 1
+    idx = np.empty(n, np.int64)
+    c = 0
+    for e in range(hwm):
+        if emask[e] != _U0:
+            idx[c] = e
+            c += 1
+    keys = ekey[idx]
+    order = np.argsort(keys)
+    idx = idx[order]
+    out_t = np.empty(n, np.int64)
+    out_l = np.empty(n, np.int64)
+    for j in range(n):
+        e = idx[j]
+        m = emask[e]
+        low = 0
+        while (m >> np.uint64(low)) & _U1 == _U0:
+            low += 1
+        full = ((_U1 << np.uint64(eh[e] + 1)) - _U1) if eh[e] < 63 else ~_U0
+        want = full & ~((_U1 << np.uint64(low)) - _U1)
+        out_l[j] = low if m == want else -1
+        out_t[j] = eT[e]
+    return keys[order], out_t, out_l

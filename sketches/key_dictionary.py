@@ -1,0 +1,398 @@
+"""Bounded, windowed dictionary from hashed key ids back to key strings.
+
+Sketches count ``uint64`` ids (:func:`sketches.hashing.hash_keys`); heavy-hitter answers
+must name the original strings. :class:`KeyDictionary` keeps, for each dyadic time bucket
+of the window (the buckets of :mod:`sketches._ecm_kernels`), a Misra-Gries summary of
+``capacity`` counters over ids, plus the strings of the ids those summaries hold. It is
+mergeable (Agarwal et al., *Mergeable Summaries*, PODS 2012, §2: Misra-Gries summaries
+merge by adding counters and subtracting the (k+1)-th largest) and serializable, and it
+answers *which keys can be heavy in ``[lo, hi]``* with a deterministic guarantee.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import NamedTuple, Sequence
+
+import numba as nb
+import numpy as np
+
+from sketches._ecm_kernels import NO_CLOCK, TimeBuckets
+from sketches.base import (
+    HEADER_SIZE,
+    CorruptSketchError,
+    Family,
+    IncompatibleSketchError,
+    SketchError,
+    pack_header,
+    unpack_header,
+)
+from sketches.ecm import _check_unit, _check_window, as_batch
+from sketches.hashing import hash_keys
+
+__all__ = ["KeyDictionary", "Candidates"]
+
+_KIND = 2
+_MERGE_SELF = "cannot merge a sketch with itself"
+_MERGE_TYPE = "can only merge a KeyDictionary with another KeyDictionary"
+_MERGE_PARAMS = "cannot merge key dictionaries with different capacity, window or epsilon"
+
+
+class Candidates(NamedTuple):
+    """Ids that may be heavy in a range, with their keys and weight brackets.
+
+    Every id whose weight in the range exceeds ``threshold`` is listed (always).
+    ``lower`` counts only buckets inside the range; ``upper`` adds every touching bucket's
+    Misra-Gries error, so ``lower <= weight(id) <= upper`` always."""
+
+    ids: np.ndarray
+    keys: list
+    lower: np.ndarray
+    upper: np.ndarray
+    threshold: float
+
+
+@nb.njit(cache=True)
+def _mg_rebuild(n_out, k, old_ids, old_cnt, old_dest, ev_dest, ev_ids, ev_w):
+    """Misra-Gries summaries of the new buckets: every old summary and event is added to
+    its destination bucket, then each bucket keeps at most ``k`` counters by subtracting
+    its (k+1)-th largest counter from all (the mergeable Misra-Gries step)."""
+    n_old = 0
+    for i in range(old_ids.shape[0]):
+        if old_dest[i] >= 0:
+            for j in range(old_ids.shape[1]):
+                if old_cnt[i, j] > 0:
+                    n_old += 1
+    tot = n_old + ev_ids.shape[0]
+    d = np.empty(tot, np.int64)
+    x = np.empty(tot, np.uint64)
+    c = np.empty(tot)
+    t = 0
+    for i in range(old_ids.shape[0]):
+        if old_dest[i] >= 0:
+            for j in range(old_ids.shape[1]):
+                if old_cnt[i, j] > 0:
+                    d[t], x[t], c[t] = old_dest[i], old_ids[i, j], old_cnt[i, j]
+                    t += 1
+    for i in range(ev_ids.shape[0]):
+        d[t], x[t], c[t] = ev_dest[i], ev_ids[i], ev_w[i]
+        t += 1
+    o = np.argsort(x, kind="mergesort")
+    o = o[np.argsort(d[o], kind="mergesort")]
+    out_ids = np.zeros((n_out, k), np.uint64)
+    out_cnt = np.zeros((n_out, k))
+    buf_x = np.empty(tot, np.uint64)
+    buf_c = np.empty(tot)
+    a = 0
+    while a < tot:
+        row = d[o[a]]
+        nb_ = 0
+        while a < tot and d[o[a]] == row:  # aggregate this bucket's (id, weight) runs
+            xi = x[o[a]]
+            s = 0.0
+            while a < tot and d[o[a]] == row and x[o[a]] == xi:
+                s += c[o[a]]
+                a += 1
+            buf_x[nb_] = xi
+            buf_c[nb_] = s
+            nb_ += 1
+        cut = 0.0
+        if nb_ > k:
+            srt = np.sort(buf_c[:nb_])
+            cut = srt[nb_ - k - 1]  # the (k+1)-th largest
+        j = 0
+        for q in range(nb_):
+            v = buf_c[q] - cut
+            if v > 0 and j < k:
+                out_ids[row, j] = buf_x[q]
+                out_cnt[row, j] = v
+                j += 1
+    return out_ids, out_cnt
+
+
+class KeyDictionary:
+    """Windowed Misra-Gries summaries over key ids, with the strings of the ids they hold.
+
+    Per dyadic time bucket ``b`` of weight ``m_b`` (buckets obey Lemma A of
+    :mod:`sketches._ecm_kernels` with ``R = epsilon``) a Misra-Gries summary of ``k =
+    capacity`` counters gives, for every id ``x``, ``0 <= f_b(x) - c_b(x) <= err_b`` with
+    ``err_b = (m_b - sum_x c_b(x)) / (k + 1)`` (Agarwal et al. 2012, Lemma 1 and §2.1: the
+    bound survives merges, including the merges of buckets and of sketches done here).
+
+    Bounds for a range ``[lo, hi]``, with ``U_tot`` the weight of touching buckets:
+
+    * recall (deterministic): every id of weight ``> threshold = sum_{b touching} err_b``
+      is among :meth:`candidates`, and ``threshold <= U_tot / (k + 1) <= (1 + R) N / (k + 1)``
+      for ``hi >= clock`` (``N``: the range's weight); so with ``k + 1 > (1 + R) / phi``
+      every ``phi``-heavy key is listed;
+    * memory: at most ``k`` ids per bucket and one string per distinct id held, so at
+      most ``k * n_buckets`` strings (keys are at most 65535 UTF-8 bytes).
+
+    A hashed id maps back to every stored key with that id; keys whose 64-bit ids
+    collide (probability about ``n^2 / 2^65`` for ``n`` keys) are merged into one counter,
+    which only raises its count. :meth:`lookup` with ``bits < 64`` matches reduced ids
+    ``id >> (64 - bits)``: several keys may share a reduced id, and all are returned.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> kd = KeyDictionary(capacity=4, window=100)
+    >>> keys = ["a"] * 50 + ["b"] * 30 + [f"k{i}" for i in range(20)]
+    >>> kd.update(np.zeros(100, np.int64), keys)
+    >>> c = kd.candidates(0, 0)
+    >>> sorted(c.keys[:2]), c.threshold < 30
+    (['a', 'b'], True)
+    >>> kd2 = KeyDictionary.from_bytes(kd.to_bytes())
+    >>> kd2.lookup(c.ids[:1]) == [[c.keys[0]]]
+    True
+    """
+
+    # parameters (little endian): u32 capacity | 4 x u8 zero | i64 window | f64 epsilon
+    _PARAMS = struct.Struct("<I4xqd")
+    # state: i64 clock | u32 merge depth | u32 parts | u32 B | u32 E (counters) | u32 S (strings)
+    _STATE = struct.Struct("<qIIIII")
+
+    def __init__(self, capacity: int, window: int, epsilon: float = 0.1):
+        if isinstance(capacity, bool) or not isinstance(capacity, (int, np.integer)) or not (1 <= capacity <= 65535):
+            raise SketchError("capacity must be an integer in [1, 65535]")
+        self.capacity = int(capacity)
+        self.epsilon = _check_unit("epsilon", epsilon)
+        self._tb = TimeBuckets(_check_window(window), self.epsilon)
+        self._ids = np.zeros((0, self.capacity), np.uint64)
+        self._cnt = np.zeros((0, self.capacity))
+        self._keys: dict[int, str] = {}
+        self._depth, self._parts = 0, 1
+
+    # -- properties -------------------------------------------------------------------------
+    @property
+    def window(self) -> int:
+        return self._tb.window
+
+    @property
+    def clock(self) -> int:
+        return int(self._tb.clock)
+
+    @property
+    def is_empty(self) -> bool:
+        return len(self._tb) == 0
+
+    def __len__(self) -> int:
+        """Number of key strings held."""
+        return len(self._keys)
+
+    # -- updates ----------------------------------------------------------------------------
+    def update(self, ticks, keys: Sequence[str], ids=None, weights=None) -> None:
+        """Add events; ``ids`` defaults to ``hash_keys(keys)``."""
+        keys = list(keys)
+        if ids is None:
+            ids = hash_keys(keys) if keys else np.zeros(0, np.uint64)
+        t, x, w = as_batch(ticks, ids, weights)
+        if len(keys) != t.shape[0]:
+            raise SketchError("keys must have one string per event")
+        if t.shape[0] == 0:
+            return
+        sel, ev_dest, old_dest, n_out = self._tb.plan_update(t, w)
+        self._ids, self._cnt = _mg_rebuild(n_out, self.capacity, self._ids, self._cnt, old_dest,
+                                           ev_dest, x[sel], w[sel])
+        new = np.setdiff1d(self._held(), np.fromiter(self._keys, np.uint64, len(self._keys)))
+        if new.shape[0]:
+            first = np.unique(x[sel], return_index=True)
+            pos = first[1][np.searchsorted(first[0], new)]
+            for xid, p in zip(new.tolist(), sel[pos].tolist()):
+                key = keys[p]
+                if not isinstance(key, str) or len(key.encode()) > 65535:
+                    raise SketchError("keys must be strings of at most 65535 UTF-8 bytes")
+                self._keys[xid] = key
+        self._prune()
+
+    def _held(self) -> np.ndarray:
+        return np.unique(self._ids[self._cnt > 0])
+
+    def _prune(self) -> None:
+        held = set(self._held().tolist())
+        if len(held) != len(self._keys):
+            self._keys = {x: k for x, k in self._keys.items() if x in held}
+
+    # -- queries ----------------------------------------------------------------------------
+    def candidates(self, lo: int, hi: int) -> Candidates:
+        """Ids (and keys) that may weigh more than ``threshold`` in ``[lo, hi]``, heaviest
+        upper bound first."""
+        for v in (lo, hi):
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+                raise SketchError("lo and hi must be integer ticks")
+        lo, hi = int(lo), int(hi)
+        empty = Candidates(np.zeros(0, np.uint64), [], np.zeros(0), np.zeros(0), 0.0)
+        if hi < lo:
+            return empty
+        if self._tb.clock != NO_CLOCK and lo < self._tb.horizon:
+            raise SketchError(f"range starts at tick {lo}, before clock - window + 1 = {self._tb.horizon}")
+        if self.is_empty:
+            return empty
+        inside, strad = self._tb.classify(lo, hi)
+        touch = inside | strad
+        err = (self._tb.m - self._cnt.sum(axis=1)) / (self.capacity + 1)
+        err = np.maximum(err, 0.0)
+        threshold = float(err[touch].sum())
+        ids, cnt = self._ids[touch], self._cnt[touch]
+        ok = cnt > 0
+        if not ok.any():
+            return empty._replace(threshold=threshold)
+        uid, inv = np.unique(ids[ok], return_inverse=True)
+        low = np.bincount(inv, weights=(cnt * inside[touch][:, None])[ok], minlength=uid.shape[0])
+        up = np.bincount(inv, weights=cnt[ok], minlength=uid.shape[0])
+        # an id absent from a touching bucket's summary may still weigh err_b there
+        up = up + threshold
+        order = np.lexsort((uid, -up))
+        uid = uid[order]
+        return Candidates(uid, [self._keys[x] for x in uid.tolist()], low[order], up[order], threshold)
+
+    def lookup(self, ids, bits: int = 64) -> list[list[str]]:
+        """Keys held for each id; with ``bits < 64`` an id is a reduced id
+        ``full_id >> (64 - bits)`` and every matching key is returned."""
+        if not (1 <= bits <= 64):
+            raise SketchError("bits must be in [1, 64]")
+        q = np.asarray(ids, dtype=np.uint64).ravel()
+        if not self._keys:
+            return [[] for _ in q.tolist()]
+        full = np.fromiter(self._keys, np.uint64, len(self._keys))
+        red = full >> np.uint64(64 - bits) if bits < 64 else full
+        order = np.argsort(red, kind="stable")
+        red_s = red[order]
+        out = []
+        for v in q.tolist():
+            a, b = np.searchsorted(red_s, v, "left"), np.searchsorted(red_s, v, "right")
+            out.append(sorted(self._keys[int(x)] for x in full[order[a:b]]))
+        return out
+
+    # -- merging ----------------------------------------------------------------------------
+    def merge(self, other: "KeyDictionary") -> "KeyDictionary":
+        """Fold ``other`` in (same capacity, window and epsilon); returns self."""
+        if other is self:
+            raise IncompatibleSketchError(_MERGE_SELF)
+        if type(other) is not KeyDictionary:
+            raise IncompatibleSketchError(_MERGE_TYPE)
+        if (self.capacity, self.window, self.epsilon) != (other.capacity, other.window, other.epsilon):
+            raise IncompatibleSketchError(_MERGE_PARAMS)
+        d_self, d_other, n_out = self._tb.plan_union(other._tb)
+        none = np.zeros(0, np.int64)
+        self._ids, self._cnt = _mg_rebuild(
+            n_out, self.capacity, np.concatenate([self._ids, other._ids]), np.concatenate([self._cnt, other._cnt]),
+            np.concatenate([d_self, d_other]), none, np.zeros(0, np.uint64), np.zeros(0))
+        for x, k in other._keys.items():
+            self._keys.setdefault(x, k)
+        self._prune()
+        self._depth = max(self._depth, other._depth) + 1
+        self._parts += other._parts
+        return self
+
+    def copy(self) -> "KeyDictionary":
+        other = KeyDictionary(self.capacity, self.window, self.epsilon)
+        other._tb, other._ids, other._cnt = self._tb.copy(), self._ids.copy(), self._cnt.copy()
+        other._keys = dict(self._keys)
+        other._depth, other._parts = self._depth, self._parts
+        return other
+
+    # -- bytes ------------------------------------------------------------------------------
+    # Blob: 16-byte header (family ECM, flags = 2) | _PARAMS | _STATE |
+    #   u8[B] level | i64[B] idx | i64[B] s | i64[B] e | f64[B] m | u16[B] counters per bucket |
+    #   u64[E] ids | f64[E] counts (bucket by bucket) |
+    #   S times: u64 id | u16 length | UTF-8 bytes (ids strictly increasing)
+    def to_bytes(self) -> bytes:
+        tb = self._tb
+        per = (self._cnt > 0).sum(axis=1)
+        mask = self._cnt > 0
+        items = sorted(self._keys.items())
+        strings = b"".join(struct.pack("<QH", x, len(k.encode())) + k.encode() for x, k in items)
+        payload = (self._PARAMS.pack(self.capacity, self.window, self.epsilon)
+                   + self._STATE.pack(tb.clock, self._depth, self._parts, len(tb), int(per.sum()), len(items))
+                   + tb.lvl.astype(np.uint8).tobytes() + tb.idx.astype("<i8").tobytes()
+                   + tb.s.astype("<i8").tobytes() + tb.e.astype("<i8").tobytes() + tb.m.astype("<f8").tobytes()
+                   + per.astype("<u2").tobytes() + self._ids[mask].astype("<u8").tobytes()
+                   + self._cnt[mask].astype("<f8").tobytes() + strings)
+        return pack_header(Family.ECM, len(payload), flags=_KIND) + payload
+
+    @property
+    def nbytes(self) -> int:
+        """Serialized size in bytes (``len(to_bytes())``)."""
+        n = int((self._cnt > 0).sum())
+        strings = sum(10 + len(k.encode()) for k in self._keys.values())
+        return HEADER_SIZE + self._PARAMS.size + self._STATE.size + len(self._tb) * 35 + n * 16 + strings
+
+    @classmethod
+    def from_bytes(cls, data) -> "KeyDictionary":
+        flags, payload = unpack_header(data, Family.ECM)
+        if flags != _KIND:
+            raise CorruptSketchError("blob is not a KeyDictionary")
+        head = cls._PARAMS.size + cls._STATE.size
+        if len(payload) < head:
+            raise CorruptSketchError("key dictionary blob truncated in its header")
+        cap, window, eps = cls._PARAMS.unpack_from(payload)
+        if bytes(payload[4:8]) != bytes(4):
+            raise CorruptSketchError("key dictionary blob has non-zero padding")
+        try:
+            kd = cls(cap, window, eps)
+        except SketchError as e:
+            raise CorruptSketchError(f"key dictionary blob has invalid parameters: {e}") from None
+        clock, depth, parts, b, n_e, n_s = cls._STATE.unpack_from(payload, cls._PARAMS.size)
+        off = head
+        if len(payload) - off < b * 35 + n_e * 16 + n_s * 10:
+            raise CorruptSketchError("key dictionary blob truncated")
+        if parts < depth + 1:
+            raise CorruptSketchError("key dictionary blob has an inconsistent merge history")
+
+        def take(dt, n, size):
+            nonlocal off
+            a = np.frombuffer(payload, dtype=dt, count=n, offset=off)
+            off += n * size
+            return a
+
+        tb = TimeBuckets(kd.window, kd.epsilon)
+        tb.lvl = take(np.uint8, b, 1).astype(np.int64)
+        tb.idx, tb.s, tb.e = (take("<i8", b, 8).astype(np.int64) for _ in range(3))
+        tb.m = take("<f8", b, 8).astype(np.float64)
+        tb.clock = clock
+        why = tb.validate()
+        if why:
+            raise CorruptSketchError(f"key dictionary blob invalid: {why}")
+        per = take("<u2", b, 2).astype(np.int64)
+        if np.any(per > cap) or int(per.sum()) != n_e:
+            raise CorruptSketchError("key dictionary blob has inconsistent counter counts")
+        ids = take("<u8", n_e, 8).astype(np.uint64)
+        cnt = take("<f8", n_e, 8).astype(np.float64)
+        if n_e and not (np.all(np.isfinite(cnt)) and cnt.min() > 0):
+            raise CorruptSketchError("key dictionary blob has non-positive counters")
+        kd._ids = np.zeros((b, cap), np.uint64)
+        kd._cnt = np.zeros((b, cap))
+        rows = np.repeat(np.arange(b), per)
+        cols = np.arange(n_e) - np.repeat(np.cumsum(per) - per, per)
+        kd._ids[rows, cols], kd._cnt[rows, cols] = ids, cnt
+        if b and np.any(kd._cnt.sum(axis=1) > tb.m * (1 + 1e-9)):
+            raise CorruptSketchError("key dictionary blob counters exceed their bucket masses")
+        for r in range(b):
+            if np.unique(kd._ids[r, :per[r]]).shape[0] != per[r]:
+                raise CorruptSketchError("key dictionary blob repeats an id within a bucket")
+        keys, prev = {}, -1
+        for _ in range(n_s):
+            if len(payload) - off < 10:
+                raise CorruptSketchError("key dictionary blob truncated in its strings")
+            x, n = struct.unpack_from("<QH", payload, off)
+            off += 10
+            if x <= prev or len(payload) - off < n:
+                raise CorruptSketchError("key dictionary blob has unordered or truncated strings")
+            try:
+                keys[x] = bytes(payload[off:off + n]).decode("utf-8")
+            except UnicodeDecodeError:
+                raise CorruptSketchError("key dictionary blob has a string that is not UTF-8") from None
+            off += n
+            prev = x
+        if off != len(payload):
+            raise CorruptSketchError("key dictionary blob has trailing bytes")
+        if set(keys) != set(np.unique(ids).tolist()):
+            raise CorruptSketchError("key dictionary blob strings do not match its counters")
+        kd._tb, kd._keys, kd._depth, kd._parts = tb, keys, int(depth), int(parts)
+        return kd
+
+    def __repr__(self) -> str:
+        clock = "none" if self.clock == NO_CLOCK else self.clock
+        return (f"KeyDictionary(capacity={self.capacity}, window={self.window}, epsilon={self.epsilon:g}, "
+                f"buckets={len(self._tb)}, keys={len(self._keys)}, clock={clock}, nbytes={self.nbytes})")

@@ -1,0 +1,568 @@
+"""Randomized wave: (ε, δ) distinct counts over a sliding window of asynchronous,
+distributed streams, with a lossless merge.
+
+Gibbons, P. B. and Tirthapura, S. (2004). *Distributed streams algorithms for sliding
+windows.* Theory of Computing Systems 37. §4.1 (the randomized wave, Fig. 6), §4.2
+(Lemma 3, Theorem 5: median of independent instances), §5 (number of distinct values,
+Theorem 6). Papapetrou, O., Garofalakis, M. and Deligiannakis, A. (2012). *Sketch-based
+querying of distributed sliding-window data streams.* VLDB. §5.2 (one wave out of many:
+concatenate each level, keep the most recent c/ε²).
+
+Union counting (§4) is the special case where the key of an event is its position:
+``update(ticks, ticks.astype(np.uint64))`` counts the positions holding a 1 in any stream.
+
+Proofs
+------
+Hash (§4.1). Instance i draws a0, a1, b uniform in Z_p, p = 2^61 − 1, from the seed, and
+maps key v to ``y = (a1·v_hi + a0·v_lo + b) mod p`` (v_hi, v_lo its 32-bit halves): the
+Z_p analogue of the paper's GF(2^d) map, pairwise independent over 64-bit keys. Its level
+is ``h(v) = min(L, max{l : y < 2^(61-l)})``, so ``q_l = Pr[h >= l] = 2^(61-l)/p`` for
+1 <= l <= L, and μ_{l+1} = μ_l / 2 exactly for l >= 1.
+
+Score and canonical state (§5). ``T(v)`` is the latest tick of key ``v``; its score is
+``σ(v) = (T(v), v)`` (lexicographic, so scores are distinct). Level ``l`` of an instance
+keeps the C keys of best score among ``{v : h(v) >= l}`` (§5: "the c/ε² elements with the
+most recent positions") and its floor ``φ_l``, the (C+1)-th best score (the exact form of
+the queue's "range" of §4.1).
+
+Lemma A (merge). For scored key sets combined by per-key maximum (⊕)::
+
+    top_C(A ⊕ B) = top_C(top_C(A) ⊕ top_C(B)),
+    (C+1)th(A ⊕ B) = max(φ_A, φ_B, (C+1)th(top_C(A) ⊕ top_C(B))).
+
+A key outside top_C(A) has C keys of A above its A-score, and ⊕ only raises scores, so it
+can enter top_C(A ⊕ B) only through its B-score; symmetrically for B. For the floor: each
+of the three terms is at most (C+1)th(A ⊕ B), since ⊕ only raises scores; and the (C+1)-th
+key w of A ⊕ B takes its score from A or B: outside that side's top C the score is at most
+that side's floor, inside it w is in the right-hand union with its true score below the C
+keys of top_C(A ⊕ B), so the union's (C+1)-th score is at least w's.
+So a compacted state is a function of the multiset of events alone: arrival order,
+batching, lateness and the merge tree cannot change it, an old tick arriving late is kept
+or dropped exactly as in order, and ``A.merge(B)`` equals the wave fed both streams, byte
+for byte. Expiry (§4.1 step 2) is left out on purpose: it would make the state depend on
+arrival order, and expired keys cost no space beyond the C per level held anyway and are
+never counted (their tick is below any query's ``lo``).
+
+Lazy buffers (``_randomized_wave_kernels``): an arrival is appended to level ``l`` when it
+beats ``φ_l`` and a level is trimmed to its best C only at 2C, before queries and before
+serialising. Invariants, kept by every insertion and by merge (floors folded by max, then
+the other side's entries inserted as events): (I1) a buffered key's recorded tick is at
+most its true T(v), and equal when σ(v) beats the floor; (I2) a key with ``h(v) >= l`` not
+in buffer ``l`` has true score <= φ_l; (I3) φ_l <= the true (C+1)-th score. Then every key
+of the true top C is buffered with its true score and beats everything else buffered, so
+trimming yields exactly top_C and raises φ_l exactly to the true (C+1)-th score.
+
+Query (Fig. 6, Lemma 3). For ``[lo, clock]`` let ``n = |{v : T(v) >= lo}|`` and
+``X_l = |{v : h(v) >= l, T(v) >= lo}|``. Level ``l`` covers ``lo`` iff the tick of φ_l is
+< lo, iff ``X_l <= C``, and then X_l is read exactly. An instance answers
+``Y = X_{l*} / q_{l*}``, ``l*`` its lowest covering level, ``q_l = Pr[h(v) >= l]``.
+
+Bounds
+------
+Probabilities are over the seed (the hash functions), for streams chosen independently of
+it.
+
+* Exact: level 0 holds every key whatever the hash, so when it covers (n <= C) the answer
+  is n with ``[n, n]``, confidence 1.
+* One instance (pairwise independence, Var X_l <= μ_l = n q_l, Chebyshev). For levels
+  b <= t with μ_t = yC < C and μ_{b-1} = zC > C (so l* is in [b, t] unless X_{b-1} <= C or
+  X_t > C)::
+
+      Pr[covered and |Y - n| >= εn]
+          <= Pr[X_{b-1} <= C] + Σ_{l=b..t} Pr[|X_l - μ_l| >= εμ_l] + Pr[X_t > C]
+          <= (1/C) [z/(z-1)² + (2 - 2^(b-t))/(ε² y) + y/(1-y)²]  =: the (b, t) bound.
+
+  n > C here (else the answer is exact), so l* >= 1. If t would exceed the top level L,
+  "covered and wrong" still needs some bad level in [b, L], and the same sum bounds it.
+  The supremum over n of the best (b, t) bound is ``g(ε)/C`` (``per_instance_failure``;
+  g(ε) ≈ 3/ε²). This replaces the constant c = 36 of [18]'s Lemma 2 with a proved one.
+* Median of k odd independent instances (Theorem 5): with p = g(ε)/C, ``m`` the median::
+
+      Pr[n ∉ (m/(1+ε), m/(1-ε))] <= Pr[Bin(k, p) >= (k+1)/2] <= δ.
+
+  Returned: ``lower = max(C + 1, X_{l*}, ⌈m/(1+ε)⌉)``, ``upper = ⌊m/(1-ε)⌋`` (n is an
+  integer, and n > C is certain once level 0 does not cover), confidence 1 − δ.
+* If the top level of some instance does not cover ``lo`` (n beyond ``max_distinct``, or
+  with probability <= 4/(9C) per instance below it) the answer is ``[C + 1, ∞]``, which
+  is certain. Otherwise a failure needs a majority of failed instances, as above.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import struct
+
+import numpy as np
+from numba.typed import List
+
+from sketches._randomized_wave_kernels import (
+    compact_level,
+    count_at_least,
+    export_entries,
+    fill_buffers,
+    insert_events,
+    levels_of,
+    rebuild_table,
+)
+from sketches.base import (
+    HEADER_SIZE,
+    CorruptSketchError,
+    Estimate,
+    Family,
+    IncompatibleSketchError,
+    SketchError,
+    pack_header,
+    unpack_header,
+)
+
+__all__ = ["RandomizedWave", "suggest_sizes", "per_instance_failure"]
+
+METHOD = "randomized-wave"
+_P = (1 << 61) - 1
+_MAX_TICK = 1 << 62
+_CHUNK = 1 << 16
+_MIN_C = 16
+
+
+def _tail(k: int, p: float) -> float:
+    """Pr[Bin(k, p) >= (k+1)/2]."""
+    return sum(math.comb(k, j) * p**j * (1 - p) ** (k - j) for j in range((k + 1) // 2, k + 1))
+
+
+@functools.lru_cache(maxsize=256)
+def per_instance_failure(epsilon: float) -> float:
+    """g(ε) with Pr[one instance is covered and off by >= εn] <= g(ε)/C, for every n.
+
+    Let t0 be the lowest level >= 1 with μ < C and x = μ_{t0}/C in [1/2, 1). For each cell
+    [x1, x2] of a grid of x, and each choice t = t0 + s (y = x/2^s), b = t - j, the (b, t)
+    bound of the module docstring is bounded over the whole cell by taking the decreasing
+    terms at x1 and the increasing one at x2; g is the max over cells of the best choice.
+    """
+    cells = 4000
+    xs = np.linspace(0.5, 1.0, cells + 1)
+    x1, x2 = xs[:-1], xs[1:]
+    best = np.full(cells, np.inf)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        for s in range(4):
+            y1, y2 = x1 / 2**s, x2 / 2**s
+            last = np.where(y2 < 1, y2 / (1 - y2) ** 2, np.inf)
+            for j in range(8):
+                z1 = 2 ** (j + 1) * y1
+                first = np.where(z1 > 1, z1 / (z1 - 1) ** 2, np.inf)
+                mid = (2 - 2.0**-j) / (epsilon**2 * y1)
+                best = np.minimum(best, first + mid + last)
+    return float(best.max()) * (1 + 1e-9)
+
+
+@functools.lru_cache(maxsize=256)
+def suggest_sizes(epsilon: float, delta: float) -> tuple[int, int]:
+    """(instances k, capacity C per level) with Pr[Bin(k, g(ε)/C) >= (k+1)/2] <= δ.
+
+    k is odd and at least 3 (the median of §4.2); among those, k·C is smallest.
+    """
+    g = per_instance_failure(epsilon)
+    best: tuple[int, int] | None = None
+    for k in range(3, 1001, 2):
+        if best is not None and 2 * g * k > best[0] * best[1]:
+            break  # p <= 1/2 forces C >= 2g, so k·C only grows from here
+        lo, hi = 0.0, 0.5
+        for _ in range(80):
+            mid = (lo + hi) / 2
+            lo, hi = (mid, hi) if _tail(k, mid) <= delta else (lo, mid)
+        if lo <= 0:
+            continue
+        c = max(_MIN_C, math.ceil(g / lo))
+        while _tail(k, g / c) > delta:
+            c += 1
+        if best is None or k * c < best[0] * best[1]:
+            best = (k, c)
+    if best is None:
+        raise SketchError("delta is too small to size a randomized wave")
+    return best
+
+
+def _top_level(max_distinct: int, capacity: int) -> int:
+    """Lowest L in [1, 60] with max_distinct · q_L <= C/4 (else 60)."""
+    for lev in range(1, 61):
+        if 4 * max_distinct * (1 << (61 - lev)) <= capacity * _P:
+            return lev
+    return 60
+
+
+class _Instance:
+    """One independent wave: its hash, pool of entries and per-level state."""
+
+    __slots__ = ("a0", "a1", "b", "ekey", "eT", "emask", "eh", "free", "meta", "table",
+                 "s", "fT", "fK", "fhas", "bufs")
+
+    def __init__(self, params: np.ndarray, levels: int):
+        self.a0, self.a1, self.b = (np.uint64(x) for x in params)
+        self.ekey = np.zeros(0, np.uint64)
+        self.eT = np.zeros(0, np.int64)
+        self.emask = np.zeros(0, np.uint64)
+        self.eh = np.zeros(0, np.int64)
+        self.free = np.zeros(0, np.int64)
+        self.meta = np.zeros(3, np.int64)  # high-water mark, free count, live count
+        self.table = np.full(2, -1, np.int64)
+        self.s = np.zeros(levels, np.int64)
+        self.fT = np.zeros(levels, np.int64)
+        self.fK = np.zeros(levels, np.uint64)
+        self.fhas = np.zeros(levels, np.uint8)
+        self.bufs = List([np.zeros(0, np.int64) for _ in range(levels)])
+
+    def reserve(self, extra: int) -> None:
+        need = int(self.meta[2]) + extra
+        cap = self.ekey.size
+        if need <= cap:
+            return
+        new = max(need, 2 * cap, 16)
+        hwm = int(self.meta[0])
+        for name, dtype in (("ekey", np.uint64), ("eT", np.int64), ("emask", np.uint64),
+                            ("eh", np.int64), ("free", np.int64)):
+            arr = np.zeros(new, dtype)
+            old = getattr(self, name)
+            n = hwm if name != "free" else int(self.meta[1])
+            arr[:n] = old[:n]
+            setattr(self, name, arr)
+        self.table = np.full(1 << (2 * new - 1).bit_length(), -1, np.int64)
+        rebuild_table(self.table, self.ekey, self.emask, hwm)
+
+    def insert(self, ticks: np.ndarray, keys: np.ndarray, cap: int, top: int) -> None:
+        for i in range(0, ticks.size, _CHUNK):
+            t, k = ticks[i : i + _CHUNK], keys[i : i + _CHUNK]
+            self.reserve(t.size)
+            insert_events(t, k, self.a0, self.a1, self.b, cap, top, self.ekey, self.eT,
+                          self.emask, self.eh, self.free, self.meta, self.table, self.s,
+                          self.fT, self.fK, self.fhas, self.bufs)
+
+    def compact(self, cap: int, everything: bool) -> None:
+        for lev in range(self.s.size):
+            if self.s[lev] > cap or (everything and self.s[lev] > 0):
+                compact_level(lev, cap, self.ekey, self.eT, self.emask, self.free, self.meta,
+                              self.table, self.s, self.fT, self.fK, self.fhas, self.bufs)
+
+    def entries(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        return export_entries(self.ekey, self.eT, self.emask, self.eh, int(self.meta[0]))
+
+    def covering_level(self, lo: int) -> int:
+        """Lowest level whose floor tick is < lo (it holds every key with T >= lo), or -1."""
+        ok = (self.fhas == 0) | (self.fT < lo)
+        return int(np.argmax(ok)) if ok.any() else -1
+
+    def copy(self) -> "_Instance":
+        new = object.__new__(_Instance)
+        for name in self.__slots__:
+            val = getattr(self, name)
+            setattr(new, name, val.copy() if isinstance(val, np.ndarray) else val)
+        new.bufs = List([b.copy() for b in self.bufs])
+        return new
+
+
+def _hash_params(seed: int, instances: int) -> np.ndarray:
+    """(a0, a1, b) uniform in Z_p for each instance, a function of the seed only."""
+    out = np.empty((instances, 3), np.uint64)
+    for i in range(instances):
+        rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence([seed, i])))
+        out[i] = rng.integers(0, _P, size=3, dtype=np.uint64)
+    return out
+
+
+class RandomizedWave:
+    """Distinct keys in a sliding window of out-of-order, distributed streams.
+
+    For a window ``[lo, clock]`` of at most ``window`` ticks holding n distinct keys, the
+    median m of k independent waves satisfies (§4.2 Theorem 5, §5 Theorem 6, with the
+    constant re-derived in the module docstring)::
+
+        Pr[ |m − n| < ε·n ] >= 1 − δ,
+
+    and the returned interval ``[⌈m/(1+ε)⌉, ⌊m/(1−ε)⌋]`` (raised to C + 1, which is
+    certain once it is not exact) holds with probability >= 1 − δ. When the window holds at
+    most C distinct keys, level 0 has all of them and the answer is exact (confidence 1).
+    Merging waves built with the same parameters and seed is lossless (ECM-sketch §5.2,
+    Lemma A): the merged wave is the wave of the union of the streams, so the bound holds
+    unchanged at any depth of merge tree. A range ending before the clock is refused: a
+    wave keeps each key's latest tick only (§5), so it cannot tell whether a key also
+    occurred earlier.
+
+    Parameters
+    ----------
+    epsilon : float
+        Relative error target in [1e-4, 1).
+    delta : float
+        Failure probability in [1e-12, 1).
+    window : int
+        Longest window in ticks.
+    seed : int
+        Chooses the hash functions; only waves with the same seed merge.
+    max_distinct : int
+        Sets the number of levels L: up to this many distinct keys in a window, the top
+        level covers it except with probability <= 4/(9C) per instance; beyond, the answer
+        may be the certain but open ``[C + 1, ∞]``. The bound holds either way.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> rw = RandomizedWave(0.1, 0.05, window=100)
+    >>> rw.update(np.array([5, 3, 9, 9, 1]), np.array([7, 7, 8, 9, 7], dtype=np.uint64))
+    >>> e = rw.query(2, rw.clock)   # keys 7, 8, 9 have a tick in [2, 9]
+    >>> (e.estimate, e.lower, e.upper, e.confidence)
+    (3.0, 3.0, 3.0, 1.0)
+    """
+
+    def __init__(self, epsilon: float, delta: float, window: int, seed: int = 0,
+                 max_distinct: int = 2**40):
+        # Below these, C = O(1/(ε² p)) no longer fits any machine (and k·C sizing is slow).
+        if not 1e-4 <= epsilon < 1:
+            raise SketchError("epsilon of a randomized wave must be in [1e-4, 1)")
+        if not 1e-12 <= delta < 1:
+            raise SketchError("delta of a randomized wave must be in [1e-12, 1)")
+        if not 1 <= int(window) <= _MAX_TICK:
+            raise SketchError("window must be between 1 and 2^62 ticks")
+        if not 0 <= int(seed) < 2**64:
+            raise SketchError("seed must be in [0, 2^64)")
+        if not 1 <= int(max_distinct) < 2**64:
+            raise SketchError("max_distinct must be in [1, 2^64)")
+        self.epsilon, self.delta = float(epsilon), float(delta)
+        self.window, self.seed, self.max_distinct = int(window), int(seed), int(max_distinct)
+        self.instances, self.capacity = suggest_sizes(self.epsilon, self.delta)
+        self.top = _top_level(self.max_distinct, self.capacity)
+        self._clock: int | None = None
+        self._dirty = False  # a merge raised floors: every level needs trimming
+        self._waves = [_Instance(p, self.top + 1) for p in _hash_params(self.seed, self.instances)]
+
+    # -- updates -----------------------------------------------------------------------
+    def update(self, ticks: np.ndarray, keys: np.ndarray) -> None:
+        """Insert a batch of (tick, key) events, in any order, duplicates allowed."""
+        ticks, keys = np.asarray(ticks), np.asarray(keys)
+        if ticks.shape != keys.shape or ticks.ndim != 1:
+            raise SketchError("ticks and keys must be 1-D arrays of the same length")
+        if ticks.size == 0:
+            return
+        if ticks.dtype.kind not in "iu" or keys.dtype.kind not in "iu":
+            raise SketchError("ticks and keys must be integer arrays")
+        if ticks.min() < 0 or ticks.max() >= _MAX_TICK:
+            raise SketchError("ticks must be in [0, 2^62)")
+        ticks = np.ascontiguousarray(ticks, dtype=np.int64)
+        keys = np.ascontiguousarray(keys.astype(np.uint64, copy=False))
+        for w in self._waves:
+            w.insert(ticks, keys, self.capacity, self.top)
+        latest = int(ticks.max())
+        self._clock = latest if self._clock is None else max(self._clock, latest)
+
+    @property
+    def clock(self) -> int:
+        return self._clock if self._clock is not None else -(2**62)
+
+    def _canonicalize(self) -> None:
+        for w in self._waves:
+            w.compact(self.capacity, self._dirty)
+        self._dirty = False
+
+    # -- queries -------------------------------------------------------------------------
+    def query(self, lo: int, hi: int) -> Estimate:
+        """Distinct keys with a tick in ``[lo, hi]``; ``hi`` must be >= the clock."""
+        lo, hi = int(lo), int(hi)
+        if hi < lo:
+            raise SketchError("empty range: hi < lo")
+        if hi - lo + 1 > self.window:
+            raise SketchError(f"range of {hi - lo + 1} ticks exceeds the window of {self.window}")
+        if self.is_empty:
+            return Estimate(0.0, 0.0, 0.0, "relative", self.epsilon, 1.0, METHOD)
+        if hi < self._clock:
+            raise SketchError("a randomized wave answers ranges ending at the clock: hi must be >= clock")
+        self._canonicalize()
+        cap = self.capacity
+        first = self._waves[0]
+        if first.covering_level(lo) == 0:  # level 0 holds every key: exact
+            n = float(count_at_least(0, lo, first.eT, first.s, first.bufs))
+            return Estimate(n, n, n, "relative", self.epsilon, 1.0, METHOD)
+        sure, values, uncovered = cap + 1.0, [], False  # level 0 does not cover: n > C
+        for w in self._waves:
+            lev = w.covering_level(lo)
+            miss = lev < 0
+            if miss:
+                uncovered, lev = True, self.top
+            x = count_at_least(lev, lo, w.eT, w.s, w.bufs)
+            sure = max(sure, float(x))  # X keys of the window are held: a certain bound
+            # Y = X / q_l with q_l = 2^(61-l) / (2^61 - 1); an uncovered level has X > C.
+            values.append((x + miss) * (_P / 2.0 ** (61 - lev)))
+        med = sorted(values)[len(values) // 2]
+        if uncovered:
+            return Estimate(max(med, sure), sure, math.inf, "relative", self.epsilon, 1.0, METHOD)
+        lower = max(sure, float(math.ceil(med / (1 + self.epsilon) * (1 - 1e-12))))
+        upper = max(lower, float(math.floor(med / (1 - self.epsilon) * (1 + 1e-12))))
+        est = min(max(med, lower), upper)
+        return Estimate(est, lower, upper, "relative", self.epsilon, 1.0 - self.delta, METHOD)
+
+    def _instance_values(self, lo: int) -> list[tuple[int, int]]:
+        """(covering level, X at that level) per instance, for tests of the analysis."""
+        self._canonicalize()
+        out = []
+        for w in self._waves:
+            lev = w.covering_level(lo)
+            x = count_at_least(max(lev, 0), lo, w.eT, w.s, w.bufs)
+            out.append((lev, int(x)))
+        return out
+
+    # -- merging ---------------------------------------------------------------------------
+    def merge(self, other: "RandomizedWave") -> "RandomizedWave":
+        """Fold ``other`` in: afterwards self is the wave of both streams (Lemma A)."""
+        if other is self:
+            raise IncompatibleSketchError("cannot merge a sketch with itself")
+        if not isinstance(other, RandomizedWave):
+            raise IncompatibleSketchError("can only merge a RandomizedWave")
+        if self._params() != other._params():
+            raise IncompatibleSketchError(
+                "cannot merge randomized waves with different epsilon, delta, window, seed or max_distinct")
+        if other.is_empty:
+            return self
+        other._canonicalize()  # changes its representation only, not its state
+        for mine, theirs in zip(self._waves, other._waves):
+            raise_floor = (theirs.fhas == 1) & (
+                (mine.fhas == 0) | (theirs.fT > mine.fT) | ((theirs.fT == mine.fT) & (theirs.fK > mine.fK)))
+            mine.fT[raise_floor], mine.fK[raise_floor] = theirs.fT[raise_floor], theirs.fK[raise_floor]
+            mine.fhas |= theirs.fhas
+            keys, ticks, _ = theirs.entries()
+            mine.insert(ticks, keys, self.capacity, self.top)
+        self._dirty = True
+        self._clock = other._clock if self._clock is None else max(self._clock, other._clock)
+        return self
+
+    def _params(self) -> tuple:
+        return (self.epsilon, self.delta, self.window, self.seed, self.max_distinct)
+
+    def copy(self) -> "RandomizedWave":
+        new = object.__new__(RandomizedWave)
+        new.__dict__.update(self.__dict__)
+        new._waves = [w.copy() for w in self._waves]
+        return new
+
+    @property
+    def is_empty(self) -> bool:
+        return self._clock is None
+
+    @property
+    def nbytes(self) -> int:
+        """Exactly ``len(self.to_bytes())``."""
+        self._canonicalize()
+        live = sum(int(w.meta[2]) for w in self._waves)
+        per_wave = 4 + (self.top + 1) * _FLOOR.size
+        return HEADER_SIZE + self._HEAD.size + self.instances * per_wave + live * 17
+
+    def __repr__(self) -> str:
+        return (f"RandomizedWave(epsilon={self.epsilon}, delta={self.delta}, window={self.window}, "
+                f"seed={self.seed}, instances={self.instances}, capacity={self.capacity}, "
+                f"levels={self.top + 1}, entries={sum(int(w.meta[2]) for w in self._waves)}, "
+                f"clock={self._clock})")
+
+    # -- bytes ---------------------------------------------------------------------------------
+    # payload: f64 epsilon | f64 delta | i64 window | u64 seed | u64 max_distinct
+    #          | u8 has_clock | i64 clock
+    #   per instance (k = suggest_sizes(epsilon, delta)[0] of them):
+    #     u32 n | (L+1) × (u8 has_floor | i64 floor_tick | u64 floor_key)
+    #     | n × u64 key (strictly increasing) | n × i64 tick | n × u8 lowest level
+    #   an entry is in levels [lowest, h(key)]: contiguous in a compacted wave.
+    _HEAD = struct.Struct("<ddqQQBq")
+
+    def to_bytes(self) -> bytes:
+        self._canonicalize()
+        clock = self._clock if self._clock is not None else 0
+        out = [self._HEAD.pack(self.epsilon, self.delta, self.window, self.seed,
+                               self.max_distinct, self._clock is not None, clock)]
+        for w in self._waves:
+            keys, ticks, low = w.entries()
+            if np.any(low < 0):
+                raise SketchError("randomized wave invariant broken: non-contiguous levels")
+            floors = np.zeros(self.top + 1, _FLOOR_DT)
+            floors["has"], floors["tick"], floors["key"] = w.fhas, w.fT, w.fK
+            floors["tick"][w.fhas == 0], floors["key"][w.fhas == 0] = 0, 0
+            out += [struct.pack("<I", keys.size), floors.tobytes(), keys.tobytes(),
+                    ticks.tobytes(), low.astype(np.uint8).tobytes()]
+        payload = b"".join(out)
+        return pack_header(Family.RANDOMIZED_WAVE, len(payload)) + payload
+
+    @classmethod
+    def from_bytes(cls, data) -> "RandomizedWave":
+        _, payload = unpack_header(data, Family.RANDOMIZED_WAVE)
+        buf = bytes(payload)
+        if len(buf) < cls._HEAD.size:
+            raise CorruptSketchError("randomized wave blob truncated")
+        eps, delta, window, seed, maxd, has_clock, clock = cls._HEAD.unpack_from(buf)
+        if not (1e-4 <= eps < 1 and 1e-12 <= delta < 1 and 1 <= window <= _MAX_TICK and maxd >= 1
+                and has_clock in (0, 1) and (0 <= clock < _MAX_TICK if has_clock else clock == 0)):
+            raise CorruptSketchError("randomized wave parameters out of range")
+        try:
+            sk = cls(eps, delta, window, seed, maxd)
+        except SketchError as exc:
+            raise CorruptSketchError(f"randomized wave parameters rejected: {exc}") from None
+        pos = cls._HEAD.size
+        levels = sk.top + 1
+        for i, w in enumerate(sk._waves):
+            if pos + 4 + levels * _FLOOR.size > len(buf):
+                raise CorruptSketchError("randomized wave blob truncated")
+            (n,) = struct.unpack_from("<I", buf, pos)
+            pos += 4
+            floors = np.frombuffer(buf, _FLOOR_DT, levels, pos)
+            pos += levels * _FLOOR.size
+            if pos + 17 * n > len(buf):
+                raise CorruptSketchError("randomized wave blob truncated")
+            keys = np.frombuffer(buf, np.uint64, n, pos)
+            ticks = np.frombuffer(buf, np.int64, n, pos + 8 * n)
+            low = np.frombuffer(buf, np.uint8, n, pos + 16 * n).astype(np.int64)
+            pos += 17 * n
+            sk._load_instance(w, keys, ticks, low, floors, bool(has_clock), clock)
+        if pos != len(buf):
+            raise CorruptSketchError("trailing bytes after randomized wave")
+        sk._clock = int(clock) if has_clock else None
+        return sk
+
+    def _load_instance(self, w: _Instance, keys, ticks, low, floors, has_clock, clock) -> None:
+        """Rebuild one instance, refusing anything a compacted wave cannot be."""
+        cap = self.capacity
+        fhas, fT, fK = floors["has"], floors["tick"], floors["key"]
+        bad = (np.any(fhas > 1) or np.any(fT[fhas == 0] != 0) or np.any(fK[fhas == 0] != 0)
+               or np.any(fT < 0) or (has_clock and np.any(fT > clock))
+               or np.any(np.diff(keys.astype(np.uint64)) == 0) or np.any(keys[1:] < keys[:-1])
+               or np.any(ticks < 0) or (has_clock and np.any(ticks > clock))
+               or (not has_clock and (keys.size or fhas.any())))
+        if bad:
+            raise CorruptSketchError("randomized wave entries or floors are not valid")
+        # floors fall (weakly) as levels rise: level l's keys are a subset of level l-1's
+        for lev in range(1, fhas.size):
+            if fhas[lev] and not (fhas[lev - 1] and (fT[lev], fK[lev]) <= (fT[lev - 1], fK[lev - 1])):
+                raise CorruptSketchError("randomized wave floors are not nested")
+        h = levels_of(keys, w.a0, w.a1, w.b, self.top) if keys.size else np.zeros(0, np.int64)
+        if np.any(low > h):
+            raise CorruptSketchError("randomized wave entry stored above its hash level")
+        counts = np.zeros(fhas.size, np.int64)
+        for lev in range(fhas.size):
+            member = (low <= lev) & (h >= lev)
+            counts[lev] = int(member.sum())
+            if counts[lev] > cap or (fhas[lev] and counts[lev] != cap):
+                raise CorruptSketchError("randomized wave level has a bad entry count")
+            out = (low > lev) & (h >= lev)
+            if fhas[lev]:
+                above = (ticks > fT[lev]) | ((ticks == fT[lev]) & (keys > fK[lev]))
+                if np.any(member & ~above) or np.any(out & above):
+                    raise CorruptSketchError("randomized wave level does not match its floor")
+            elif out.any():
+                raise CorruptSketchError("randomized wave key missing from a level with room")
+        if has_clock and (counts[0] == 0 or int(ticks[low == 0].max()) != clock):
+            raise CorruptSketchError("randomized wave clock does not match its entries")
+        w.reserve(keys.size)
+        n = keys.size
+        w.ekey[:n], w.eT[:n], w.eh[:n] = keys, ticks, h
+        ones = np.uint64(1)
+        w.emask[:n] = ((ones << (h + 1).astype(np.uint64)) - ones) & ~((ones << low.astype(np.uint64)) - ones)
+        w.meta[:] = (n, 0, n)
+        w.table.fill(-1)
+        rebuild_table(w.table, w.ekey, w.emask, n)
+        w.s[:] = counts
+        fill_buffers(w.emask, n, w.s, w.bufs)
+        w.fhas[:], w.fT[:], w.fK[:] = fhas, fT, fK
+
+
+_FLOOR = struct.Struct("<Bqq")
+_FLOOR_DT = np.dtype([("has", "u1"), ("tick", "<i8"), ("key", "<u8")])

@@ -1,0 +1,147 @@
+"""KeyDictionary: windowed Misra-Gries recall against an exact oracle, merges and bytes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from sketches.base import CorruptSketchError, IncompatibleSketchError, SketchError
+from sketches.hashing import hash_keys
+from sketches.key_dictionary import KeyDictionary
+
+SETTINGS = settings(max_examples=40, deadline=None, derandomize=True,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+NAMES = np.array([f"key-{i}-é" for i in range(3000)], dtype=object)
+
+
+def make_stream(rng, n, window, skew):
+    if skew is None:
+        r = rng.integers(0, 3000, n)
+    else:
+        p = 1.0 / np.arange(1, 3001) ** skew
+        r = rng.choice(3000, n, p=p / p.sum())
+    ticks = np.sort(rng.integers(0, max(1, int(window * rng.uniform(0.5, 3))), n))
+    lat = rng.random(n) < 0.3
+    ticks[lat] -= rng.integers(0, window + 1, int(lat.sum()))
+    w = np.ones(n)
+    w[rng.random(n) < 0.1] = 0
+    w[rng.random(n) < 0.05] = 50
+    return ticks.astype(np.int64), NAMES[r], w
+
+
+def feed(kd, t, keys, w, rng):
+    for part in np.array_split(np.arange(len(t)), int(rng.integers(1, 5))):
+        kd.update(t[part], keys[part].tolist(), weights=w[part])
+    return kd
+
+
+def check_recall(kd, t, keys, w, lo, hi):
+    c = kd.candidates(lo, hi)
+    m = (t >= lo) & (t <= hi) & (w > 0)
+    uk, inv = np.unique(keys[m], return_inverse=True)
+    f = np.bincount(inv, weights=w[m]) if m.any() else np.zeros(0)
+    listed = dict(zip(c.keys, zip(c.lower, c.upper)))
+    for k, fk in zip(uk.tolist(), f.tolist()):
+        if fk > c.threshold:
+            assert k in listed  # deterministic recall
+        if k in listed:
+            lw, up = listed[k]
+            assert lw <= fk * (1 + 1e-12) and fk <= up * (1 + 1e-12)
+    # threshold <= U_tot / (k + 1): the weight of touching buckets over k + 1
+    inside, strad = kd._tb.classify(lo, hi)
+    assert c.threshold <= kd._tb.m[inside | strad].sum() / (kd.capacity + 1) * (1 + 1e-9)
+    assert len(kd) <= kd.capacity * len(kd._tb)
+    assert all(h == x for h, x in zip(hash_keys(c.keys).tolist(), c.ids.tolist()))
+
+
+streams = st.fixed_dictionaries({
+    "seed": st.integers(0, 2**31),
+    "n": st.integers(0, 800),
+    "window": st.sampled_from([1, 10, 300, 5000]),
+    "skew": st.sampled_from([None, 0.8, 1.2, 1.5]),
+    "cap": st.sampled_from([1, 4, 32]),
+})
+
+
+@SETTINGS
+@given(streams)
+def test_recall_is_deterministic(p):
+    rng = np.random.default_rng(p["seed"])
+    t, keys, w = make_stream(rng, p["n"], p["window"], p["skew"])
+    kd = feed(KeyDictionary(p["cap"], p["window"]), t, keys, w, rng)
+    if kd.is_empty:
+        c = max(kd.clock, 0)
+        assert kd.candidates(c, c + 10).ids.size == 0
+        return
+    h, c = kd.clock - kd.window + 1, kd.clock
+    for lo, hi in [(h, c), (c, c), (int(rng.integers(h, c + 1)), c)]:
+        check_recall(kd, t, keys, w, lo, hi)
+
+
+@SETTINGS
+@given(streams, st.integers(2, 32))
+def test_merges_keep_recall(p, n_parts):
+    rng = np.random.default_rng(p["seed"])
+    t, keys, w = make_stream(rng, p["n"], p["window"], p["skew"])
+    owner = rng.integers(0, n_parts, len(t))
+    parts = [feed(KeyDictionary(p["cap"], p["window"]), t[owner == i], keys[owner == i], w[owner == i], rng)
+             for i in range(n_parts)]
+    while len(parts) > 1:
+        parts = [parts[i].merge(parts[i + 1]) if i + 1 < len(parts) else parts[i] for i in range(0, len(parts), 2)]
+    kd = parts[0]
+    assert kd._tb.validate() is None
+    if not kd.is_empty:
+        check_recall(kd, t, keys, w, kd.clock - kd.window + 1, kd.clock)
+    blob = kd.to_bytes()
+    back = KeyDictionary.from_bytes(blob)
+    assert back.to_bytes() == blob and len(blob) == kd.nbytes
+
+
+def test_lookup_by_reduced_ids():
+    kd = KeyDictionary(8, 100)
+    kd.update(np.zeros(6, np.int64), ["a", "a", "b", "c", "c", "c"])
+    full = hash_keys(["a", "b", "c", "zzz"])
+    assert kd.lookup(full) == [["a"], ["b"], ["c"], []]
+    assert kd.lookup(full[:1] >> np.uint64(32), bits=32) == [["a"]]
+    assert sorted(sum(kd.lookup(np.arange(2, dtype=np.uint64), bits=1), [])) == ["a", "b", "c"]
+    with pytest.raises(SketchError):
+        kd.lookup(full, bits=0)
+
+
+def test_refusals_truncations_and_validation():
+    kd = KeyDictionary(4, 50)
+    kd.update(np.array([1, 2, 3]), ["x", "y", "x"])
+    with pytest.raises(IncompatibleSketchError, match="^cannot merge a sketch with itself$"):
+        kd.merge(kd)
+    with pytest.raises(IncompatibleSketchError, match="^can only merge a KeyDictionary with another KeyDictionary$"):
+        kd.merge("x")
+    with pytest.raises(IncompatibleSketchError,
+                       match="^cannot merge key dictionaries with different capacity, window or epsilon$"):
+        kd.merge(KeyDictionary(5, 50))
+    with pytest.raises(SketchError):
+        kd.update(np.array([1]), ["a", "b"])
+    with pytest.raises(SketchError):
+        KeyDictionary(0, 10)
+    blob = kd.to_bytes()
+    for n in range(len(blob)):
+        with pytest.raises(CorruptSketchError):
+            KeyDictionary.from_bytes(blob[:n])
+    bad = bytearray(blob)
+    bad[-1] = 0xFF  # not UTF-8
+    with pytest.raises(CorruptSketchError):
+        KeyDictionary.from_bytes(bytes(bad))
+    assert "KeyDictionary(capacity=4" in repr(kd) and kd.copy().to_bytes() == blob
+
+
+def test_heavy_keys_found_in_a_zipf_stream():
+    rng = np.random.default_rng(1)
+    t, keys, w = make_stream(rng, 30000, 10000, 1.3)
+    kd = feed(KeyDictionary(50, 10000), t, keys, w, rng)
+    lo = kd.clock - 5000
+    c = kd.candidates(lo, kd.clock)
+    m = (t >= lo) & (w > 0)
+    assert c.threshold <= w[m].sum() * 1.1 / 51
+    check_recall(kd, t, keys, w, lo, kd.clock)
+    assert c.keys[0] == "key-0-é"

@@ -1,0 +1,485 @@
+"""Randomized wave against exact oracles.
+
+Deterministic facts are checked on every example: the hash is the stated field map, the
+compacted state is exactly the canonical one (per level the C best (latest tick, key)
+scores among keys hashed at or above it, and the (C+1)-th as floor) whatever the arrival
+order, batching or merge tree, the level a query reads covers its window and is read
+exactly, and small windows are answered exactly. The randomized bound is checked over
+many seeds with binomial tests, and so is its tightness.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from sketches._randomized_wave_kernels import hashes_of, levels_of
+from sketches.base import HEADER_SIZE, CorruptSketchError, IncompatibleSketchError, SketchError
+from sketches.randomized_wave import RandomizedWave, per_instance_failure, suggest_sizes
+
+P = (1 << 61) - 1
+SMALL = dict(epsilon=0.9, delta=0.5, window=10_000)  # C = 17: many full levels on small streams
+
+
+@st.composite
+def streams(draw, max_n=2500):
+    """Out-of-order (tick, key) streams: random, late arrivals, bursts, reversed; repeats."""
+    n = draw(st.integers(0, max_n))
+    span = draw(st.sampled_from([1, 5, 100, 1000, 10_000]))
+    universe = draw(st.sampled_from([1, 10, 300, 5000, 2**64]))
+    seed = draw(st.integers(0, 2**32 - 1))
+    rng = np.random.default_rng(seed)
+    ticks = rng.integers(0, span, n)
+    shape = draw(st.sampled_from(["random", "late", "burst", "reverse"]))
+    if shape == "late":
+        ticks = ticks[np.argsort(ticks + rng.pareto(1.0, n) * span / 20)]
+    elif shape == "burst":
+        ticks[rng.random(n) < 0.5] = rng.integers(0, span)
+    elif shape == "reverse":
+        ticks = np.sort(ticks)[::-1]
+    if universe == 2**64:
+        keys = rng.integers(0, 2**64, n, dtype=np.uint64)
+        keys[rng.random(n) < 0.3] = keys[0] if n else 0  # duplicates of one key
+    else:
+        keys = rng.integers(0, universe, n).astype(np.uint64)
+    return ticks.astype(np.int64), keys, seed
+
+
+def _feed(sk, ticks, keys, rng, max_chunks=8):
+    for part in np.array_split(rng.permutation(ticks.size), rng.integers(1, max_chunks + 1)):
+        sk.update(ticks[part], keys[part])
+
+
+def _latest(ticks, keys):
+    """Distinct keys and the latest tick of each."""
+    uk, inv = np.unique(keys, return_inverse=True)
+    last = np.full(uk.size, -1, np.int64)
+    np.maximum.at(last, inv, ticks)
+    return uk, last
+
+
+def _oracle_levels(sk, wave, uk, last):
+    """Per level: the set of (tick, key) kept and the floor, from the definition."""
+    h = levels_of(uk, wave.a0, wave.a1, wave.b, sk.top) if uk.size else np.zeros(0, np.int64)
+    out = []
+    for lev in range(sk.top + 1):
+        sel = h >= lev
+        order = np.lexsort((uk[sel], last[sel]))[::-1]  # best score first
+        t, k = last[sel][order], uk[sel][order]
+        kept = set(zip(t[: sk.capacity].tolist(), k[: sk.capacity].tolist()))
+        floor = (int(t[sk.capacity]), int(k[sk.capacity])) if t.size > sk.capacity else None
+        out.append((kept, floor))
+    return out
+
+
+def _state_levels(sk, wave):
+    sk._canonicalize()
+    keys, ticks, low = wave.entries()
+    assert np.all(low >= 0), "levels of an entry must be contiguous"
+    h = levels_of(keys, wave.a0, wave.a1, wave.b, sk.top) if keys.size else np.zeros(0, np.int64)
+    out = []
+    for lev in range(sk.top + 1):
+        sel = (low <= lev) & (h >= lev)
+        kept = set(zip(ticks[sel].tolist(), keys[sel].tolist()))
+        floor = (int(wave.fT[lev]), int(wave.fK[lev])) if wave.fhas[lev] else None
+        out.append((kept, floor))
+    return out
+
+
+def test_field_hash_is_the_stated_map_mod_2_61_minus_1():
+    rng = np.random.default_rng(1)
+    keys = np.concatenate([rng.integers(0, 2**64, 2000, dtype=np.uint64),
+                           np.array([0, 1, 2**32 - 1, 2**32, 2**63, 2**64 - 1], np.uint64)])
+    for a0, a1, b in [(P - 1, P - 1, P - 1), (0, 0, 0), (1, 2**60 + 12345, 7),
+                      tuple(int(x) for x in rng.integers(0, P, 3))]:
+        got = hashes_of(keys, np.uint64(a0), np.uint64(a1), np.uint64(b))
+        want = [(a1 * (int(k) >> 32) + a0 * (int(k) & 0xFFFFFFFF) + b) % P for k in keys]
+        assert got.tolist() == want
+        lv = levels_of(keys, np.uint64(a0), np.uint64(a1), np.uint64(b), 40)
+        # h >= l  iff  y < 2^(61 - l), capped at the top level
+        want_lv = [min(40, max(0, 61 - y.bit_length())) if y else 40 for y in want]
+        assert lv.tolist() == want_lv
+
+
+def test_levels_are_geometric_and_instances_independent():
+    sk = RandomizedWave(0.1, 0.05, 100, seed=3)
+    keys = np.arange(200_000, dtype=np.uint64)  # sequential ids: the adversarial case for hashing
+    hs = [levels_of(keys, w.a0, w.a1, w.b, sk.top) for w in sk._waves]
+    for h in hs:
+        for lev in range(1, 8):  # Pr[h >= l] = 2^-l within 5 standard deviations
+            q = 2.0**-lev
+            assert abs((h >= lev).mean() - q) <= 5 * math.sqrt(q * (1 - q) / keys.size)
+    both = ((hs[0] >= 2) & (hs[1] >= 2)).mean()
+    assert abs(both - 1 / 16) <= 5 * math.sqrt(1 / 16 / keys.size)
+
+
+@settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(streams(), st.sampled_from([SMALL, dict(epsilon=0.5, delta=0.2, window=10_000)]),
+       st.integers(0, 2**64 - 1))
+def test_state_is_the_canonical_one_whatever_the_order(stream, params, seed):
+    ticks, keys, s = stream
+    rng = np.random.default_rng(s)
+    sk = RandomizedWave(**params, seed=seed)
+    _feed(sk, ticks, keys, rng)
+    uk, last = _latest(ticks, keys)
+    for w in sk._waves:
+        assert _state_levels(sk, w) == _oracle_levels(sk, w, uk, last)
+    # another order and batching gives the same bytes
+    other = RandomizedWave(**params, seed=seed)
+    _feed(other, ticks[::-1].copy(), keys[::-1].copy(), rng)
+    assert other.to_bytes() == sk.to_bytes()
+    assert sk.is_empty == (ticks.size == 0)
+    if ticks.size:
+        assert sk.clock == ticks.max()
+
+
+@settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(streams(), st.sampled_from([SMALL, dict(epsilon=0.3, delta=0.05, window=500)]))
+def test_queries_read_a_covering_level_exactly(stream, params):
+    ticks, keys, s = stream
+    rng = np.random.default_rng(s)
+    sk = RandomizedWave(**params, seed=s)
+    _feed(sk, ticks, keys, rng)
+    window = params["window"]
+    if sk.is_empty:
+        e = sk.query(0, 0)
+        assert (e.estimate, e.lower, e.upper, e.confidence) == (0.0, 0.0, 0.0, 1.0)
+        return
+    c = sk.clock
+    uk, last = _latest(ticks, keys)
+    los = {max(0, c - window + 1), c, c + 1, *rng.integers(max(0, c - window + 1), c + 1, 6).tolist()}
+    for lo in los:
+        n = int((last >= lo).sum())
+        for hi in (c, c + 3):
+            if hi < lo or hi - lo + 1 > window:
+                continue
+            e = sk.query(lo, hi)
+            assert e.kind == "relative" and e.method == "randomized-wave" and e.epsilon == params["epsilon"]
+            assert e.lower <= e.estimate <= e.upper
+            if n <= sk.capacity:  # level 0 holds the whole window: exact
+                assert (e.estimate, e.lower, e.upper, e.confidence) == (n, n, n, 1.0)
+                continue
+            assert e.lower >= sk.capacity + 1 and e.confidence == 1 - params["delta"]
+            good = 0
+            for w, (lev, x) in zip(sk._waves, sk._instance_values(lo)):
+                h = levels_of(uk, w.a0, w.a1, w.b, sk.top)
+                xs = [int(((h >= l) & (last >= lo)).sum()) for l in range(sk.top + 1)]
+                assert lev == next(l for l in range(sk.top + 1) if xs[l] <= sk.capacity)
+                assert x == xs[lev]  # the level read covers the window and is read exactly
+                good += abs(x * P / 2.0 ** (61 - lev) - n) < e.epsilon * n
+            if 2 * good > sk.instances:  # the median argument of §4.2, deterministically
+                assert e.lower <= n <= e.upper
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(streams(max_n=2000), st.integers(2, 64), st.sampled_from(["chain", "balanced", "random"]),
+       st.sampled_from(["random", "by-time", "by-key"]))
+def test_merge_of_many_parts_equals_one_wave_fed_everything(stream, parts, shape, split):
+    ticks, keys, s = stream
+    rng = np.random.default_rng(s)
+    whole = RandomizedWave(**SMALL, seed=s)
+    _feed(whole, ticks, keys, rng)
+    if split == "random":
+        owner = rng.integers(0, parts, ticks.size)
+    elif split == "by-time":  # each part saw one stretch of time: old parts meet new ones
+        owner = np.minimum(parts - 1, ticks * parts // (ticks.max() + 1)) if ticks.size else ticks
+    else:
+        owner = (keys % np.uint64(parts)).astype(np.int64)
+    sketches = []
+    for p in range(parts):
+        sk = RandomizedWave(**SMALL, seed=s)
+        _feed(sk, ticks[owner == p], keys[owner == p], rng, max_chunks=2)
+        sketches.append(sk)
+    while len(sketches) > 1:
+        if shape == "chain":
+            a, b = sketches.pop(0), sketches.pop(0)
+        elif shape == "balanced":
+            a, b = sketches.pop(0), sketches.pop(0)
+            sketches.append(a.merge(b))
+            continue
+        else:
+            i, j = sorted(rng.choice(len(sketches), 2, replace=False))
+            b, a = sketches.pop(j), sketches.pop(i)
+        if rng.random() < 0.3:  # a round trip through bytes on the way
+            b = RandomizedWave.from_bytes(b.to_bytes())
+        sketches.insert(0, a.merge(b))
+    merged = sketches[0]
+    assert merged.to_bytes() == whole.to_bytes()
+    if not whole.is_empty:
+        lo = max(0, whole.clock - SMALL["window"] + 1)
+        assert merged.query(lo, whole.clock) == whole.query(lo, whole.clock)
+        # merging does not disturb later updates either
+        extra_t, extra_k = ticks[: ticks.size // 3] + 7, keys[: keys.size // 3] ^ np.uint64(1)
+        merged.update(extra_t, extra_k)
+        whole.update(extra_t, extra_k)
+        assert merged.to_bytes() == whole.to_bytes()
+
+
+def test_merge_of_a_few_old_keys_with_many_new_ones_both_ways():
+    # Levels where one side has no floor and only keys below the other side's floor.
+    old_t, old_k = np.arange(10), np.arange(10, dtype=np.uint64)
+    new_t = np.arange(1000, 3000)
+    new_k = np.arange(100, 2100, dtype=np.uint64)
+    whole = RandomizedWave(**SMALL, seed=5)
+    whole.update(np.concatenate([old_t, new_t]), np.concatenate([old_k, new_k]))
+    for first, second in [((old_t, old_k), (new_t, new_k)), ((new_t, new_k), (old_t, old_k))]:
+        a, b = RandomizedWave(**SMALL, seed=5), RandomizedWave(**SMALL, seed=5)
+        a.update(*first)
+        b.update(*second)
+        assert a.merge(b).to_bytes() == whole.to_bytes()
+
+
+def test_late_tick_is_kept_or_dropped_exactly_as_in_order():
+    # C = 17 keys per level: an old tick arriving last must land exactly where it would
+    # have landed first (kept when it ranks, dropped below the floor).
+    rng = np.random.default_rng(7)
+    ticks = rng.integers(0, 1000, 3000)
+    keys = rng.integers(0, 400, 3000).astype(np.uint64)
+    for late_tick in (0, 500, 998, 2000):
+        for late_key in (np.uint64(5), np.uint64(10**6)):
+            in_order = RandomizedWave(**SMALL, seed=1)
+            in_order.update(np.append(late_tick, ticks), np.append(late_key, keys))
+            late = RandomizedWave(**SMALL, seed=1)
+            late.update(ticks, keys)
+            late.update(np.array([late_tick]), np.array([late_key]))
+            assert late.to_bytes() == in_order.to_bytes()
+
+
+def test_union_counting_counts_positions_across_streams():
+    rng = np.random.default_rng(3)
+    a_pos = np.unique(rng.integers(0, 50_000, 30_000))
+    b_pos = np.unique(rng.integers(25_000, 80_000, 30_000))
+    a = RandomizedWave(0.2, 0.05, 100_000, seed=9)
+    b = RandomizedWave(0.2, 0.05, 100_000, seed=9)
+    a.update(a_pos, a_pos.astype(np.uint64))
+    b.update(b_pos, b_pos.astype(np.uint64))
+    a.merge(b)
+    union = np.union1d(a_pos, b_pos)
+    for lo in (0, 40_000, 79_000, 79_990):
+        truth = int((union >= lo).sum())
+        e = a.query(lo, a.clock)
+        assert e.lower <= truth <= e.upper, (lo, truth, e)
+
+
+# -- the randomized bound, over many seeds ----------------------------------------------
+
+def _binomial_sf(k: int, n: int, p: float) -> float:
+    """Pr[Bin(n, p) >= k]."""
+    return sum(math.comb(n, j) * p**j * (1 - p) ** (n - j) for j in range(k, n + 1))
+
+
+def _check_bound(estimates, truth, delta, p_instance, instance_values):
+    """Binomial tests: bracket violations at rate <= δ, instance failures at rate <= p;
+    plus tightness: the estimates are centred on the truth and the brackets are narrow."""
+    runs = len(estimates)
+    bad = sum(not (e.lower <= truth <= e.upper) for e in estimates)
+    assert _binomial_sf(bad, runs, delta) > 1e-3, f"{bad}/{runs} brackets miss the truth"
+    eps = estimates[0].epsilon
+    ys = np.array(instance_values, float)
+    inst_bad = int((np.abs(ys - truth) >= eps * truth).sum())
+    assert _binomial_sf(inst_bad, ys.size, p_instance) > 1e-3, f"{inst_bad}/{ys.size} instances fail"
+    # tight: single instances are unbiased (within 6 standard errors, a few % here) ...
+    assert abs(ys.mean() / truth - 1) <= 6 * ys.std() / truth / math.sqrt(ys.size) + 1e-9
+    # ... their spread is the sampling error of about C keys, far inside ε ...
+    assert np.median(np.abs(ys / truth - 1)) <= eps / 3
+    # ... and the returned interval is no wider than the proof allows.
+    for e in estimates:
+        assert 0 < e.lower and e.upper <= e.lower * (1 + eps) / (1 - eps) * (1 + 1e-9) + 1
+
+
+def _runs(eps, delta, seeds, ticks, keys, lo):
+    estimates, values = [], []
+    for seed in seeds:
+        sk = RandomizedWave(eps, delta, 10_000, seed=seed)
+        sk.update(ticks, keys)
+        estimates.append(sk.query(lo, sk.clock))
+        for lev, x in sk._instance_values(lo):
+            values.append(x * P / 2.0 ** (61 - lev))
+    return estimates, values
+
+
+@pytest.mark.parametrize("eps,delta", [(0.3, 0.05), (0.5, 0.2)])
+def test_violation_rate_is_at_most_delta_over_many_seeds(eps, delta):
+    rng = np.random.default_rng(11)
+    ticks = np.sort(rng.integers(0, 10_000, 60_000))[::-1].copy()  # reverse order arrivals
+    keys = rng.integers(0, 20_000, 60_000).astype(np.uint64)
+    lo = 2_000
+    truth = int(np.unique(keys[ticks >= lo]).size)
+    k, cap = suggest_sizes(eps, delta)
+    assert truth > 8 * cap  # the window is far from exact: the randomized path is tested
+    estimates, values = _runs(eps, delta, range(300), ticks, keys, lo)
+    assert all(e.confidence == 1 - delta for e in estimates)
+    _check_bound(estimates, truth, delta, per_instance_failure(eps) / cap, values)
+
+
+def test_the_statistical_check_catches_a_broken_sketch():
+    rng = np.random.default_rng(12)
+    ticks = rng.integers(0, 10_000, 30_000)
+    keys = rng.integers(0, 10_000, 30_000).astype(np.uint64)
+    lo, eps, delta = 1_000, 0.3, 0.05
+    truth = int(np.unique(keys[ticks >= lo]).size)
+    estimates, values = _runs(eps, delta, range(120), ticks, keys, lo)
+    p = per_instance_failure(eps) / suggest_sizes(eps, delta)[1]
+    _check_bound(estimates, truth, delta, p, values)
+    # a wave that scaled by 2^(l+1) instead of 2^l, or dropped the top level, must fail
+    for factor in (2.0, 0.5, 1 + eps):
+        bad = [type(e)(e.estimate * factor, e.lower * factor, e.upper * factor, e.kind,
+                       e.epsilon, e.confidence, e.method) for e in estimates]
+        with pytest.raises(AssertionError):
+            _check_bound(bad, truth, delta, p, [v * factor for v in values])
+    # an honest but useless interval must fail too
+    wide = [type(e)(e.estimate, 0.0, math.inf, e.kind, e.epsilon, e.confidence, e.method)
+            for e in estimates]
+    with pytest.raises(AssertionError):
+        _check_bound(wide, truth, delta, p, values)
+
+
+def test_sizes_follow_the_stated_bound():
+    for eps, delta in [(0.01, 0.05), (0.05, 0.05), (0.1, 0.05), (0.3, 0.01), (0.5, 1e-6)]:
+        k, cap = suggest_sizes(eps, delta)
+        g = per_instance_failure(eps)
+        assert k % 2 == 1 and k >= 3
+        p = g / cap
+        tail = sum(math.comb(k, j) * p**j * (1 - p) ** (k - j) for j in range((k + 1) // 2, k + 1))
+        assert tail <= delta
+        assert 3.0 / eps**2 <= g <= 5.5 / eps**2  # the Chebyshev constant, about 3/ε²
+
+
+def test_top_level_overflow_gives_a_certain_open_interval():
+    sk = RandomizedWave(0.5, 0.2, 1_000_000, seed=2, max_distinct=1)
+    assert sk.top == 1
+    keys = np.arange(5_000, dtype=np.uint64)
+    sk.update(np.arange(5_000), keys)
+    e = sk.query(0, sk.clock)
+    assert e.upper == math.inf and e.confidence == 1.0 and sk.capacity < e.lower <= 5_000
+
+
+# -- API, bytes and refusals -------------------------------------------------------------
+
+def test_query_and_update_validation():
+    sk = RandomizedWave(0.1, 0.05, 100)
+    assert sk.query(0, 5) == sk.query(3, 3)  # empty: exact 0
+    sk.update(np.array([10, 50]), np.array([1, 2], np.uint64))
+    with pytest.raises(SketchError, match="hi must be >= clock"):
+        sk.query(10, 49)
+    with pytest.raises(SketchError, match="exceeds the window"):
+        sk.query(-60, 50)
+    with pytest.raises(SketchError, match="hi < lo"):
+        sk.query(50, 49)
+    with pytest.raises(SketchError):
+        sk.update(np.array([1.5]), np.array([1], np.uint64))
+    with pytest.raises(SketchError):
+        sk.update(np.array([-1]), np.array([1], np.uint64))
+    with pytest.raises(SketchError):
+        sk.update(np.array([1, 2]), np.array([1], np.uint64))
+    for bad in [dict(epsilon=0), dict(epsilon=1), dict(delta=0), dict(delta=1), dict(window=0),
+                dict(seed=-1), dict(max_distinct=0)]:
+        with pytest.raises(SketchError):
+            RandomizedWave(**{**dict(epsilon=0.1, delta=0.05, window=10), **bad})
+    sk.update(np.array([], np.int64), np.array([], np.uint64))
+    assert sk.query(0, 50).estimate == 2 and sk.query(11, 50).estimate == 1
+
+
+def test_merge_refusals_have_fixed_messages():
+    a = RandomizedWave(0.1, 0.05, 100, seed=1)
+    with pytest.raises(IncompatibleSketchError, match="^cannot merge a sketch with itself$"):
+        a.merge(a)
+    with pytest.raises(IncompatibleSketchError, match="^can only merge a RandomizedWave$"):
+        a.merge(object())
+    msg = "^cannot merge randomized waves with different epsilon, delta, window, seed or max_distinct$"
+    for other in [RandomizedWave(0.1, 0.05, 100, seed=2), RandomizedWave(0.2, 0.05, 100, seed=1),
+                  RandomizedWave(0.1, 0.01, 100, seed=1), RandomizedWave(0.1, 0.05, 99, seed=1),
+                  RandomizedWave(0.1, 0.05, 100, seed=1, max_distinct=10)]:
+        with pytest.raises(IncompatibleSketchError, match=msg):
+            a.merge(other)
+
+
+def test_copy_repr_nbytes_and_round_trip():
+    rng = np.random.default_rng(5)
+    sk = RandomizedWave(**SMALL, seed=4)
+    assert sk.is_empty and sk.nbytes == len(sk.to_bytes())
+    assert RandomizedWave.from_bytes(sk.to_bytes()).to_bytes() == sk.to_bytes()
+    sk.update(rng.integers(0, 5000, 4000), rng.integers(0, 3000, 4000).astype(np.uint64))
+    blob = sk.to_bytes()
+    assert sk.nbytes == len(blob)
+    back = RandomizedWave.from_bytes(blob)
+    assert back.to_bytes() == blob and back.query(0, back.clock) == sk.query(0, sk.clock)
+    twin = sk.copy()
+    twin.update(np.array([9_999]), np.array([123456789], np.uint64))
+    assert sk.to_bytes() == blob and twin.to_bytes() != blob
+    assert "RandomizedWave(epsilon=0.9" in repr(sk) and "capacity=17" in repr(sk)
+
+
+def _small_blob():
+    sk = RandomizedWave(**SMALL, seed=8)
+    rng = np.random.default_rng(8)
+    sk.update(rng.integers(0, 300, 400), rng.integers(0, 200, 400).astype(np.uint64))
+    return sk.to_bytes()
+
+
+def test_every_truncation_and_padding_is_refused():
+    blob = _small_blob()
+    for cut in range(len(blob)):
+        with pytest.raises(CorruptSketchError):
+            RandomizedWave.from_bytes(blob[:cut])
+    with pytest.raises(CorruptSketchError):
+        RandomizedWave.from_bytes(blob + b"\0")
+    with pytest.raises(CorruptSketchError):
+        RandomizedWave.from_bytes("not bytes")
+
+
+def _patched(blob, offset, fmt, value):
+    data = bytearray(blob)
+    struct.pack_into(fmt, data, offset, value)
+    return bytes(data)
+
+
+def test_corrupt_fields_are_refused():
+    blob = _small_blob()
+    head = HEADER_SIZE
+    sk = RandomizedWave.from_bytes(blob)
+    levels = sk.top + 1
+    first = head + RandomizedWave._HEAD.size  # first instance: u32 n, floors, entries
+    (n,) = struct.unpack_from("<I", blob, first)
+    floors = first + 4
+    ents = floors + 17 * levels
+    cases = [
+        _patched(blob, 0, "<4s", b"XXXX"),
+        _patched(blob, head, "<d", 1.5),  # epsilon
+        _patched(blob, head + 8, "<d", 0.0),  # delta
+        _patched(blob, head + 16, "<q", 0),  # window
+        _patched(blob, head + 32, "<Q", 0),  # max_distinct
+        _patched(blob, head + 40, "<B", 2),  # has_clock
+        _patched(blob, head + 41, "<q", sk.clock + 1),  # clock not the latest tick
+        _patched(blob, head + 41, "<q", -5),
+        _patched(blob, floors, "<B", 3),  # has_floor flag
+        _patched(blob, floors + 1, "<q", sk.clock + 1),  # floor tick past the clock
+        _patched(blob, floors + 1, "<q", 0),  # floor no longer below the level's keys' ...
+        _patched(blob, ents, "<Q", 2**64 - 1),  # keys out of order
+        _patched(blob, ents + 16 * n, "<q", -1),  # negative tick
+        _patched(blob, ents + 16 * n, "<q", 10**12),  # tick past the clock
+        _patched(blob, ents + 16 * n + 8 * n, "<B", 60),  # stored above its hash level
+        _patched(blob, first, "<I", n - 1),  # count inconsistent with the payload
+    ]
+    for bad in cases:
+        with pytest.raises(CorruptSketchError):
+            RandomizedWave.from_bytes(bad)
+
+
+def test_random_byte_flips_never_crash():
+    blob = _small_blob()
+    rng = np.random.default_rng(0)
+    for _ in range(300):
+        data = bytearray(blob)
+        i = int(rng.integers(HEADER_SIZE, len(data)))
+        data[i] ^= int(rng.integers(1, 256))
+        try:
+            sk = RandomizedWave.from_bytes(bytes(data))
+        except CorruptSketchError:
+            continue
+        sk.query(max(0, sk.clock - 100), sk.clock)  # a blob that loads must be usable
