@@ -168,7 +168,10 @@ class SplittableHistogram:
 
     Weights are real masses ≥ 0: Algorithm 4 treats weight v as v unit elements, and the
     proof of Lemma 1 only counts mass assigned to buckets (at most 2^(i+1) to a root, 2^i
-    to each later node of a path), so it holds unchanged for real-valued mass.
+    to each later node of a path), so the interval holds unchanged for real-valued mass.
+    The ε-relative guarantee (Lemma 3) also needs every level-0 bucket to weigh at least
+    1, i.e. weights of 0 or ≥ 1; with smaller weights the interval still holds but may be
+    wider than ε.
 
     Merging (not in the paper) keeps the parts side by side: the merged sketch answers the
     sum of its parts' answers, and since each part's error is at most ε times its own
