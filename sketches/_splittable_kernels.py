@@ -1,9 +1,14 @@
-"""Compiled kernels of the splittable histogram (Busch & Tirthapura 2007, Algorithms 3-4).
+"""Compiled kernels of the splittable histogram (Busch & Tirthapura 2007, §2-3).
 
-One data structure ``D`` covers one interval of ``Wp`` ticks (a power of two) in local
-time ``[0, Wp - 1]``. Level ``i`` is a row of the 2-D arrays: ``L[i, :n[i]]``,
-``R[i, :n[i]]``, ``M[i, :n[i]]`` are its buckets' left ends, right ends and masses,
-sorted by ``L``; ``T[i]`` is the largest right end discarded at that level (-1 if none).
+One data structure ``D`` covers one interval of ``Wp`` ticks (a power of two), in local
+time ``[0, Wp - 1]``. Level ``i`` is row ``i`` of two 2-D arrays: ``L[i, :n[i]]`` holds
+its buckets' left ends in increasing order, ``M[i, :n[i]]`` their weights. ``T[i]`` is
+the largest tick discarded at that level (-1 if none) and ``F[i]`` counts the rounded
+floating-point operations that level has done on masses (for the rounding allowance).
+
+Level 0 holds singleton buckets (``r = l``). At levels ``i >= 1`` the buckets tile
+``[T[i] + 1, Wp - 1]`` (splits keep a tiling, discards remove a prefix), so a bucket's
+right end is the next bucket's left end minus one, or ``Wp - 1`` for the last bucket.
 """
 
 from __future__ import annotations
@@ -13,117 +18,263 @@ from numba import njit
 
 
 @njit(cache=True)
-def _search_left(L, n, t):
-    """First index in L[:n] whose value is >= t."""
-    lo, hi = 0, n
-    while lo < hi:
+def aggregate_sorted(ticks, weights):
+    """Equal ticks of a sorted batch become one batched insertion (Algorithm 4).
+
+    Returns the distinct ticks, their total weights and the longest run length (a sum of
+    ``r`` terms is rounded at most ``r - 1`` times).
+    """
+    n = ticks.shape[0]
+    out_t = np.empty(n, np.int64)
+    out_w = np.empty(n, np.float64)
+    m = 0
+    run = 0
+    longest = 0
+    for k in range(n):
+        if m > 0 and out_t[m - 1] == ticks[k]:
+            out_w[m - 1] += weights[k]
+            run += 1
+        else:
+            out_t[m] = ticks[k]
+            out_w[m] = weights[k]
+            m += 1
+            run = 1
+        if run > longest:
+            longest = run
+    return out_t[:m], out_w[:m], longest
+
+
+@njit(cache=True)
+def is_sorted(ticks):
+    for k in range(1, ticks.shape[0]):
+        if ticks[k] < ticks[k - 1]:
+            return False
+    return True
+
+
+@njit(cache=True)
+def insert_level0(L, M, n, T, F, ticks, masses, alpha):
+    """Algorithm 4, lines 1-5 and 39-45 at level 0, for a sorted batch of distinct ticks.
+
+    The batch is merged into the sorted singletons. When the level reaches ``2·alpha``
+    buckets the oldest are discarded down to ``alpha`` (the paper discards down to alpha
+    after every element; deferring it only keeps more exact buckets, and every discard
+    still leaves alpha of them after ``T``, which is all Lemma 3 uses).
+    """
+    n0 = n[0]
+    t0 = T[0]
+    m = ticks.shape[0]
+    tl = np.empty(n0 + m, np.int64)
+    tm = np.empty(n0 + m, np.float64)
+    i = 0
+    j = 0
+    c = 0
+    flops = 0
+    while i < n0 or j < m:
+        if j < m and (masses[j] <= 0.0 or ticks[j] <= t0):
+            j += 1  # nothing to add, or a tick this level no longer covers
+            continue
+        if j >= m or (i < n0 and L[0, i] < ticks[j]):
+            tl[c] = L[0, i]
+            tm[c] = M[0, i]
+            i += 1
+        elif i < n0 and L[0, i] == ticks[j]:
+            tl[c] = L[0, i]
+            tm[c] = M[0, i] + masses[j]
+            flops += 1
+            i += 1
+            j += 1
+        else:
+            tl[c] = ticks[j]
+            tm[c] = masses[j]
+            j += 1
+        c += 1
+    start = 0
+    if c >= 2 * alpha:
+        start = c - alpha
+        T[0] = tl[start - 1]
+    for k in range(start, c):
+        L[0, k - start] = tl[k]
+        M[0, k - start] = tm[k]
+    n[0] = c - start
+    F[0] += flops
+
+
+@njit(cache=True)
+def _last_le(row, cnt, t):
+    """Index of the last of ``row[:cnt]`` that is <= t (row[0] <= t is assumed)."""
+    lo, hi = 0, cnt
+    while hi - lo > 1:
         mid = (lo + hi) >> 1
-        if L[mid] < t:
-            lo = mid + 1
+        if row[mid] <= t:
+            lo = mid
         else:
             hi = mid
     return lo
 
 
 @njit(cache=True)
-def _insert_level0(L, R, M, n, T, t, v, alpha):
-    # Algorithm 4, lines 1-5: exact singleton buckets.
-    if t <= T[0]:
-        return  # that tick was discarded from level 0 already
-    cnt = n[0]
-    pos = _search_left(L[0], cnt, t)
-    if pos < cnt and L[0, pos] == t:
-        M[0, pos] += v
-        return
-    for j in range(cnt, pos, -1):
-        L[0, j] = L[0, j - 1]
-        R[0, j] = R[0, j - 1]
-        M[0, j] = M[0, j - 1]
-    L[0, pos] = t
-    R[0, pos] = t
-    M[0, pos] = v
-    n[0] = cnt + 1
-    _discard_overflow(L, R, M, n, T, 0, alpha)
+def _emit(L, M, i, lo, hi, w, st, bl, br, bm, alpha):
+    """Append a finished bucket to the output; discard the oldest when 2·alpha are out.
+
+    ``st = [s0, p0, bc, T]``: the untouched prefix is ``L[i, s0:p0]``, the rest of the
+    output is ``bl/br/bm[:bc]``. Discarding down to alpha output buckets leaves at least
+    alpha after the new ``T`` (more buckets follow), which is all Lemma 3 needs.
+    """
+    bc = st[2]
+    bl[bc] = lo
+    br[bc] = hi
+    bm[bc] = w
+    bc += 1
+    s0, p0 = st[0], st[1]
+    out = (p0 - s0) + bc
+    if out >= 2 * alpha:
+        d = out - alpha
+        take = min(d, p0 - s0)
+        if take > 0:
+            s0 += take
+            st[3] = L[i, s0] - 1  # the prefix is followed by what starts at L[i, p0]
+        d -= take
+        if d > 0:
+            st[3] = br[d - 1]
+            for j in range(bc - d):
+                bl[j] = bl[j + d]
+                br[j] = br[j + d]
+                bm[j] = bm[j + d]
+            bc -= d
+        st[0] = s0
+    st[2] = bc
 
 
 @njit(cache=True)
-def _insert_level(L, R, M, n, T, i, t, v, alpha):
-    # Algorithm 4, lines 6-37: batched insertion of mass v at tick t with splits.
+def insert_level(L, M, n, T, F, i, ticks, masses, alpha, wp, cap_w, half_w, bl, br, bm, sl, sr, sm):
+    """Algorithm 4, lines 6-45 at level ``i >= 1``, for a sorted batch of distinct ticks.
+
+    ``cap_w = 2^(i+1)·unit`` and ``half_w = 2^i·unit``. A batch of mass ``v`` at tick
+    ``t`` fills the bucket holding ``t`` up to ``cap_w``, splits it in two halves of
+    ``half_w`` and goes on with the rest in the half holding ``t``; a singleton bucket
+    takes any mass. The sum ``w + r`` is rounded once and, on a split, the remainder
+    ``w + r - cap_w`` once: both are counted in ``F[i]``.
+
+    Ticks come in increasing order, so buckets left of the current one are final: they
+    are written out in order, and the right halves still ahead wait on a stack (at most
+    log Wp deep). The level is rebuilt from the first bucket the batch touches, in time
+    linear in the buckets after it, instead of shifting the row at every split.
+    """
     cnt = n[i]
-    pos = _search_left(L[i], cnt, t + 1) - 1  # last bucket with L <= t
-    if pos < 0 or R[i, pos] < t:
-        return  # t lies in a discarded region of this level
-    cap = 2.0 ** (i + 1)
-    half = 2.0 ** i
-    rem = v
-    while rem > 0.0:
-        if L[i, pos] == R[i, pos] or rem + M[i, pos] < cap:
-            M[i, pos] += rem
-            rem = 0.0
-        else:
-            rem = rem + M[i, pos] - cap
-            lo, hi = L[i, pos], R[i, pos]
-            mid = (lo + hi + 1) // 2
-            cnt = n[i]
-            for j in range(cnt, pos + 1, -1):
-                L[i, j] = L[i, j - 1]
-                R[i, j] = R[i, j - 1]
-                M[i, j] = M[i, j - 1]
-            L[i, pos], R[i, pos], M[i, pos] = lo, mid - 1, half
-            L[i, pos + 1], R[i, pos + 1], M[i, pos + 1] = mid, hi, half
-            n[i] = cnt + 1
-            if t >= mid:
-                pos += 1
-    _discard_overflow(L, R, M, n, T, i, alpha)
-
-
-@njit(cache=True)
-def _discard_overflow(L, R, M, n, T, i, alpha):
-    # Algorithm 4, lines 39-45: keep the alpha most recent buckets. Discarding is
-    # deferred until a level holds 2·alpha buckets, so the shift is amortised O(1) per
-    # insertion. Keeping more than alpha recent buckets only lowers T_i: Lemma 1 does not
-    # depend on it, and Lemma 3 needs at least alpha buckets after T_i, which holds.
-    if n[i] < 2 * alpha:
+    m = ticks.shape[0]
+    k = 0
+    while k < m and (masses[k] <= 0.0 or ticks[k] <= T[i]):
+        k += 1
+    if k == m:
         return
-    extra = n[i] - alpha
-    T[i] = R[i, extra - 1]
-    for j in range(alpha):
-        L[i, j] = L[i, j + extra]
-        R[i, j] = R[i, j + extra]
-        M[i, j] = M[i, j + extra]
-    n[i] = alpha
-
-
-@njit(cache=True)
-def insert_batch(L, R, M, n, T, levels, ticks, masses, alpha):
-    """Insert (tick, mass) pairs, ticks local to the interval, into every level."""
-    for k in range(ticks.shape[0]):
-        v = masses[k]
+    p0 = _last_le(L[i], cnt, ticks[k])
+    st = np.empty(4, np.int64)
+    st[0], st[1], st[2], st[3] = 0, p0, 0, T[i]
+    q = p0
+    clo = L[i, q]
+    chi = L[i, q + 1] - 1 if q + 1 < cnt else wp - 1
+    cw = M[i, q]
+    q += 1
+    top = 0
+    flops = 0
+    for kk in range(k, m):
+        v = masses[kk]
+        t = ticks[kk]
         if v <= 0.0:
             continue
-        t = ticks[k]
-        _insert_level0(L, R, M, n, T, t, v, alpha)
-        for i in range(1, levels):
-            _insert_level(L, R, M, n, T, i, t, v, alpha)
+        while t > chi:
+            _emit(L, M, i, clo, chi, cw, st, bl, br, bm, alpha)
+            if top > 0:
+                top -= 1
+                clo, chi, cw = sl[top], sr[top], sm[top]
+            else:
+                clo = L[i, q]
+                chi = L[i, q + 1] - 1 if q + 1 < cnt else wp - 1
+                cw = M[i, q]
+                q += 1
+        rem = v
+        while True:
+            x = cw + rem
+            flops += 1
+            if clo == chi or x < cap_w:
+                cw = x
+                break
+            rem = x - cap_w
+            flops += 1
+            mid = clo + ((chi - clo + 1) >> 1)
+            if t >= mid:
+                _emit(L, M, i, clo, mid - 1, half_w, st, bl, br, bm, alpha)
+                clo = mid
+            else:
+                sl[top], sr[top], sm[top] = mid, chi, half_w
+                top += 1
+                chi = mid - 1
+            cw = half_w
+            if rem <= 0.0:
+                break
+    _emit(L, M, i, clo, chi, cw, st, bl, br, bm, alpha)
+    while top > 0:
+        top -= 1
+        _emit(L, M, i, sl[top], sr[top], sm[top], st, bl, br, bm, alpha)
+    while q < cnt:
+        hi = L[i, q + 1] - 1 if q + 1 < cnt else wp - 1
+        _emit(L, M, i, L[i, q], hi, M[i, q], st, bl, br, bm, alpha)
+        q += 1
+    s0, bc = st[0], st[2]
+    keep = p0 - s0
+    if s0 > 0:
+        for j in range(keep):
+            L[i, j] = L[i, s0 + j]
+            M[i, j] = M[i, s0 + j]
+    for j in range(bc):
+        L[i, keep + j] = bl[j]
+        M[i, keep + j] = bm[j]
+    n[i] = keep + bc
+    T[i] = st[3]
+    F[i] += flops
 
 
 @njit(cache=True)
-def choose_level(T, levels, a):
-    """Algorithm 3, line 1: the smallest level that has kept every bucket at or after a."""
-    for i in range(levels):
-        if T[i] < a:
-            return i
-    return levels - 1
+def insert_all(L, M, n, T, F, levels, ticks, masses, alpha, wp, unit):
+    """Insert a sorted batch of distinct local ticks into levels 0..levels-1."""
+    insert_level0(L, M, n, T, F, ticks, masses, alpha)
+    size = 2 * alpha + 1
+    bl = np.empty(size, np.int64)
+    br = np.empty(size, np.int64)
+    bm = np.empty(size, np.float64)
+    depth = 66
+    sl = np.empty(depth, np.int64)
+    sr = np.empty(depth, np.int64)
+    sm = np.empty(depth, np.float64)
+    for i in range(1, levels):
+        half_w = unit * 2.0**i
+        insert_level(L, M, n, T, F, i, ticks, masses, alpha, wp, 2.0 * half_w, half_w,
+                     bl, br, bm, sl, sr, sm)
 
 
 @njit(cache=True)
-def range_mass(L, M, n, level, a, b):
-    """e_a − e_(b+1) at a level: the mass of buckets whose left end is in [a, b]
-    (Definition 2), summed directly so no large suffix is subtracted from another."""
-    total = 0.0
-    for j in range(n[level] - 1, -1, -1):
-        if L[level, j] < a:
-            break
-        if L[level, j] <= b:
-            total += M[level, j]
-    return total
+def suffix_at(L, n, T, levels, t, wp, force):
+    """Algorithm 3 for the suffix ``[t, Wp - 1]``.
+
+    Returns ``(level, first, bucket)``: the smallest level whose discarded region ends
+    before ``t`` (or level ``force`` if it is >= 0), the index of its first bucket with
+    ``l >= t`` (``n`` if none), and at levels >= 1 the index of the bucket holding ``t``
+    (-1 at level 0).
+    """
+    level = levels - 1
+    if force >= 0:
+        level = force
+    else:
+        for i in range(levels):
+            if T[i] < t:
+                level = i
+                break
+    cnt = n[level]
+    first = cnt
+    while first > 0 and L[level, first - 1] >= t:
+        first -= 1
+    bucket = -1
+    if level > 0:
+        bucket = first if first < cnt and L[level, first] == t else first - 1
+    return level, first, bucket

@@ -1,20 +1,38 @@
-"""Splittable histogram: deterministic ε-relative count and sum over a sliding window of an
-asynchronous (out-of-order) stream.
+"""Splittable histogram: deterministic ε-relative count and sum over a sliding timestamp
+window of an asynchronous (out-of-order) stream.
 
 Busch, C. and Tirthapura, S. (2007). *A deterministic algorithm for summarizing
-asynchronous streams over a sliding window.* STACS. §2 (basic counting: levels S_0..S_M,
-splitting, Algorithms 1-3, the D_j/D_{j+1} interval pair), §3 (sum: batched insertion of
-Algorithm 4).
+asynchronous streams over a sliding window.* STACS. §2.1 (intervals I_k and the pair
+D_j, D_{j+1}; levels S_0..S_M; splitting; Algorithms 1-3), §2.2 (Lemmas 1-3, Theorems 1-2),
+§3 (sum: the batched insertion of Algorithm 4, Theorems 3-4).
+
+Byte layout (after the common 16-byte header, family SPLITTABLE_HISTOGRAM, little endian)::
+
+    f64 epsilon | i64 window | f64 max_total | f64 unit | u32 parts
+    parts × part:
+        i64 clock | u8 has_old | [interval old] | interval new
+    interval:
+        i64 k | u8 exact | u8 levels
+        levels × level:
+            i64 T | u64 flops | u32 n
+            level 0:   n × i64 tick | n × f64 weight       (local ticks, increasing)
+            level ≥ 1: n × u8 log2(width) | n × f64 weight (buckets tile [T + 1, Wp - 1])
+
+Only non-empty parts are written. Each level keeps its ``alpha`` most recent buckets (the
+discard of Algorithm 4, lines 39-45, that memory defers), and an interval that lies wholly
+before ``clock - window + 1`` is left out (``has_old = 0``).
 """
 
 from __future__ import annotations
 
 import math
+import operator
 import struct
+from fractions import Fraction
 
 import numpy as np
 
-from sketches._splittable_kernels import choose_level, insert_batch, range_mass
+from sketches._splittable_kernels import aggregate_sorted, insert_all, is_sorted, suffix_at
 from sketches.base import (
     CorruptSketchError,
     Estimate,
@@ -25,166 +43,261 @@ from sketches.base import (
     unpack_header,
 )
 
-__all__ = ["SplittableHistogram", "suggest_alpha"]
+__all__ = [
+    "SplittableHistogram",
+    "suggest_alpha",
+    "suggest_levels",
+    "suggest_parameters",
+    "paper_space_bits",
+]
 
 METHOD = "splittable-histogram"
-_MAX_LEVELS = 62
+MAX_WINDOW = 2**40
+TICK_LIMIT = 2**61
+MAX_ALPHA = 2**20
+EMPTY_CLOCK = -(2**62)
+_U = Fraction(1, 2**53)  # unit roundoff of float64
+_EXACT_LIMIT = 2.0**53
+
+_MSG_SELF = "cannot merge a sketch with itself"
+_MSG_TYPE = "can only merge a SplittableHistogram with another SplittableHistogram"
+_MSG_PARAMS = "cannot merge splittable histograms with different epsilon, window, max_total or unit"
 
 
-def _pow2_at_least(w: int) -> int:
-    return 1 << max(0, (int(w) - 1).bit_length())
+# -- sizing --------------------------------------------------------------------------------
+def _log2_window(window: int) -> int:
+    """log2 of Wp, the window rounded up to a power of two (§2.1: W is a power of 2)."""
+    return max(0, (int(window) - 1).bit_length())
 
 
 def suggest_alpha(epsilon: float, window: int) -> int:
-    """Buckets kept per level: α = ⌈(1 + log W)(2 + ε)/ε⌉ (§2.1, W rounded up to 2^k)."""
-    log_w = _pow2_at_least(window).bit_length() - 1
-    return int(math.ceil((1 + log_w) * (2 + epsilon) / epsilon))
+    """Buckets kept per level, α = ⌈(1 + log₂ Wp)(2 + ε)/ε⌉ (§2.1, Algorithm 1)."""
+    return int(math.ceil((1 + _log2_window(window)) * (2 + epsilon) / epsilon))
+
+
+def suggest_levels(max_total: float, unit: float = 1.0) -> int:
+    """Top level M = ⌈log₂(B/unit)⌉ (at least 1), so 2^(M+1)·unit > B (Lemma 2)."""
+    ratio = max_total / unit
+    m = 1
+    while 2.0**m < ratio:
+        m += 1
+    return m
+
+
+def suggest_parameters(epsilon: float, window: int, max_total: float = 2.0**48,
+                       unit: float = 1.0) -> tuple[int, int]:
+    """``(alpha, M)``: buckets per level and top level index for ε, W and B (§2.1)."""
+    return suggest_alpha(epsilon, window), suggest_levels(max_total, unit)
+
+
+def paper_space_bits(epsilon: float, window: int, max_total: float = 2.0**48,
+                     unit: float = 1.0) -> int:
+    """Theorem 2's space, counted: 2 intervals × (M + 1) levels × α buckets ⟨w, l, r⟩ of
+    ``2·log₂ Wp + ⌈log₂(B/unit)⌉`` bits each."""
+    alpha, m = suggest_parameters(epsilon, window, max_total, unit)
+    return 2 * (m + 1) * alpha * (2 * _log2_window(window) + m)
+
+
+# -- exact arithmetic helpers for the bounds -------------------------------------------------
+def _gamma(k: int) -> Fraction | None:
+    """γ_k = k·u/(1 − k·u): the relative error of a product of k factors (1 ± u)
+    (Higham, *Accuracy and Stability of Numerical Algorithms*, Lemma 3.1); None if huge."""
+    ku = k * _U
+    if ku >= Fraction(1, 4):
+        return None
+    return ku / (1 - ku)
+
+
+def _down(x: Fraction) -> float:
+    f = float(x)
+    return math.nextafter(f, -math.inf) if Fraction(f) > x else f
+
+
+def _up(x: Fraction | None) -> float:
+    if x is None:
+        return math.inf
+    f = float(x)
+    return math.nextafter(f, math.inf) if Fraction(f) < x else f
+
+
+def _ceil_digits(x: Fraction, digits: int = 9) -> float:
+    """``x`` rounded up to ``digits`` significant digits (a readable, still valid ε)."""
+    scale = Fraction(10) ** (digits - 1 - math.floor(math.log10(float(x))))
+    f = float(Fraction(math.ceil(x * scale)) / scale)
+    return f if Fraction(f) >= x else _up(x)
+
+
+class _Term:
+    """One suffix s_t of one interval: fsum of its buckets and a bracket of its truth."""
+
+    __slots__ = ("est", "lower", "upper", "delta", "eps", "ok")
+
+    def __init__(self, est, lower, upper, delta, eps, ok):
+        self.est, self.lower, self.upper = est, lower, upper  # upper None = unbounded
+        self.delta, self.eps, self.ok = delta, eps, ok
+
+
+_ZERO_TERM = _Term(Fraction(0), Fraction(0), Fraction(0), Fraction(0), Fraction(0), True)
 
 
 class _Interval:
-    """The data structure D_k of one interval [k·Wp, (k+1)·Wp − 1] (§2.1)."""
+    """The data structure D_k of the interval [k·Wp, (k+1)·Wp − 1] (§2.1)."""
 
-    def __init__(self, k: int, alpha: int, log_w: int, levels: int = 1):
+    def __init__(self, k: int, cap: int, levels: int = 2):
         self.k = k
-        # Levels are trimmed back to alpha when they reach 2·alpha; one insertion adds at
-        # most log W buckets before that check.
-        self.cap = 2 * alpha + log_w + 2
-        self.L = np.zeros((levels, self.cap), np.int64)
-        self.R = np.zeros((levels, self.cap), np.int64)
-        self.M = np.zeros((levels, self.cap), np.float64)
-        self.n = np.zeros(levels, np.int64)
+        self.L = np.zeros((levels, cap), np.int64)
+        self.M = np.zeros((levels, cap), np.float64)
+        self.n = np.ones(levels, np.int64)  # Algorithm 1: levels ≥ 1 start as ⟨0, 0, Wp−1⟩
+        self.n[0] = 0  # and S_0 = ∅
         self.T = np.full(levels, -1, np.int64)
-        self.total = 0.0
-        self.wp = 1 << log_w
-        for i in range(1, levels):
-            self._init_root(i, 0.0)
+        self.F = np.zeros(levels, np.int64)
+        self.exact = True
 
     @property
     def levels(self) -> int:
         return self.L.shape[0]
 
-    def _init_root(self, i: int, mass: float) -> None:
-        # Algorithm 1: level i starts as one bucket <0, 0, W-1>.
-        self.L[i, 0], self.R[i, 0], self.M[i, 0], self.n[i], self.T[i] = 0, self.wp - 1, mass, 1, -1
+    @property
+    def total(self) -> float:
+        # The top level never splits, so its one bucket holds everything inserted.
+        return float(self.M[-1, 0])
 
-    def ensure_levels(self, total: float) -> None:
-        """Grow to M levels with 2^(M+1) > total, so the top level never splits (Lemma 2).
-
-        A level that never split holds one root bucket with all the mass so far, so a
-        level added now is exactly the level that would have been there from the start.
-        """
-        need = 2 if total < 4 else int(math.floor(math.log2(total))) + 2
-        need = min(max(need, 2), _MAX_LEVELS)
-        if need <= self.levels:
-            return
+    def grow(self, levels: int) -> None:
+        """Add levels up to ``levels``. A level that never split is one root bucket with
+        all the mass so far, so a level added now is the one Algorithm 1 would have built."""
         old = self.levels
-        grow = need - old
-        self.L = np.vstack([self.L, np.zeros((grow, self.cap), np.int64)])
-        self.R = np.vstack([self.R, np.zeros((grow, self.cap), np.int64)])
-        self.M = np.vstack([self.M, np.zeros((grow, self.cap), np.float64)])
-        self.n = np.concatenate([self.n, np.zeros(grow, np.int64)])
-        self.T = np.concatenate([self.T, np.full(grow, -1, np.int64)])
-        for i in range(max(old, 1), need):
-            self._init_root(i, self.total)
+        if levels <= old:
+            return
+        extra = levels - old
+        cap = self.L.shape[1]
+        self.L = np.vstack([self.L, np.zeros((extra, cap), np.int64)])
+        self.M = np.vstack([self.M, np.zeros((extra, cap), np.float64)])
+        self.M[old:, 0] = self.M[old - 1, 0]
+        self.n = np.concatenate([self.n, np.ones(extra, np.int64)])
+        self.T = np.concatenate([self.T, np.full(extra, -1, np.int64)])
+        self.F = np.concatenate([self.F, np.full(extra, self.F[old - 1], np.int64)])
 
-    def insert(self, local_ticks: np.ndarray, masses: np.ndarray, alpha: int) -> None:
-        self.ensure_levels(self.total + float(masses.sum()))
-        insert_batch(self.L, self.R, self.M, self.n, self.T, self.levels, local_ticks, masses, alpha)
-        self.total += float(masses.sum())
+    def ensure_capacity(self, cap: int) -> None:
+        """Widen the rows to ``cap`` buckets (a read or merged interval is kept compact)."""
+        have = self.L.shape[1]
+        if have < cap:
+            pad = ((0, 0), (0, cap - have))
+            self.L, self.M = np.pad(self.L, pad), np.pad(self.M, pad)
 
-    def range(self, a: int, b: int, local_clock: int, log_w: int) -> tuple[float, float]:
-        """(estimate, error bound) of the mass at local ticks in [a, b].
+    def copy(self, compact: bool = False) -> "_Interval":
+        """A deep copy; ``compact`` keeps only the filled columns (for a part that is
+        only read: merged parts never take new events)."""
+        d = _Interval.__new__(_Interval)
+        d.k, d.exact = self.k, self.exact
+        width = max(1, int(self.n.max())) if compact else self.L.shape[1]
+        d.L, d.M = self.L[:, :width].copy(), self.M[:, :width].copy()
+        d.n, d.T, d.F = self.n.copy(), self.T.copy(), self.F.copy()
+        return d
 
-        It is e_a − e_(b+1) at the level Algorithm 3 picks for a; each suffix obeys
-        |s_t − e_t| ≤ 2^ℓ (1 + log W) (Lemma 1), is exact at level 0 (singletons), and is
-        exactly 0 past the clock, where there is nothing.
-        """
-        level = choose_level(self.T, self.levels, a)
-        # Up to the clock, the range is s_a itself: read every bucket from a on, including
-        # any split-off mass placed past the clock (Lemma 1 bounds e_a as a whole).
-        e = range_mass(self.L, self.M, self.n, level, a, b if b < local_clock else self.wp)
-        if level == 0:
-            return e, 0.0
-        per_suffix = (2.0**level) * (1 + log_w)
-        return e, per_suffix * (1 + (b + 1 <= local_clock))
+    def gamma(self) -> Fraction | None:
+        """Relative perturbation of every mass held at any level (see the class notes)."""
+        return Fraction(0) if self.exact else _gamma(int(self.F.max()))
 
 
 class _Part:
-    """One unmerged splittable histogram: the interval pair D_j, D_{j+1} and its clock."""
+    """One splittable histogram of one sub-stream: its clock and the pair D_j, D_{j+1}."""
 
-    def __init__(self, alpha: int, log_w: int):
-        self.alpha, self.log_w = alpha, log_w
-        self.clock = None
-        self.ops = 0  # insertions so far, for the float64 rounding allowance
+    __slots__ = ("clock", "old", "new")
+
+    def __init__(self):
+        self.clock: int | None = None
         self.old: _Interval | None = None
         self.new: _Interval | None = None
 
-    def update(self, ticks: np.ndarray, masses: np.ndarray) -> None:
-        wp = 1 << self.log_w
-        ks = ticks // wp
-        top = int(ks[-1])  # ticks come sorted
-        if self.new is None or top > self.new.k:
-            if self.new is not None and top == self.new.k + 1:
-                self.old, self.new = self.new, _Interval(top, self.alpha, self.log_w)
-            else:
-                self.old = _Interval(top - 1, self.alpha, self.log_w)
-                self.new = _Interval(top, self.alpha, self.log_w)
-        for d in (self.old, self.new):
-            lo, hi = np.searchsorted(ks, [d.k, d.k + 1])
-            if hi > lo:
-                d.insert(ticks[lo:hi] - d.k * wp, masses[lo:hi], self.alpha)
-        self.ops += int(ticks.size)
-        latest = int(ticks[-1])
-        self.clock = latest if self.clock is None else max(self.clock, latest)
-
-    def query(self, lo: int, hi: int) -> tuple[float, float]:
-        if self.new is None:
-            return 0.0, 0.0
-        wp = 1 << self.log_w
-        est = err = 0.0
-        for d in (self.old, self.new):
-            start, end = d.k * wp, d.k * wp + wp - 1
-            a, b = max(lo, start), min(hi, end, self.clock)
-            if a > b:
-                continue
-            e, r = d.range(a - start, b - start, min(self.clock, end) - start, self.log_w)
-            est += e
-            err += r
-        return est, err
+    def copy(self, compact: bool = False) -> "_Part":
+        p = _Part()
+        p.clock = self.clock
+        p.old = None if self.old is None else self.old.copy(compact)
+        p.new = None if self.new is None else self.new.copy(compact)
+        return p
 
 
 class SplittableHistogram:
     """Deterministic sliding-window count and sum for out-of-order arrivals.
 
-    For a window ``[lo, clock]`` of at most ``window`` ticks the estimate X of the true
-    total S satisfies (Theorem 1 for counts, Theorem 3 for sums)::
+    Time is cut into intervals of ``Wp`` ticks (``window`` rounded up to a power of two);
+    the ticks still queryable, ``[clock − window + 1, clock]``, lie in the last two, whose
+    structures D_j, D_{j+1} are kept (§2.1). Each D has levels S_0..S_M: S_0 holds exact
+    singletons; S_i (i ≥ 1) holds buckets ⟨w, l, r⟩ tiling the interval, of weight in
+    [2^i·ρ, 2^(i+1)·ρ) (ρ = ``unit``), that split in two halves when they fill (a bucket of
+    one tick never splits); each level keeps its α most recent buckets,
+    α = ⌈(1 + log₂ Wp)(2 + ε)/ε⌉ (Algorithm 1), discarding the older ones once it holds
+    2α (a deferred discard: Lemma 3 only needs α buckets after T_i). A weight is a batched
+    insertion of real mass (Algorithm 4, Theorem 3). Levels are added as the interval's
+    total X grows, so that 2^(M+1)·ρ > X (Lemma 2): a level that never split is one
+    bucket holding X, exactly what Algorithm 1 would have built; M ≤ ⌈log₂(B/ρ)⌉.
 
-        |X − S| ≤ ε · S
+    **Lemma 1, read on the state.** Let s_t be the true weight at ticks ≥ t of one
+    interval and e_t the weight of the buckets with l ≥ t at a level ℓ with T_ℓ < t. Then
 
-    and the returned interval is tighter still: it is ``X ∓ Σ 2^ℓ (1 + log W)`` over the
-    levels ℓ the query reads (Lemma 1), which Lemma 3 bounds by ε·S. For a range
-    ``[lo, hi]`` ending before the clock the same lemma bounds each of its two suffixes,
-    so the interval (twice as wide) still always holds, but ε no longer describes it.
+        e_t − Δ_t ≤ s_t ≤ e_t + Δ_t ≤ e_t + 2^ℓ·ρ·(1 + log₂ Wp)
 
-    Weights are real masses ≥ 0: Algorithm 4 treats weight v as v unit elements, and the
-    proof of Lemma 1 only counts mass assigned to buckets (at most 2^(i+1) to a root, 2^i
-    to each later node of a path), so the interval holds unchanged for real-valued mass.
-    The ε-relative guarantee (Lemma 3) also needs every level-0 bucket to weigh at least
-    1, i.e. weights of 0 or ≥ 1; with smaller weights the interval still holds but may be
-    wider than ε.
+    with Δ_t = 0 at level 0 or for t = 0, and otherwise
+    Δ_t = [D ≥ 1]·2^ℓρ·(A + 1) + [t > l(b)]·(w(b) − [D ≥ 1]·2^ℓρ), where b is the bucket
+    holding t, D its depth in the split tree, z the trailing zero bits of t and
+    A = min(D, log₂ Wp − z) the number of b's ancestors that hold t − 1. *Proof* (§2.2,
+    Lemma 1 and Proposition 1): mass counted on the wrong side of t was first assigned to
+    a node holding both t − 1 and t — one of those A ancestors, each of which took 2^ℓρ
+    of its own before splitting (the root 2^(ℓ+1)ρ, hence A + 1), or b itself, which has
+    taken w(b) − 2^ℓρ so far. Mass, not elements, is counted, so real weights are fine.
 
-    Merging (not in the paper) keeps the parts side by side: the merged sketch answers the
-    sum of its parts' answers, and since each part's error is at most ε times its own
-    total, the sum's error is at most ε times the sum — the bound composes with no loss at
-    any depth of merge tree, for space equal to the sum of the parts'. New events go into
-    the first part.
+    **Bounds** (S = true weight of the events with tick in ``[lo, hi]``, Ŷ the estimate,
+    ``[lower, upper]`` always contains S):
+
+    * ``hi ≥ clock`` (the paper's window ``[c − w, c]``; Theorems 1 and 3):
+      ``|Ŷ − S| ≤ ε·S``, ``kind="relative"``. The window is one suffix of D_j and all of
+      D_{j+1} (Δ_0 = 0). Algorithm 3 reads the smallest ℓ with T_ℓ < t and Lemma 3 gives
+      2^ℓρ(1 + log₂ Wp) ≤ ε·s_t: for ℓ ≥ 2 always, for ℓ = 1 when the α buckets of S_0
+      weigh ≥ ρ each (counts, integer sums with ρ = 1); the query checks
+      ε·weight(S_0) ≥ 2ρ(1 + log₂ Wp) on the state. The interval is
+      ``[max(Σ(e − Δ), Ŷ/(1+ε)), min(Σ(e + Δ), Ŷ/(1−ε))]``: ``|Ŷ − S| ≤ εS`` gives
+      ``S(1−ε) ≤ Ŷ ≤ S(1+ε)``, i.e. ``Ŷ/(1+ε) ≤ S ≤ Ŷ/(1−ε)``.
+    * ``hi < clock``: S = s_lo − s_(hi+1) per interval, two boundaries each within ε of
+      a suffix of ``[lo, clock]``: ``|Ŷ − S| ≤ ε_Σ·Q``, ``Q`` = weight of
+      ``[lo, clock]``, ``kind="additive"``, ``epsilon = ε_Σ`` = the sum of the
+      boundaries' ε (2ε, or ε when one boundary is exact).
+    * If the ℓ = 1 check fails (per-tick weights below ρ), that boundary still errs by
+      ≤ 2ρ(1 + log₂ Wp) = ε·S* with S* = 2ρ(1 + log₂ Wp)/ε: the answer is additive with
+      ``Q = weight of [lo, clock] + P·S*``, P the number of such boundaries. A finer
+      ``unit`` restores the relative bound.
+
+    **Rounding.** Weights are float64. Each rounded operation (``w + r`` and
+    ``w + r − 2^(ℓ+1)ρ`` in Algorithm 4, sums of equal ticks in a batch) is exact
+    arithmetic on masses scaled by (1 ± u), u = 2^−53, so the state is the exact state of
+    a stream whose masses are within 1 ± γ of the true ones, γ = F·u/(1 − F·u) for the F
+    rounded operations of the interval (Higham, Lemma 3.1). Bucket sums use ``math.fsum``
+    (one rounding). The bounds carry both factors (Lemma 3 then gives ε(1+γ)/(1−γ)), are
+    computed in exact rationals and rounded outward, and ``epsilon`` reports the composed
+    value: exactly ε when every weight is an integer (ρ integral, totals < 2^53), where
+    no operation rounds.
+
+    **Merge** (not in the paper): the merged sketch keeps the parts side by side, each a
+    splittable histogram of its own sub-stream with its own clock; a query asks every part
+    and adds the answers and the intervals. After merging k parts — depth 1, or any tree
+    of depth h — ``|Ŷ − S| ≤ Σ_p |Ŷ_p − S_p| ≤ Σ_p ε·S_p = ε·S`` for ``hi ≥ clock``
+    (the window ``[lo, clock]`` covers each part's suffix window ``[lo, clock_p]``), and
+    ``≤ max_p ε_Σ,p · Q`` otherwise: the composed ε is ε for every k and h, and the
+    intervals add exactly. The price is space, the sum of the parts' (a part wholly
+    before ``clock − window + 1`` is dropped); :attr:`parts` says how many. New events
+    go into this sketch's own first part.
 
     Parameters
     ----------
     epsilon : float
-        Relative error target in (0, 1).
+        Relative error target ε in (0, 1).
     window : int
-        Longest window W in ticks (rounded up to a power of two internally).
+        Longest window W in ticks; a query covers at most ``window`` ticks.
+    max_total : float
+        Upper bound B on the weight in one interval of ``Wp`` ticks; an update that would
+        exceed it raises :class:`SketchError` (and changes nothing).
+    unit : float, keyword-only
+        ρ, the weight of one element for the level thresholds 2^i·ρ (default 1: counts,
+        integer sums, or any sum whose weight per tick is ≥ 1).
 
     Examples
     --------
@@ -192,84 +305,293 @@ class SplittableHistogram:
     >>> sh = SplittableHistogram(0.1, window=64)
     >>> sh.update(np.array([5, 3, 9, 9, 1]))
     >>> e = sh.query(0, sh.clock)
-    >>> e.lower <= 5 <= e.upper
+    >>> e.lower <= 5 <= e.upper, e.kind, e.epsilon
+    (True, 'relative', 0.1)
+    >>> other = SplittableHistogram(0.1, window=64)
+    >>> other.update(np.array([8, 9]), np.array([2.5, 0.5]))
+    >>> m = sh.merge(other).query(6, 9)
+    >>> m.lower <= 5.0 <= m.upper, sh.parts
+    (True, 2)
+    >>> SplittableHistogram.from_bytes(sh.to_bytes()).query(6, 9) == m
     True
     """
 
-    def __init__(self, epsilon: float, window: int):
-        if not 0 < epsilon < 1:
-            raise SketchError("epsilon must be in (0, 1)")
-        if not 1 <= int(window) <= 2**40:
-            raise SketchError("window must be between 1 and 2^40 ticks")
-        self.epsilon = float(epsilon)
-        self.window = int(window)
-        self.log_w = _pow2_at_least(self.window).bit_length() - 1
-        self.alpha = suggest_alpha(self.epsilon, self.window)
-        self._parts = [_Part(self.alpha, self.log_w)]
+    def __init__(self, epsilon: float, window: int, max_total: float = 2.0**48, *,
+                 unit: float = 1.0):
+        epsilon, max_total, unit = float(epsilon), float(max_total), float(unit)
+        try:
+            window = operator.index(window)
+        except TypeError:
+            raise SketchError(f"window must be an integer number of ticks, got {window!r}") from None
+        if not 0.0 < epsilon < 1.0:
+            raise SketchError(f"epsilon must be in (0, 1), got {epsilon}")
+        if not 1 <= window <= MAX_WINDOW:
+            raise SketchError(f"window must be between 1 and 2^40 ticks, got {window}")
+        if not (math.isfinite(unit) and 2.0**-200 <= unit <= 2.0**200):
+            raise SketchError(f"unit must be a positive number in [2^-200, 2^200], got {unit}")
+        if not (math.isfinite(max_total) and unit <= max_total <= unit * 2.0**600):
+            raise SketchError(f"max_total must be in [unit, unit·2^600], got {max_total}")
+        self.epsilon, self.window, self.max_total, self.unit = epsilon, window, max_total, unit
+        self.log_w = _log2_window(window)
+        self.wp = 1 << self.log_w
+        self.alpha = suggest_alpha(epsilon, window)
+        if self.alpha > MAX_ALPHA:
+            raise SketchError(f"epsilon {epsilon} needs {self.alpha} buckets per level; "
+                              f"at most {MAX_ALPHA} are supported")
+        self.max_level = suggest_levels(max_total, unit)
+        # A level reaches 2·alpha − 1 buckets before its deferred discard; one element
+        # adds at most log₂ Wp more by splitting.
+        self._cap = 2 * self.alpha + self.log_w + 2
+        self._unit_integral = unit.is_integer()
+        self._parts: list[_Part] = [_Part()]
 
-    # -- updates -----------------------------------------------------------------------
+    # -- updates -------------------------------------------------------------------------
     def update(self, ticks: np.ndarray, weights: np.ndarray | None = None) -> None:
-        """Insert a batch of events (any order, duplicates allowed); weights default to 1."""
-        ticks = np.asarray(ticks, dtype=np.int64)
-        if ticks.size == 0:
-            return
+        """Insert a batch of events, in any order; ``weights`` default to 1.
+
+        Equal ticks become one batched insertion of their total weight (Algorithm 4).
+        Events older than ``clock − window + 1`` (after the batch) are expired and
+        dropped. Raises :class:`SketchError`, changing nothing, on bad input or when an
+        interval's total would exceed ``max_total``.
+        """
+        t = np.asarray(ticks)
+        if t.ndim != 1 or (t.size and t.dtype.kind not in "iu"):
+            raise SketchError("ticks must be a 1-D array of integers")
         if weights is None:
-            weights = np.ones(ticks.size, np.float64)
-        weights = np.asarray(weights, dtype=np.float64)
-        if weights.shape != ticks.shape:
-            raise SketchError("ticks and weights must have the same length")
-        if not np.all(np.isfinite(weights)) or np.any(weights < 0):
+            w = None
+        else:
+            w = np.asarray(weights, dtype=np.float64)
+            if w.shape != t.shape:
+                raise SketchError("ticks and weights must have the same length")
+        if t.size == 0:
+            return
+        tmin, tmax = int(t.min()), int(t.max())
+        if tmin <= -TICK_LIMIT or tmax >= TICK_LIMIT:
+            raise SketchError("ticks must be in (-2^61, 2^61)")
+        t = t.astype(np.int64, copy=False)
+        if w is not None and not (np.all(np.isfinite(w)) and np.all(w >= 0.0)):
             raise SketchError("weights must be finite and >= 0")
-        if ticks.min() < 0:
-            raise SketchError("ticks must be >= 0")
-        # Equal ticks are one batched insertion (Algorithm 4, Theorem 3).
-        unique, inverse = np.unique(ticks, return_inverse=True)
-        masses = np.bincount(inverse, weights=weights, minlength=unique.size)
-        self._parts[0].update(unique, masses)
+
+        part = self._parts[0]
+        clock = max(self.clock, tmax)
+        part_clock = tmax if part.clock is None else max(part.clock, tmax)
+        live = clock - self.window + 1
+        keep = t >= live
+        if w is not None:
+            keep &= w > 0.0
+        ts = t[keep]
+        ws = np.ones(ts.size) if w is None else w[keep]
+        exact_batch = self._unit_integral and (w is None or bool(np.all(ws == np.floor(ws))))
+        if ts.size and not is_sorted(ts):
+            order = np.argsort(ts, kind="stable")
+            ts, ws = ts[order], ws[order]
+        ut, um, longest = aggregate_sorted(ts, ws) if ts.size else (ts, ws, 0)
+
+        # Which D_j, D_{j+1} the part holds after the batch (§2.1).
+        wp = self.wp
+        top = part_clock // wp
+        held = {d.k: d for d in (part.old, part.new) if d is not None}
+        old, new = held.get(top - 1), held.get(top)
+        split = int(np.searchsorted(ut, top * wp))
+        plan = []
+        for k, lo, hi, d in ((top - 1, 0, split, old), (top, split, ut.size, new)):
+            if hi > lo:
+                local, mass = ut[lo:hi] - k * wp, um[lo:hi]
+                plan.append((k, d, local, mass, self._target_levels(d, mass, exact_batch)))
+        # Everything is checked; now change the state.
+        for k, d, local, mass, levels in plan:
+            if d is None:
+                d = _Interval(k, self._cap)
+                if k == top:
+                    new = d
+                else:
+                    old = d
+            d.ensure_capacity(self._cap)
+            d.grow(levels)
+            if longest > 1:
+                d.F += longest - 1
+            insert_all(d.L, d.M, d.n, d.T, d.F, d.levels, local, mass, self.alpha, wp, self.unit)
+            d.exact = d.exact and exact_batch and d.total < _EXACT_LIMIT
+        if old is not None and (old.k + 1) * wp - 1 < part_clock - self.window + 1:
+            old = None  # wholly expired
+        part.new, part.old, part.clock = new, old, part_clock
+        self._prune()
+
+    def _target_levels(self, d: _Interval | None, mass: np.ndarray, exact_batch: bool) -> int:
+        """Levels needed so the top level never splits (Lemma 2); refuses totals above B."""
+        total = (0.0 if d is None else d.total) + float(mass.sum())
+        if not (exact_batch and (d is None or d.exact) and total < _EXACT_LIMIT):
+            # Margin for the rounding of the top bucket's running sum and of mass.sum().
+            total *= 1.0 + 4.0 * (mass.size + 4) * 2.0**-53
+        if total > self.max_total:
+            raise SketchError(
+                f"the weight in one interval of {self.wp} ticks would reach {total:.6g}, "
+                f"above max_total = {self.max_total:.6g}"
+            )
+        m = 1
+        while 2.0 ** (m + 1) * self.unit <= total:
+            m += 1
+        return max(m + 1, 2 if d is None else d.levels)
+
+    def _prune(self) -> None:
+        """Drop merged parts whose every tick is before ``clock − window + 1``."""
+        live = self.clock - self.window + 1
+        self._parts[1:] = [p for p in self._parts[1:] if p.clock is not None and p.clock >= live]
+        if self._parts[0].clock is not None and self._parts[0].clock < live:
+            self._parts[0] = _Part()  # this sketch's own events have all expired
 
     @property
     def clock(self) -> int:
+        """Largest tick inserted (``-2**62`` when empty)."""
         clocks = [p.clock for p in self._parts if p.clock is not None]
-        return max(clocks) if clocks else -(2**62)
+        return max(clocks) if clocks else EMPTY_CLOCK
 
     # -- queries -------------------------------------------------------------------------
     def query(self, lo: int, hi: int) -> Estimate:
-        """Total weight of the events with a tick in ``[lo, hi]`` (inclusive)."""
-        lo, hi = int(lo), int(hi)
+        """Total weight of the events with a tick in ``[lo, hi]`` (inclusive).
+
+        Requires ``hi − lo + 1 <= window`` and ``lo >= clock − window + 1`` (older ticks
+        have expired); raises :class:`SketchError` otherwise. See the class notes for
+        the bounds.
+        """
+        try:
+            lo, hi = operator.index(lo), operator.index(hi)
+        except TypeError:
+            raise SketchError("query bounds must be integer ticks") from None
         if hi < lo:
-            raise SketchError("empty range: hi < lo")
+            raise SketchError(f"empty range: hi = {hi} < lo = {lo}")
         if hi - lo + 1 > self.window:
             raise SketchError(f"range of {hi - lo + 1} ticks exceeds the window of {self.window}")
+        eps = Fraction(self.epsilon)
         if self.is_empty:
             return Estimate(0.0, 0.0, 0.0, "relative", self.epsilon, 1.0, METHOD)
-        if lo <= self.clock - self.window:
+        clock = self.clock
+        if lo < clock - self.window + 1:
             raise SketchError(
-                f"range starts at {lo}, before clock - window + 1 = {self.clock - self.window + 1}"
+                f"range starts at tick {lo}, before clock - window + 1 = "
+                f"{clock - self.window + 1}: those ticks have expired"
             )
-        est = err = 0.0
+        est = Fraction(0)
+        lower: Fraction | None = Fraction(0)  # None: no lower bound above zero
+        upper: Fraction | None = Fraction(0)  # None: no upper bound
+        relative = True
+        eps_max = eps_sum = Fraction(0)
         for part in self._parts:
-            e, r = part.query(lo, hi)
-            est, err = est + e, err + r
-        est = max(est, 0.0)
-        # float64 rounding: each addition into a bucket and each term of the final sum
-        # errs by at most one unit in the last place of a positive running total.
-        ops = sum(p.ops for p in self._parts) + self.alpha * 64
-        err += 4.5e-16 * ops * est
-        return Estimate(est, max(0.0, est - err), est + err, "relative", self.epsilon, 1.0, METHOD)
+            if part.clock is None:
+                continue
+            part_sum = Fraction(0)
+            for d in (part.old, part.new):
+                if d is None:
+                    continue
+                start = d.k * self.wp
+                end = start + self.wp - 1
+                a, b = max(lo, start), min(hi, end, part.clock)
+                if a > b:
+                    continue
+                local_clock = min(part.clock, end) - start
+                first = self._suffix(d, a - start, local_clock)
+                second = self._suffix(d, b + 1 - start, local_clock)
+                est += first.est - second.est
+                if lower is not None:
+                    lower = None if second.upper is None else lower + first.lower - second.upper
+                if upper is not None:
+                    upper = None if first.upper is None else upper + first.upper - second.lower
+                for term in (first, second):
+                    part_sum += term.eps
+                    eps_max = max(eps_max, term.eps)
+                # Relative to S when [a, b] is the suffix s_a itself, or both ends are exact.
+                if not ((second is _ZERO_TERM and first.ok)
+                        or not (first.delta or second.delta or first.eps or second.eps)):
+                    relative = False
+            eps_sum = max(eps_sum, part_sum)
+        lower = Fraction(0) if lower is None else max(lower, Fraction(0))
+        if relative:
+            # Theorems 1 and 3, summed over disjoint pieces: |Ŷ − S| ≤ ε_max·S, so
+            # Ŷ/(1 + ε_max) ≤ S ≤ Ŷ/(1 − ε_max).
+            lower = max(lower, est / (1 + eps_max))
+            if eps_max < 1:
+                cap = est / (1 - eps_max)
+                upper = cap if upper is None else min(upper, cap)
+            kind, eps_rep = "relative", eps_max
+        else:
+            # Each suffix errs by ≤ ε_k·(its weight [+ S* if its check failed]) and every
+            # suffix of a part lies in [lo, clock]: the errors add to ≤ max_p Σ ε_k · Q.
+            kind, eps_rep = "additive", eps_sum
+        est = max(est, Fraction(0))
+        est_f = float(est)
+        if Fraction(est_f) != est:  # the reported float is one rounding away from Ŷ
+            eps_rep += _U * (1 + eps_rep)
+        lo_f, up_f = _down(lower), _up(upper)
+        est_f = min(max(est_f, lo_f), up_f)
+        eps_f = self.epsilon if eps_rep <= eps else _ceil_digits(eps_rep)
+        return Estimate(est_f, lo_f, up_f, kind, eps_f, 1.0, METHOD)
+
+    def _suffix(self, d: _Interval, t: int, local_clock: int, force: int = -1) -> _Term:
+        """Bracket of s_t, the weight at local ticks ≥ t of interval ``d``, read at the
+        level Algorithm 3 picks (or at level ``force``, which must have T < t)."""
+        if t > local_clock or t >= self.wp:
+            return _ZERO_TERM  # no event is later than the clock
+        level, first, bucket = suffix_at(d.L, d.n, d.T, d.levels, t, self.wp, force)
+        f = Fraction(math.fsum(d.M[level, first : d.n[level]].tolist()))
+        g = d.gamma()
+        if g is None:  # more rounded operations than the bound can carry: no bound
+            return _Term(f, Fraction(0), None, Fraction(1), Fraction(1), False)
+        s = Fraction(0) if d.exact else _U  # fsum: one rounding, none when exact
+        delta = Fraction(0)
+        if level > 0 and t > 0:
+            unit_l = Fraction(self.unit) * 2**level
+            blo = int(d.L[level, bucket])
+            bhi = int(d.L[level, bucket + 1]) - 1 if bucket + 1 < d.n[level] else self.wp - 1
+            depth = self.log_w - ((bhi - blo + 1).bit_length() - 1)
+            zeros = (t & -t).bit_length() - 1
+            ancestors = min(depth, self.log_w - zeros)
+            delta = unit_l * (ancestors + (1 if ancestors else 0))
+            if t > blo:
+                delta += Fraction(float(d.M[level, bucket])) - (unit_l if depth else 0)
+        # Perturbed stream: X ∈ [f/(1+s), f/(1−s)], s'_t ∈ X ± Δ, truth ∈ s'_t/(1 ± g).
+        low = max(f / (1 + s) - delta, Fraction(0)) / (1 + g)
+        high = (f / (1 - s) + delta) / (1 - g)
+        if not delta:
+            return _Term(f, low, high, delta, s * (1 + g) + g, True)
+        ok = level >= 2
+        if level == 1:  # Lemma 3 for ℓ = 1 needs S_0 to weigh enough
+            m0 = Fraction(math.fsum(d.M[0, : d.n[0]].tolist())) / (1 + s)
+            ok = Fraction(self.epsilon) * m0 >= 2 * Fraction(self.unit) * (1 + self.log_w)
+        ep = Fraction(self.epsilon) * (1 + g) / (1 - g)
+        return _Term(f, low, high, delta, s * (1 + ep) * (1 + g) + ep * (1 + g) + g, ok)
 
     # -- merging ---------------------------------------------------------------------------
     def merge(self, other: "SplittableHistogram") -> "SplittableHistogram":
+        """Fold ``other`` in and return self.
+
+        ``other``'s parts are copied in beside this sketch's own: a query adds the parts'
+        answers, so ``|Ŷ − S| ≤ Σ_p ε·S_p = ε·S`` after any number of merges in any tree
+        shape (class notes, **Merge**). Refuses itself, another class or other
+        parameters with :class:`IncompatibleSketchError`.
+        """
         if other is self:
-            raise IncompatibleSketchError("cannot merge a sketch with itself")
+            raise IncompatibleSketchError(_MSG_SELF)
         if not isinstance(other, SplittableHistogram):
-            raise IncompatibleSketchError("can only merge a SplittableHistogram")
-        if (other.epsilon, other.window) != (self.epsilon, self.window):
-            raise IncompatibleSketchError("cannot merge splittable histograms with different epsilon or window")
-        self._parts.extend(p for p in other.copy()._parts if p.clock is not None)
+            raise IncompatibleSketchError(_MSG_TYPE)
+        if self._params() != other._params():
+            raise IncompatibleSketchError(_MSG_PARAMS)
+        self._parts.extend(p.copy(compact=True) for p in other._parts if p.clock is not None)
+        self._prune()
         return self
 
+    def _params(self) -> tuple:
+        return (self.epsilon, self.window, self.max_total, self.unit)
+
     def copy(self) -> "SplittableHistogram":
-        return SplittableHistogram.from_bytes(self.to_bytes())
+        sk = SplittableHistogram.__new__(SplittableHistogram)
+        sk.__dict__.update(self.__dict__)
+        sk._parts = [p.copy() for p in self._parts]
+        return sk
+
+    @property
+    def parts(self) -> int:
+        """Number of sub-stream parts held (1 unless merged)."""
+        return max(1, sum(p.clock is not None for p in self._parts))
 
     @property
     def is_empty(self) -> bool:
@@ -280,94 +602,136 @@ class SplittableHistogram:
         return len(self.to_bytes())
 
     def __repr__(self) -> str:
+        clock = None if self.is_empty else self.clock
         return (f"SplittableHistogram(epsilon={self.epsilon}, window={self.window}, "
-                f"parts={len(self._parts)}, clock={None if self.is_empty else self.clock})")
+                f"max_total={self.max_total:g}, unit={self.unit:g}, alpha={self.alpha}, "
+                f"parts={self.parts}, clock={clock})")
 
-    # -- bytes ---------------------------------------------------------------------------------
-    # payload: f64 epsilon | i64 window | u32 parts
-    #   per part:  u8 has_data | [i64 clock | i64 ops | interval old | interval new]
-    #   interval:  i64 k | f64 total | u32 levels | levels × (i64 T | u32 n | n × (i64 L, i64 R, f64 M))
-    _HEAD = struct.Struct("<dqI")
+    # -- bytes -------------------------------------------------------------------------------
+    _HEAD = struct.Struct("<dqddI")
+    _PART = struct.Struct("<qB")
+    _INTERVAL = struct.Struct("<qBB")
+    _LEVEL = struct.Struct("<qQI")
 
     def to_bytes(self) -> bytes:
-        out = [self._HEAD.pack(self.epsilon, self.window, len(self._parts))]
-        for p in self._parts:
-            if p.clock is None:
-                out.append(b"\x00")
-                continue
-            out.append(b"\x01" + struct.pack("<qq", p.clock, p.ops))
-            for d in (p.old, p.new):
-                out.append(struct.pack("<qdI", d.k, d.total, d.levels))
-                for i in range(d.levels):
-                    # Stored levels keep only the alpha most recent buckets: the discard
-                    # that the in-memory form defers (Algorithm 4, lines 39-45).
-                    end = int(d.n[i])
-                    first = max(0, end - self.alpha)
-                    T = d.T[i] if first == 0 else d.R[i, first - 1]
-                    n = end - first
-                    out.append(struct.pack("<qI", T, n))
-                    rows = np.empty((n, 3), np.int64)
-                    rows[:, 0], rows[:, 1] = d.L[i, first:end], d.R[i, first:end]
-                    rows[:, 2] = d.M[i, first:end].view(np.int64)
-                    out.append(rows.tobytes())
+        parts = [p for p in self._parts if p.clock is not None]
+        out = [self._HEAD.pack(self.epsilon, self.window, self.max_total, self.unit, len(parts))]
+        for p in parts:
+            live = p.clock - self.window + 1
+            old = p.old if p.old is not None and (p.old.k + 1) * self.wp - 1 >= live else None
+            new = p.new if p.new is not None else _Interval(p.clock // self.wp, 1)
+            out.append(self._PART.pack(p.clock, old is not None))
+            for d in (old, new):
+                if d is not None:
+                    self._write_interval(d, out)
         payload = b"".join(out)
         return pack_header(Family.SPLITTABLE_HISTOGRAM, len(payload)) + payload
 
+    def _write_interval(self, d: _Interval, out: list) -> None:
+        out.append(self._INTERVAL.pack(d.k, d.exact, d.levels))
+        for i in range(d.levels):
+            cnt = int(d.n[i])
+            first = max(0, cnt - self.alpha)  # the deferred discard, done now
+            if first == 0:
+                t_mark = int(d.T[i])
+            elif i == 0:
+                t_mark = int(d.L[0, first - 1])
+            else:
+                t_mark = int(d.L[i, first] - 1)
+            out.append(self._LEVEL.pack(t_mark, int(d.F[i]), cnt - first))
+            left = d.L[i, first:cnt]
+            if i == 0:
+                out.append(left.astype("<i8").tobytes())
+            else:
+                right = np.append(left[1:], self.wp)
+                out.append(np.log2(right - left).astype("<u1").tobytes())
+            out.append(d.M[i, first:cnt].astype("<f8").tobytes())
+
     @classmethod
     def from_bytes(cls, data) -> "SplittableHistogram":
+        """Read a blob of :meth:`to_bytes`; raises :class:`CorruptSketchError` if invalid."""
         _, payload = unpack_header(data, Family.SPLITTABLE_HISTOGRAM)
-        reader = _Reader(bytes(payload))
-        epsilon, window, nparts = reader.unpack(cls._HEAD)
-        if not (0 < epsilon < 1) or not (1 <= window <= 2**40) or nparts > 1 << 20:
-            raise CorruptSketchError("splittable histogram parameters out of range")
-        sk = cls(epsilon, window)
+        r = _Reader(bytes(payload))
+        epsilon, window, max_total, unit, nparts = r.unpack(cls._HEAD)
+        try:
+            sk = cls(epsilon, window, max_total, unit=unit)
+        except SketchError as e:
+            raise CorruptSketchError(f"splittable histogram parameters out of range: {e}") from None
+        if nparts > 1 << 20:
+            raise CorruptSketchError("splittable histogram has too many parts")
         sk._parts = []
         for _ in range(nparts):
-            part = _Part(sk.alpha, sk.log_w)
-            (has,) = reader.unpack(_U8)
-            if has not in (0, 1):
-                raise CorruptSketchError("bad part flag in splittable histogram")
-            if has:
-                part.clock, part.ops = reader.unpack(_CLOCK_OPS)
-                if part.ops < 0:
-                    raise CorruptSketchError("splittable histogram operation count is negative")
-                part.old, part.new = (cls._read_interval(reader, sk) for _ in range(2))
-                if part.new.k != part.old.k + 1 or part.clock // (1 << sk.log_w) != part.new.k:
-                    raise CorruptSketchError("splittable histogram intervals are inconsistent")
-            sk._parts.append(part)
-        if reader.left():
+            p = _Part()
+            p.clock, has_old = r.unpack(cls._PART)
+            if not -TICK_LIMIT < p.clock < TICK_LIMIT or has_old not in (0, 1):
+                raise CorruptSketchError("splittable histogram part header out of range")
+            top = p.clock // sk.wp
+            if has_old:
+                p.old = sk._read_interval(r, top - 1)
+            p.new = sk._read_interval(r, top)
+            sk._parts.append(p)
+        if r.left():
             raise CorruptSketchError("trailing bytes after splittable histogram")
         if not sk._parts:
-            sk._parts = [_Part(sk.alpha, sk.log_w)]
+            sk._parts = [_Part()]
         return sk
 
-    @staticmethod
-    def _read_interval(reader: "_Reader", sk: "SplittableHistogram") -> _Interval:
-        k, total, levels = reader.unpack(_INTERVAL)
-        if not (1 <= levels <= _MAX_LEVELS) or not math.isfinite(total) or total < 0:
+    def _read_interval(self, r: "_Reader", k: int) -> _Interval:
+        got_k, exact, levels = r.unpack(self._INTERVAL)
+        if got_k != k:
+            raise CorruptSketchError("splittable histogram interval does not match its clock")
+        if exact not in (0, 1) or not 2 <= levels <= self.max_level + 1:
             raise CorruptSketchError("splittable histogram interval header out of range")
-        d = _Interval(k, sk.alpha, sk.log_w, levels)
-        d.total = total
-        wp = 1 << sk.log_w
+        if exact and not self._unit_integral:
+            raise CorruptSketchError("splittable histogram marked exact with a fractional unit")
+        wp, alpha = self.wp, self.alpha
+        rows = []
         for i in range(levels):
-            T, n = reader.unpack(_LEVEL)
-            if n > sk.alpha or (i > 0 and n < 1):
-                raise CorruptSketchError("splittable histogram level has a bad bucket count")
-            rows = np.frombuffer(reader.take(24 * n), np.int64).reshape(n, 3)
-            L, R, M = rows[:, 0], rows[:, 1], rows[:, 2].view(np.float64)
-            if n and (L.min() < 0 or R.max() >= wp or np.any(L > R) or np.any(L[1:] <= R[:-1])
-                      or not np.all(np.isfinite(M)) or np.any(M < 0) or T >= L[0]):
-                raise CorruptSketchError("splittable histogram buckets are not valid")
-            if not -1 <= T < wp:
-                raise CorruptSketchError("splittable histogram discard mark out of range")
-            d.L[i, :n], d.R[i, :n], d.M[i, :n], d.n[i], d.T[i] = L, R, M, n, T
+            t_mark, flops, cnt = r.unpack(self._LEVEL)
+            if not -1 <= t_mark < wp or flops > 2**62 or cnt > alpha:
+                raise CorruptSketchError("splittable histogram level header out of range")
+            if t_mark >= 0 and cnt != alpha:
+                # Lemma 3 relies on alpha buckets after every discard.
+                raise CorruptSketchError("splittable histogram level discarded too early")
+            if i == 0:
+                left = np.frombuffer(r.take(8 * cnt), "<i8").astype(np.int64)
+                weight = np.frombuffer(r.take(8 * cnt), "<f8").astype(np.float64)
+                if cnt and (left[0] <= t_mark or left[-1] >= wp or np.any(np.diff(left) <= 0)
+                            or not np.all(weight > 0.0) or not np.all(np.isfinite(weight))):
+                    raise CorruptSketchError("splittable histogram level 0 is not valid")
+            else:
+                left, weight = self._read_tiling(r, i, t_mark, cnt, i == levels - 1)
+            if exact and not np.all(weight == np.floor(weight)):
+                raise CorruptSketchError("splittable histogram marked exact with fractional weights")
+            rows.append((left, weight, cnt, t_mark, flops))
+        # Rows as wide as the widest level: memory follows the blob, not the parameters.
+        d = _Interval(k, max(1, max(row[2] for row in rows)), levels)
+        d.exact = bool(exact)
+        for i, (left, weight, cnt, t_mark, flops) in enumerate(rows):
+            d.L[i, :cnt], d.M[i, :cnt], d.n[i], d.T[i], d.F[i] = left, weight, cnt, t_mark, flops
+        if exact and d.total >= _EXACT_LIMIT:
+            raise CorruptSketchError("splittable histogram marked exact above 2^53")
         return d
 
-
-_U8 = struct.Struct("<B")
-_CLOCK_OPS = struct.Struct("<qq")
-_INTERVAL = struct.Struct("<qdI")
-_LEVEL = struct.Struct("<qI")
+    def _read_tiling(self, r: "_Reader", i: int, t_mark: int, cnt: int, top: bool):
+        logs = np.frombuffer(r.take(cnt), "<u1").astype(np.int64)
+        weight = np.frombuffer(r.take(8 * cnt), "<f8").astype(np.float64)
+        if cnt < 1 or np.any(logs > self.log_w):
+            raise CorruptSketchError("splittable histogram level has a bad bucket")
+        widths = np.left_shift(1, logs)
+        left = t_mark + 1 + np.concatenate(([0], np.cumsum(widths)[:-1]))
+        half = self.unit * 2.0**i
+        root = cnt == 1 and t_mark == -1  # never split
+        if (
+            left[-1] + widths[-1] != self.wp  # the tiling ends at Wp − 1
+            or np.any(left % widths)  # every bucket is a node of the split tree
+            or not np.all(np.isfinite(weight))
+            or np.any(weight < (0.0 if root else half))  # split halves start at 2^i·u
+            or np.any((weight >= 2 * half) & (widths > 1))  # a full bucket would have split
+            or (top and not root)  # the top level never splits (Lemma 2)
+        ):
+            raise CorruptSketchError("splittable histogram level is not a valid split tiling")
+        return left, weight
 
 
 class _Reader:
