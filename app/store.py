@@ -163,7 +163,7 @@ async def announcements(redis_url: str):
     await pubsub.subscribe(keys.ANNOUNCE)
     try:
         while True:
-            message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=15.0)
+            message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=5.0)
             yield json.loads(message["data"]) if message else None  # None: keep-alive tick
     finally:
         await pubsub.aclose()

@@ -52,7 +52,8 @@ class ApiServer:
 
         self.port = free_port()
         self.app = create_app(Settings(redis_url=redis_url, **settings), redis_url)
-        config = uvicorn.Config(self.app, host="127.0.0.1", port=self.port, log_level="warning")
+        config = uvicorn.Config(self.app, host="127.0.0.1", port=self.port, log_level="warning",
+                                timeout_graceful_shutdown=2)
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 

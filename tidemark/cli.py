@@ -162,7 +162,8 @@ def run_api(args) -> None:
         raise CliError("the API needs --redis URL (or REDIS_URL)")
     declare_streams(redis_url, load_streams(args.config))
     app = create_app(settings, redis_url)
-    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+    # Open dashboards hold /v1/live streams: give them 2 s, then stop regardless.
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning", timeout_graceful_shutdown=2)
 
 
 def run_ingest(args) -> None:
