@@ -131,3 +131,36 @@ def test_distinct_keys_in_windows(pipeline, loaded):
             truth = len({e["key"] for e in _in_window(loaded, r["at"], window)})
             assert r["bound"]["lower"] <= truth <= r["bound"]["upper"], (window, r, truth)
             assert r["bound"]["method"] == "randomized-wave"
+
+
+DECAYS = {"none": lambda a: np.ones_like(a), "polynomial": lambda a: (a + 1.0) ** -1.5,
+          "exponential": lambda a: 2.0 ** (-a / 120.0), "sliding": lambda a: (a <= 600) * 1.0}
+
+
+def test_decayed_sums_hold_their_bounds_and_refuse_the_impossible(pipeline, stream_name):
+    rng = np.random.default_rng(5)
+    n = 6000
+    ts = T0 + rng.uniform(0, 1800, n)
+    ts = ts[np.argsort(ts + rng.pareto(1.2, n) * 20)]
+    values, weights = rng.uniform(0, 1000, n).round(2), rng.exponential(2.0, n).round(3)
+    events = [{"ts": float(t), "value": float(v), "weight": float(w)} for t, v, w in zip(ts, values, weights)]
+    with pipeline.client() as c:
+        _load(pipeline, c, stream_name, events, decays=[{"kind": "polynomial", "alpha": 1.5}, {"kind": "none"}])
+        cases = [({"decay": "none"}, "relative"), ({"decay": "polynomial", "alpha": "1.5"}, "relative"),
+                 ({"decay": "polynomial", "alpha": "1.5", "guarantee": "additive"}, "additive"),
+                 ({"decay": "exponential", "half_life": "120"}, "additive"),
+                 ({"decay": "sliding", "window": "600"}, "additive")]
+        for params, kind in cases:
+            for tau in (0, 250, 900, 1000):
+                r = c.get(f"/v1/streams/{stream_name}/decayed-sum", params={**params, "tau": tau}).json()
+                ages = r["at"] - ts
+                truth = float((weights * DECAYS[params["decay"]](ages) * (values >= tau)).sum())
+                assert r["bound"]["kind"] == kind, r
+                assert r["bound"]["lower"] - 1e-9 <= truth <= r["bound"]["upper"] + 1e-9, (params, tau, r, truth)
+        for params, theorem in (({"decay": "sliding", "window": "600"}, "Theorem 4.1"),
+                                ({"decay": "exponential", "half_life": "60"}, "Theorem 4.2")):
+            r = c.get(f"/v1/streams/{stream_name}/decayed-sum", params={**params, "guarantee": "relative"})
+            assert r.status_code == 422 and theorem in r.json()["detail"] and "additive" in r.json()["detail"]
+        r = c.get(f"/v1/streams/{stream_name}/decayed-sum",
+                  params={"decay": "polynomial", "alpha": "2", "guarantee": "relative"})
+        assert r.status_code == 422 and "declared" in r.json()["detail"]

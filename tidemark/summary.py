@@ -138,7 +138,51 @@ PARTS += [
         wanted=lambda c: c.has_values,
     ),
 ]
+
+
+def _additive():
+    from sketches.decayed import DecayedAdditiveSketch
+
+    return DecayedAdditiveSketch
+
+
+def _relative():
+    from sketches.decayed import DecayedRelativeSketch
+
+    return DecayedRelativeSketch
+
+
+def relative_decays(config: StreamConfig) -> dict[str, dict]:
+    """Part name -> decay spec (in ticks) of each declared decay that has a small
+    relative-error sketch (§3.2): no decay, and polynomial decay at a 1 s resolution
+    (where ages in ticks are ages in seconds)."""
+    out = {}
+    for d in config.decays:
+        if d.kind == "none":
+            out["decayed-relative/none"] = {"kind": "none"}
+        elif d.kind == "polynomial" and config.resolution == 1.0:
+            out[f"decayed-relative/polynomial/{d.alpha:g}"] = {"kind": "polynomial", "alpha": d.alpha}
+    return out
+
+
+PARTS.append(PartSpec(
+    "decayed",
+    _additive,
+    lambda c, seed: _additive()(c.epsilon, c.delta, c.value_min, c.value_max, seed),
+    lambda sk, cols: sk.update(cols.ticks[cols.valued], cols.values, cols.weight[cols.valued]),
+    wanted=lambda c: c.has_values,
+))
+_RELATIVE = PartSpec(
+    "decayed-relative/",
+    _relative,
+    lambda c, seed: None,  # built per declared decay in StreamSummary.create
+    lambda sk, cols: sk.update(cols.ticks[cols.valued], cols.values, cols.weight[cols.valued]),
+)
 _BY_NAME = {p.name: p for p in PARTS}
+
+
+def _spec(name: str) -> PartSpec | None:
+    return _RELATIVE if name.startswith(_RELATIVE.name) else _BY_NAME.get(name)
 _META = struct.Struct("<I")
 
 
@@ -154,6 +198,9 @@ class StreamSummary:
     @classmethod
     def create(cls, config: StreamConfig, seed: int) -> "StreamSummary":
         parts = {p.name: p.build(config, seed) for p in PARTS if p.wanted(config)}
+        if config.has_values:
+            for name, decay in relative_decays(config).items():
+                parts[name] = _relative()(config.epsilon, decay, config.value_min, config.value_max)
         return cls(config, seed, parts)
 
     def __getitem__(self, name: str):
@@ -186,7 +233,7 @@ class StreamSummary:
             return
         cols = self.columns(table)
         for name, part in self.parts.items():
-            _BY_NAME[name].feed(part, cols)
+            _spec(name).feed(part, cols)
         top = float(np.max(table.column("ts").to_numpy()))
         self.clock_seconds = top if self.clock_seconds is None else max(self.clock_seconds, top)
 
@@ -239,7 +286,7 @@ class StreamSummary:
             raise CorruptSketchError("stream summary part lengths do not match its size")
         parts = {}
         for name, length in layout:
-            spec = _BY_NAME.get(name)
+            spec = _spec(name)
             if spec is None:
                 raise CorruptSketchError(f"stream summary has an unknown part {name!r}")
             parts[name] = spec.cls().from_bytes(bytes(payload[offset : offset + length]))

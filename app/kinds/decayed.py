@@ -1,0 +1,157 @@
+"""``decayed-sum``: Σ weight · f(at − ts) over events with value ≥ τ (Cormode, Tirthapura
+and Xu 2009).
+
+* ``guarantee=additive`` — the multi-level sample sketch (§3.1): any non-increasing decay
+  chosen now, |Ŝ − S| ≤ ε·S₀ᶠ with probability 1 − δ.
+* ``guarantee=relative`` — the weight-based merging histogram of a decay declared in the
+  stream's ``decays`` (§3.2): (1 − ε)·S ≤ Ŝ ≤ (1 + ε)·S. Sliding windows, exponential and
+  other finite or super-exponential decays have no small relative summary (Theorems
+  4.1–4.3): asking for one is a 422 that says why and offers the additive answer.
+* No ``guarantee``: relative when a declared sketch fits the decay, else additive.
+
+Ages are seconds; sketches keep ticks of the stream's resolution. An event in tick k is
+between k·res and (k+1)·res, so its age is known to within one tick either way; for a
+non-increasing f the lower bound reads the sketch one tick later and the upper bound one
+tick earlier, which brackets every true age. The relative sketch keeps values on a grid
+(left cell edges): the cells at or above τ give its lower bound, and the cell holding τ
+and those above it the upper bound.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from app.answers import QueryError, QueryKind, register
+from sketches.base import Estimate, SketchError
+from tidemark.streams import parse_duration
+from tidemark.summary import relative_decays
+
+DECAYS = ("none", "sliding", "exponential", "polynomial")
+_PARAM = {"sliding": "window", "exponential": "half_life", "polynomial": "alpha"}
+
+
+def _number(params: dict, name: str) -> float:
+    try:
+        x = float(params[name])
+    except (KeyError, ValueError):
+        raise QueryError(f"decayed-sum needs {name}=<number>") from None
+    if not math.isfinite(x):
+        raise QueryError(f"{name} must be finite")
+    return x
+
+
+def _check(config, params: dict) -> dict:
+    if not config.has_values:
+        raise QueryError("decayed-sum needs the stream's value_min and value_max declared")
+    decay = params.get("decay", "none")
+    if decay not in DECAYS:
+        raise QueryError(f"decay must be one of {', '.join(DECAYS)}")
+    spec: dict = {"kind": decay}
+    if decay == "sliding":
+        spec["window"] = _seconds(params.get("window"), "window")
+    elif decay == "exponential":
+        spec["half_life"] = _seconds(params.get("half_life"), "half_life")
+    elif decay == "polynomial":
+        alpha = _number(params, "alpha")
+        if alpha <= 0:
+            raise QueryError("alpha must be > 0")
+        spec["alpha"] = alpha
+    tau = _number(params, "tau") if params.get("tau") not in (None, "") else config.value_min
+    guarantee = params.get("guarantee") or None
+    if guarantee not in (None, "relative", "additive"):
+        raise QueryError("guarantee must be 'relative' or 'additive'")
+    part = _relative_part(config, spec)
+    if guarantee == "relative" and part is None:
+        raise QueryError(_refusal(config, spec))
+    return {"spec": spec, "tau": tau, "part": part if guarantee != "additive" else None}
+
+
+def _seconds(raw, name: str) -> float:
+    if raw in (None, ""):
+        raise QueryError(f"decayed-sum with this decay needs {name}=<seconds>")
+    try:
+        return parse_duration(raw, name)
+    except ValueError as e:
+        raise QueryError(str(e)) from None
+
+
+def _relative_part(config, spec: dict) -> str | None:
+    for name, decay in relative_decays(config).items():
+        if decay["kind"] == spec["kind"] and decay.get("alpha") == spec.get("alpha"):
+            return name
+    return None
+
+
+def _refusal(config, spec: dict) -> str:
+    from sketches.decayed import parse_decay, relative_guarantee_refusal
+
+    offer = "ask with guarantee=additive for |Ŝ − S| ≤ ε·S₀ᶠ (Theorem 3.2)"
+    if spec["kind"] == "sliding":
+        return ("no small summary gives a relative error for a sliding-window decayed sum: "
+                "Theorem 4.1 (Cormode, Tirthapura and Xu 2009) needs space linear in the window; "
+                + offer)
+    if spec["kind"] == "exponential":
+        message = relative_guarantee_refusal(parse_decay({"kind": "exponential", "half_life": 1.0}))
+        return ("no small summary gives a relative error for exponential decay: Theorem 4.2 "
+                "(Cormode, Tirthapura and Xu 2009) needs space linear in the value domain; "
+                + offer + (f" ({message})" if message else ""))
+    if spec["kind"] == "polynomial" and config.resolution != 1.0:
+        return ("a relative polynomial decayed sum is kept only for streams with a 1 s "
+                "resolution; " + offer)
+    return (f"a relative decayed sum needs this decay declared in the stream's decays "
+            f"(declared: {[d.model_dump(exclude_none=True) for d in config.decays] or 'none'}); "
+            + offer)
+
+
+def _tick_decay(spec: dict, res: float):
+    """The decay as a function of ages in ticks."""
+    from sketches.decayed import parse_decay
+    from sketches.decayed.decay import CallableDecay
+
+    kind = spec["kind"]
+    if kind == "none":
+        return parse_decay({"kind": "none"})
+    if kind == "exponential":
+        return parse_decay({"kind": "exponential", "half_life": spec["half_life"] / res})
+    if kind == "polynomial" and res == 1.0:
+        return parse_decay({"kind": "polynomial", "alpha": spec["alpha"]})
+    if kind == "polynomial":
+        alpha = spec["alpha"]
+        return CallableDecay(lambda a: (np.maximum(a, 0) * res + 1.0) ** -alpha)
+    window = spec["window"]
+    return CallableDecay(lambda a: (np.maximum(a, 0) * res <= window).astype(np.float64))
+
+
+def _run(summary, config, window, params) -> Estimate:
+    res = config.resolution
+    exact_tick = math.isclose(window.at / res, round(window.at / res), rel_tol=0, abs_tol=1e-9)
+    base = round(window.at / res) if exact_tick else math.floor(window.at / res)
+    older, younger = (base, base - 1) if exact_tick else (base + 1, base - 1)
+    tau = params["tau"]
+    try:
+        if params["part"]:
+            sk = summary[params["part"]]
+            cell = float(sk.edges[min(max(np.searchsorted(sk.edges, tau, side="right") - 1, 0),
+                                      len(sk.edges) - 1)])
+            low, high = sk.query(tau, older), sk.query(min(cell, tau), younger)
+        else:
+            decay = _tick_decay(params["spec"], res)
+            sk = summary["decayed"]
+            low, high = sk.query(decay, tau, older), sk.query(decay, tau, younger)
+    except SketchError as e:
+        raise QueryError(str(e)) from None
+    lower, upper = low.lower, max(high.upper, low.lower)
+    estimate = min(max((low.estimate + high.estimate) / 2, lower), upper)
+    confidence = max(0.0, low.confidence + high.confidence - 1.0)
+    return Estimate(estimate, lower, upper, low.kind, low.epsilon, confidence, low.method)
+
+
+def _empty(config, params) -> Estimate:
+    kind = "relative" if params["part"] else "additive"
+    return Estimate(0.0, 0.0, 0.0, kind, config.epsilon, 1.0,
+                    "wbmh-value-grid" if params["part"] else "multilevel-sample")
+
+
+register(QueryKind("decayed-sum", _run, _empty, _check))

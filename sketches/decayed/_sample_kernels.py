@@ -1,0 +1,192 @@
+"""Compiled kernels of the multi-level sample (additive decayed correlated sums, §3.1).
+
+Stored elements are kept in one set of parallel arrays sorted by the key
+``(tick, r)`` in *descending* order (newest first, ``r`` a random tie-break). Element
+``j`` is sampled at levels ``0..m_j``. Scanning keys from the top, the *pointer*
+``λ_j`` is the lowest level that has fewer than ``k`` sampled elements above ``j``;
+the sample keeps ``j`` iff ``m_j >= λ_j``. Dropped elements only ever bump counters of
+levels below the pointer, which the scan never reads again, so re-scanning the kept
+elements reproduces every ``λ_j`` exactly: merges and re-compactions are exact.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_M1 = np.uint64(0xBF58476D1CE4E5B9)
+_M2 = np.uint64(0x94D049BB133111EB)
+
+
+@njit(cache=True)
+def _mix(z):
+    z = (z ^ (z >> np.uint64(30))) * _M1
+    z = (z ^ (z >> np.uint64(27))) * _M2
+    return z ^ (z >> np.uint64(31))
+
+
+@njit(cache=True)
+def draw(weights, stream, counter, key_u, key_r, theta_unit, top):
+    """Per element: its top sampled level ``m`` and its tie-break ``r``.
+
+    Element ``i`` hashes ``x = stream + (counter + i)·φ`` (φ the golden-ratio odd
+    constant), so no two elements of one stream share an input. ``u ∈ (0, 1]`` takes 53
+    bits of ``mix(x ^ key_u)``; level ``ℓ >= 1`` (threshold ``θ_ℓ = θ_unit·2^ℓ``) samples
+    the element iff ``u·θ_ℓ <= w``, i.e. with probability ``min(1, w/θ_ℓ)`` (up to the
+    2^-53 grid of ``u``). Level 0 samples every element of positive weight.
+    """
+    n = weights.shape[0]
+    levels = np.empty(n, np.uint8)
+    rs = np.empty(n, np.uint64)
+    scale = 1.0 / 9007199254740992.0  # 2^-53
+    big = 2.0**top
+    for i in range(n):
+        x = stream + (counter + np.uint64(i)) * _GOLDEN
+        hu = _mix(x ^ key_u)
+        rs[i] = _mix(x ^ key_r)
+        u = (np.float64(hu >> np.uint64(11)) + 1.0) * scale
+        ratio = weights[i] / (u * theta_unit)
+        if ratio >= big:
+            m = top
+        elif ratio < 2.0:
+            m = 0
+        else:
+            m = int(np.floor(np.log2(ratio)))
+            if m > top:
+                m = top
+            # log2 rounding: make m the exact largest level with 2^m <= ratio
+            while m > 1 and 2.0**m > ratio:
+                m -= 1
+            while m < top and 2.0 ** (m + 1) <= ratio:
+                m += 1
+        levels[i] = m
+    return levels, rs
+
+
+@njit(cache=True)
+def _less(t1, r1, t2, r2):
+    return t1 < t2 or (t1 == t2 and r1 < r2)
+
+
+@njit(cache=True)
+def prefilter(ticks, rs, levels, cut_t, cut_r, top):
+    """Drop batch elements that the next compaction would drop anyway.
+
+    ``cut_ℓ`` is a key with at least ``k`` level-ℓ samples above it, so an element below
+    ``cut_{m}`` has pointer > m and is dropped; below ``cut_top`` it is also *uncovered*
+    (no level has room for it). Returns the keep mask and the newest uncovered tick.
+    """
+    n = ticks.shape[0]
+    keep = np.ones(n, np.bool_)
+    ovf = -1
+    for i in range(n):
+        m = levels[i]
+        if cut_t[m] >= 0 and _less(ticks[i], rs[i], cut_t[m], cut_r[m]):
+            keep[i] = False
+            if cut_t[top] >= 0 and _less(ticks[i], rs[i], cut_t[top], cut_r[top]):
+                if ticks[i] > ovf:
+                    ovf = ticks[i]
+    return keep, ovf
+
+
+@njit(cache=True)
+def merge_compact(at, ar, av, aw, al, bt, br, bv, bw, bl, k, top):
+    """Merge two key-descending runs and keep the elements with ``m >= λ``.
+
+    Returns the kept arrays, the cut keys per level (``-1`` = none) and the newest
+    uncovered tick (``-1`` = none). An element is uncovered when every level already has
+    ``k`` samples above it (pointer past the top level).
+    """
+    na = at.shape[0]
+    nb = bt.shape[0]
+    n = na + nb
+    ot = np.empty(n, np.int64)
+    orr = np.empty(n, np.uint64)
+    ov = np.empty(n, np.float64)
+    ow = np.empty(n, np.float64)
+    ol = np.empty(n, np.uint8)
+    L = top + 1
+    hist = np.zeros(L, np.int64)
+    cut_t = np.full(L, -1, np.int64)
+    cut_r = np.zeros(L, np.uint64)
+    ptr = 0
+    cnt = 0  # processed elements with level >= ptr
+    ovf = -1
+    i = 0
+    j = 0
+    out = 0
+    prev_t = np.int64(-1)
+    prev_r = np.uint64(0)
+    for _ in range(n):
+        if j >= nb or (i < na and not _less(at[i], ar[i], bt[j], br[j])):
+            t, r, v, w, m = at[i], ar[i], av[i], aw[i], al[i]
+            i += 1
+        else:
+            t, r, v, w, m = bt[j], br[j], bv[j], bw[j], bl[j]
+            j += 1
+        while ptr < L and cnt >= k:
+            cut_t[ptr] = prev_t
+            cut_r[ptr] = prev_r
+            cnt -= hist[ptr]
+            ptr += 1
+        prev_t, prev_r = t, r
+        if ptr >= L:
+            if ovf < 0:
+                ovf = t
+            continue
+        hist[m] += 1
+        if m >= ptr:
+            cnt += 1
+            ot[out], orr[out], ov[out], ow[out], ol[out] = t, r, v, w, m
+            out += 1
+    while ptr < L and cnt >= k:  # a later element below every kept one
+        cut_t[ptr] = prev_t
+        cut_r[ptr] = prev_r
+        cnt -= hist[ptr]
+        ptr += 1
+    return ot[:out], orr[:out], ov[:out], ow[:out], ol[:out], cut_t, cut_r, ovf
+
+
+@njit(cache=True)
+def contributions(levels, weights, g, theta_unit, k, top):
+    """Horvitz-Thompson contribution ``g_j · max(w_j, θ_{λ_j})`` of each kept element.
+
+    Level 0 keeps exact weights (``θ_0 = 0``). Returns the contributions and False if
+    ``g`` is not a valid decay along the scan (outside ``[0, 1]`` or growing with age).
+    """
+    n = levels.shape[0]
+    L = top + 1
+    y = np.empty(n, np.float64)
+    hist = np.zeros(L, np.int64)
+    ptr = 0
+    cnt = 0
+    ok = True
+    prev = 1.0
+    for j in range(n):
+        gj = g[j]
+        if not (gj >= 0.0 and gj <= prev):
+            ok = False
+        prev = gj
+        while ptr < L and cnt >= k:
+            cnt -= hist[ptr]
+            ptr += 1
+        m = levels[j]
+        w = weights[j]
+        if ptr == 0:
+            y[j] = gj * w
+        else:
+            theta = theta_unit * 2.0**ptr
+            y[j] = gj * (w if w > theta else theta)
+        hist[m] += 1
+        if m >= ptr:
+            cnt += 1
+    return y, ok
+
+
+@njit(cache=True)
+def is_descending(ticks, rs):
+    for j in range(1, ticks.shape[0]):
+        if not _less(ticks[j], rs[j], ticks[j - 1], rs[j - 1]):
+            return False
+    return True

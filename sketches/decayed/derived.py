@@ -1,0 +1,167 @@
+"""Aggregates reduced to decayed correlated sums (Cormode, Tirthapura & Xu 2009, §1.1).
+
+Each function takes a :class:`~sketches.decayed.additive.DecayedAdditiveSketch` (pass
+the ``decay`` at query time) or a :class:`~sketches.decayed.relative.DecayedRelativeSketch`
+(``decay`` omitted or equal to the declared one; values are its quantized values).
+
+How the bounds compose
+----------------------
+A sketch gives, for any fixed selection ``A`` of values, an interval for the decayed
+weight ``W(A)``: deterministic for the relative sketch (all selections at once), and for
+the additive sketch ``Ŵ(A) ∓ a`` with ``a`` the Freedman half-width, valid except on a
+failure event made of one-sided deviations of *fixed* selections. Each function counts
+the deviations its proof uses (``tails``) and asks the sketch for ``a`` with
+``δ_t = (δ − P(¬G))/tails``, so every returned Estimate holds with probability
+``>= 1 − δ`` by the union bound (or always, for the relative sketch):
+
+* range sum ``W([l, r])``: two tails for the sum, one for ``S₀ <= x̄`` — 3.
+* relative frequency ``W({v})/S₀``: the ratio of the two intervals,
+  ``[lo_N/hi_S, hi_N/lo_S]`` (clipped to [0, 1]); two tails each — 4. Its ``epsilon`` is
+  ``2e/(1 − e)`` (additive; ``|N̂/Ŝ₀ − N/S₀| <= 2a/Ŝ₀``) or ``(1 + e)² − 1`` (relative).
+* φ-heavy hitters: every point whose frequency interval reaches φ. Each interval uses 4
+  tails; that *no* true φ-heavy value is missed uses one tail for each of the at most
+  ``⌊1/φ⌋`` heavy values and two for ``S₀`` — so ``tails = max(4, ⌊1/φ⌋ + 2)``. A value
+  the additive sample never saw has frequency at most ``(a + unc)/lo_S``; if that is not
+  below φ the call is refused (the sketch could miss a heavy value).
+* correlated φ-quantile ``v* = max{v : W(< v) <= φ·S₀}`` (= the smallest value ``p``
+  with ``W(<= p) > φ·S₀``, or ``value_max``): ``upper`` is the smallest point ``u`` with
+  ``lo(W(<= u)) > φ·hi(S₀)`` and ``lower`` the largest point ``l`` with
+  ``hi(W(< l)) <= φ·lo(S₀)``. For the additive sketch the proof needs only the upper tail
+  of ``W(< v*)`` and the lower tail of ``W(<= v*)`` — fixed selections — because the
+  estimator is monotone in the selection, plus two for ``S₀``: 4 tails.
+
+Examples
+--------
+>>> import numpy as np
+>>> from sketches.decayed.relative import DecayedRelativeSketch
+>>> sk = DecayedRelativeSketch(0.05, {"kind": "none"}, 0, 9, resolution=1)
+>>> sk.update(np.arange(100), np.arange(100) % 10)
+>>> q = quantile(sk, 0.5, at=99)
+>>> q.lower <= 5 <= q.upper
+True
+>>> [v for v, _ in heavy_hitters(sk, 0.09, at=99)][:3]
+[0.0, 1.0, 2.0]
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from sketches.base import Estimate, SketchError
+
+__all__ = ["range_sum", "relative_frequency", "heavy_hitters", "quantile"]
+
+
+def _is_additive(sketch) -> bool:
+    from sketches.decayed.additive import DecayedAdditiveSketch
+
+    return isinstance(sketch, DecayedAdditiveSketch)
+
+
+def _view(sketch, decay, at):
+    if _is_additive(sketch):
+        if decay is None:
+            raise SketchError("the additive sketch needs the decay at query time")
+        return sketch._view(decay, at)
+    return sketch._view(decay, at)
+
+
+def _point(sketch, value: float) -> float:
+    return float(value) if _is_additive(sketch) else float(sketch.quantize(np.array([value]))[0])
+
+
+def _ratio_eps(view, tails: int) -> float:
+    e = view.epsilon(tails)
+    if view.kind == "additive":
+        return 2 * e / (1 - e) if e < 1 else math.inf
+    return (1 + e) ** 2 - 1
+
+
+def _ratio(num, den) -> tuple[float, float, float]:
+    (ne, nl, nu), (de, dl, du) = num, den
+    est = ne / de if de > 0 else 0.0
+    lower = min(1.0, nl / du) if du > 0 else 0.0
+    upper = min(1.0, nu / dl) if dl > 0 else 1.0
+    return min(max(est, lower), upper), lower, upper
+
+
+def range_sum(sketch, lo, hi, at, decay=None) -> Estimate:
+    """Decayed weight of the values in ``[lo, hi]`` (``S_l − S_{r+1}`` of §1.1, item 2)."""
+    if _is_additive(sketch):
+        if decay is None:
+            raise SketchError("the additive sketch needs the decay at query time")
+        return sketch.range_sum(decay, lo, hi, at)
+    _view(sketch, decay, at)  # checks the decay
+    return sketch.range_sum(lo, hi, at)
+
+
+def relative_frequency(sketch, value, at, decay=None) -> Estimate:
+    """Decayed relative frequency ``W({v})/S₀`` of one value (§1.1, item 1)."""
+    view = _view(sketch, decay, at)
+    tails = 4
+    v = _point(sketch, value)
+    est, lower, upper = _ratio(view.select(view.points == v, tails), view.total(tails))
+    return Estimate(est, lower, upper, view.kind, _ratio_eps(view, tails), view.confidence,
+                    view.method + "/frequency")
+
+
+def heavy_hitters(sketch, phi, at, decay=None) -> list[tuple[float, Estimate]]:
+    """Values whose decayed relative frequency may reach ``phi`` (§1.1, item 4).
+
+    Returns ``(value, Estimate of its frequency)`` by decreasing estimate; with
+    probability ``>= confidence`` every value of frequency ``>= phi`` is listed.
+    """
+    phi = float(phi)
+    if not 0 < phi <= 1:
+        raise SketchError("phi must be in (0, 1]")
+    view = _view(sketch, decay, at)
+    tails = max(4, int(math.floor(1 / phi)) + 2)
+    de, dl, du = view.total(tails)
+    _, unseen_hi = view.interval(0.0, 0.0, 0.0, tails)
+    if view.kind == "additive" and view.points.size and (dl <= 0 or unseen_hi / dl >= phi):
+        raise SketchError(
+            f"phi = {phi} is below what this sketch can certify at this time: a value outside "
+            f"its sample may have decayed frequency up to {unseen_hi / dl if dl > 0 else 1.0:.4g}")
+    nl, nu = view.interval(view.mass, view.lo, view.hi, tails)
+    est = view.mass / de if de > 0 else np.zeros_like(view.mass)
+    lower = np.minimum(1.0, nl / du) if du > 0 else np.zeros_like(view.mass)
+    upper = np.minimum(1.0, nu / dl) if dl > 0 else np.ones_like(view.mass)
+    eps = _ratio_eps(view, tails)
+    out = []
+    for i in np.flatnonzero(upper >= phi):
+        e = min(max(float(est[i]), float(lower[i])), float(upper[i]))
+        out.append((float(view.points[i]),
+                    Estimate(e, float(lower[i]), float(upper[i]), view.kind, eps, view.confidence,
+                             view.method + "/heavy-hitter")))
+    out.sort(key=lambda p: -p[1].estimate)
+    return out
+
+
+def quantile(sketch, phi, at, decay=None) -> Estimate:
+    """Correlated φ-quantile ``max{v : W(< v) <= φ·S₀}`` (§1.1, item 5), bracketed.
+
+    ``lower <= v* <= upper`` with probability ``>= confidence``; ``estimate`` is the
+    smallest point whose estimated weight at or below it exceeds ``φ·Ŝ₀``.
+    """
+    phi = float(phi)
+    if not 0 <= phi <= 1:
+        raise SketchError("phi must be in [0, 1]")
+    view = _view(sketch, decay, at)
+    vmin, vmax = sketch.value_min, sketch.value_max
+    tails = 4
+    de, dl, du = view.total(tails)
+    pts = view.points
+    _, le_lo, _ = view.cumulative(tails, inclusive=True)
+    _, _, lt_hi = view.cumulative(tails, inclusive=False)
+    up = np.flatnonzero(le_lo > phi * du)
+    upper = float(pts[up[0]]) if up.size else vmax
+    down = np.flatnonzero(lt_hi <= phi * dl)
+    lower = max(vmin, float(pts[down[-1]])) if down.size else vmin
+    cum = np.cumsum(view.mass)
+    hit = np.flatnonzero(cum > phi * de) if de > 0 else np.zeros(0, np.int64)
+    est = float(pts[hit[0]]) if hit.size else vmax
+    est = min(max(est, lower), upper)
+    return Estimate(est, lower, upper, view.kind, view.epsilon(tails), view.confidence,
+                    view.method + "/quantile")
