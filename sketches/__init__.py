@@ -5,6 +5,7 @@ sketch speaks the verbs described in :mod:`sketches.base`.
 """
 
 from sketches.base import CorruptSketchError, Estimate, IncompatibleSketchError, SketchError
+from sketches.decayed import DecayedAdditiveSketch, DecayedRelativeSketch
 from sketches.deterministic_wave import DeterministicWave
 from sketches.dyadic import DyadicECM
 from sketches.ecm import ECMSketch
@@ -16,6 +17,8 @@ from sketches.value_histogram import ValueHistogram
 
 __all__ = [
     "CorruptSketchError",
+    "DecayedAdditiveSketch",
+    "DecayedRelativeSketch",
     "DeterministicWave",
     "DyadicECM",
     "ECMSketch",

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from sketches.base import CorruptSketchError, IncompatibleSketchError
+from sketches.decayed import DecayedAdditiveSketch, DecayedRelativeSketch
 from sketches.deterministic_wave import DeterministicWave
 from sketches.dyadic import DyadicECM
 from sketches.ecm import ECMSketch
@@ -27,6 +28,10 @@ FAMILIES = {
     "value-histogram": (lambda: ValueHistogram(0, 1, 100, panes=10, bins=16),
                         lambda s: s.update(TICKS, np.linspace(0, 1, TICKS.size))),
     "randomized-wave": (lambda: RandomizedWave(0.2, 0.2, 100), lambda s: s.update(TICKS, KEYS)),
+    "decayed-additive": (lambda: DecayedAdditiveSketch(0.2, 0.2, 0, 1),
+                         lambda s: s.update(TICKS, np.linspace(0, 1, TICKS.size))),
+    "decayed-relative": (lambda: DecayedRelativeSketch(0.2, {"kind": "polynomial", "alpha": 1.5}, 0, 1),
+                         lambda s: s.update(TICKS, np.linspace(0, 1, TICKS.size))),
     "dyadic-ecm": (lambda: DyadicECM(0.2, 0.2, 100, levels=6), lambda s: s.update(TICKS, KEYS % np.uint64(64))),
     "key-dictionary": (lambda: KeyDictionary(8, 100), lambda s: s.update(TICKS, [f"k{k}" for k in KEYS])),
 }
