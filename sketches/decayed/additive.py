@@ -24,7 +24,8 @@ stored. With ``c_j = f(max(0, at − t_j))·1[v_j ∈ selection] ∈ [0, 1]``::
 
 Proof of the bound
 ------------------
-Fix the tie-breaks (independent of ``u``) and order events by key, newest first.
+Model the hashed ``u`` and ``r`` as independent uniforms, fix the query (decay, ``at``,
+selection) and the tie-breaks, and order events by key, newest first.
 ``λ_j`` depends only on the ``u`` of earlier events, so ``X_j = c_j(ŵ_j − w_j)`` are
 martingale differences (Horvitz-Thompson: ``E[ŵ_j | past] = w_j``).
 
@@ -46,7 +47,8 @@ which is ``P(¬G) + 2δ_t`` at ``a(S₀) = Rℓ/3 + sqrt((Rℓ/3)² + 2R·S₀·
 ``S₀ <= x̄ = max{x : x − a(x) <= Ŝ₀}`` (closed form) and ``|Ŝ − S| <= a(x̄)``. With
 ``δ_t = (δ − P(¬G))/3`` the returned interval ``Ŝ ∓ a(x̄)`` holds with probability
 ``>= 1 − δ``. :func:`suggest_capacity` picks ``k >= 4C(1 + ε/3)·ln(1/δ_t)/ε²`` (and ``C``
-to minimise it), which makes ``a(x) <= ε·x`` once ``S₀ >= k·θ_1/(2C)``: that is
+to minimise it), which makes ``a(x) <= ε·x`` once ``2C·S₀/k >= θ_1``, i.e.
+``S₀ >= max_total·2^-62``: that is
 Theorem 3.2, ``|Ŝ − S| <= ε·S₀`` with probability ``>= 1 − δ``. This replaces the paper's
 ``Ŝ·Q̂`` composition of Theorem 3.1 (whose constants live in [8]) by a direct
 estimator of ``S_τ`` from the same structure, with explicit constants.
@@ -192,11 +194,13 @@ class DecayedAdditiveSketch:
     For a decay ``f`` (non-increasing, ``f(0) = 1``), a threshold ``τ`` and a query time
     ``at``, with ``S₀`` the decayed sum over all events (§3.1, Theorem 3.2)::
 
-        |Ŝ_τ − S_τ| <= ε · S₀        with probability >= 1 − δ
+        |Ŝ_τ − S_τ| <= ε · S₀        with probability >= 1 − δ,  when S₀ >= max_total·2^-62
 
     and the returned ``[lower, upper]`` (``Ŝ ∓ a(x̄)`` of the module proof) contains
-    ``S_τ`` with probability ``>= 1 − δ`` (``confidence``). ``range_sum`` has the same bound
-    for the values in ``[lo, hi]``. Ages are ``max(0, at − tick)``: an event stamped after
+    ``S_τ`` with probability ``>= 1 − δ`` (``confidence``) for every ``S₀``, its half-width
+    being at most ``ε(1 + ε)/(1 − ε)·S₀`` above that floor. Each query is one fixed event
+    (chosen without looking at the sketch's random draws). ``range_sum`` has the same
+    bound for the values in ``[lo, hi]``. Ages are ``max(0, at − tick)``: an event stamped after
     ``at`` counts with ``f(0)``. Merges add no error (exact union); arrival order does not
     matter.
 

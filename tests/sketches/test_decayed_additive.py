@@ -145,8 +145,8 @@ def test_merges_in_any_tree_shape_are_exact(stream, nparts):
         results.append(_tree_merge([parts[i] for i in order], shape, rng_shape))
     ref = results[0]
     for other in results[1:]:
-        for a, b in zip((ref._t, ref._r, ref._v, ref._w, ref._lev), (other._t, other._r, other._v, other._w, other._lev)):
-            assert np.array_equal(a, b)
+        for name in ("_t", "_r", "_v", "_w", "_lev"):
+            assert np.array_equal(getattr(ref, name), getattr(other, name))
         assert math.isclose(ref.total_weight, other.total_weight, rel_tol=1e-12)
     _check(ref, ticks, values, weights, rng)
 
