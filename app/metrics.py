@@ -22,8 +22,11 @@ class Metrics:
         self.sketch_version = Gauge(
             "tidemark_sketch_version", "Latest published sketch version", ["stream"],
             registry=self.registry)
-        self.batch_lag_seconds = Gauge(
+        self.publish_age_seconds = Gauge(
             "tidemark_publish_age_seconds", "Seconds since the stream's last publish", ["stream"],
+            registry=self.registry)
+        self.batch_seconds = Gauge(
+            "tidemark_worker_batch_seconds", "Duration of the worker's last micro-batch",
             registry=self.registry)
         self.pending_chunks = Gauge(
             "tidemark_pending_chunks", "Ingest chunks waiting for the worker", ["stream"],

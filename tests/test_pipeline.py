@@ -120,3 +120,21 @@ def test_bad_queries_are_4xx_with_a_reason(api, stream_name, path, params, statu
         r = c.get(path.format(s=stream_name), params=params)
         assert r.status_code == status, r.text
         assert detail in r.json()["detail"]
+
+
+def test_health_readiness_metrics_and_docs(pipeline, stream_name):
+    with pipeline.client() as c:
+        c.put(f"/v1/streams/{stream_name}", json={"max_window": "1h"})
+        c.post(f"/v1/streams/{stream_name}/events", json=[{"ts": T0 + 1}, {"ts": T0 + 2}])
+        pipeline.wait_events(stream_name, 2)
+        c.get(f"/v1/streams/{stream_name}/count")
+        assert c.get("/healthz").json() == {"status": "ok"}
+        assert c.get("/readyz").json() == {"redis": True, "worker": True, "ready": True}
+        text = c.get("/metrics").text
+        for name in (f'tidemark_events_accepted_total{{stream="{stream_name}"}} 2.0',
+                     f'tidemark_sketch_bytes{{part="count",stream="{stream_name}"}}',
+                     "tidemark_query_seconds_count", "tidemark_worker_batch_seconds",
+                     f'tidemark_publish_age_seconds{{stream="{stream_name}"}}'):
+            assert name in text, name
+        assert c.get("/docs").status_code == 200
+        assert "/v1/streams/{name}/{query}" in c.get("/openapi.json").json()["paths"]

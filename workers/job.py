@@ -71,6 +71,7 @@ class Worker:
         self.state: WorkerState = self.store.load()
         self.publisher = Publisher(redis_url)
         self.lock = threading.Lock()
+        self.last_batch_seconds = 0.0
 
     # -- publishing -------------------------------------------------------------------
     def publish_stream(self, name: str) -> None:
@@ -117,7 +118,8 @@ class Worker:
             self.store.save(self.state)
             for name in changed:
                 self.publish_stream(name)
-            self.publisher.heartbeat(batch_id)
+            self.last_batch_seconds = time.perf_counter() - started
+            self.publisher.heartbeat(batch_id, self.last_batch_seconds)
         log.debug("batch %s: %d shard updates in %.2fs", batch_id, len(rows),
                  time.perf_counter() - started)
 
@@ -146,7 +148,7 @@ class Worker:
                     log.warning("Redis lost the published sketches; publishing them again")
                     self.republish_all()
                     self.publisher.mark_published()
-                self.publisher.heartbeat(self.state.batch_id)
+                self.publisher.heartbeat(self.state.batch_id, self.last_batch_seconds)
             except Exception as e:  # Redis away: keep trying, the batch loop will too
                 log.warning("heartbeat failed: %s", e)
 

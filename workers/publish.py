@@ -52,9 +52,9 @@ class Publisher:
             p.publish(keys.ANNOUNCE, json.dumps({"stream": name, "sketch_version": stream.version}))
             p.execute()
 
-    def heartbeat(self, batch_id: int, ttl: int = 15) -> None:
+    def heartbeat(self, batch_id: int, batch_seconds: float = 0.0, ttl: int = 15) -> None:
         beat = {"host": socket.gethostname(), "pid": os.getpid(), "batch_id": batch_id,
-                "time": time.time()}
+                "batch_seconds": round(batch_seconds, 4), "time": time.time()}
         self.redis.set(keys.HEARTBEAT, json.dumps(beat), ex=ttl)
 
     def mark_published(self) -> None:

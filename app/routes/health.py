@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import time
+import datetime as dt
 
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse, PlainTextResponse
@@ -35,5 +35,11 @@ def metrics(store: StoreDep, metrics: MetricsDep) -> PlainTextResponse:
             metrics.pending_chunks.labels(name).set(store.pending(name))
             for part, size in status["sketch_bytes"].items():
                 metrics.sketch_bytes.labels(name, part).set(size)
+            if status["updated_at"]:
+                age = dt.datetime.now(dt.timezone.utc) - dt.datetime.fromisoformat(status["updated_at"])
+                metrics.publish_age_seconds.labels(name).set(age.total_seconds())
+        beat = store.worker_heartbeat()
+        if beat:
+            metrics.batch_seconds.set(beat.get("batch_seconds", 0.0))
     return PlainTextResponse(generate_latest(metrics.registry).decode(),
                              media_type="text/plain; version=0.0.4")
