@@ -10,8 +10,9 @@ from pathlib import Path
 from typing import Iterator
 
 import httpx
-from tidemark.errors import CliError
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
+
+from tidemark.errors import CliError
 
 __all__ = ["send_files", "read_events"]
 

@@ -35,6 +35,10 @@ def _now_iso() -> str:
     return dt.datetime.now(dt.timezone.utc).isoformat()
 
 
+class NoAnswerYet(QueryError):
+    """The query is valid but has no value yet (a quantile of an empty window)."""
+
+
 def rule_answer(store: Store, rule: AlertRule) -> tuple[dict, float, float, float, int]:
     """The rule's current answer: (answer, estimate, lower, upper, version)."""
     if rule.query == "inner-product":
@@ -47,6 +51,8 @@ def rule_answer(store: Store, rule: AlertRule) -> tuple[dict, float, float, floa
         version = body["as_of"]["sketch_version"]
     if "items" in body:  # quantiles: the rule names one q
         item = body["items"][0]
+        if item["bound"] is None:
+            raise NoAnswerYet("no event in the window yet: the quantile does not exist")
         return body, item["estimate"], item["bound"]["lower"], item["bound"]["upper"], version
     return body, body["estimate"], body["bound"]["lower"], body["bound"]["upper"], version
 

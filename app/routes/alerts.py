@@ -7,7 +7,7 @@ import uuid
 
 from fastapi import APIRouter, HTTPException, Request
 
-from app.alerts.engine import evaluate, rule_answer
+from app.alerts.engine import NoAnswerYet, evaluate, rule_answer
 from app.alerts.rules import AlertCreate, AlertRule, check_webhook
 from app.deps import SettingsDep, StoreDep
 
@@ -32,7 +32,10 @@ def create_alert(body: AlertCreate, request: Request, store: StoreDep, settings:
         raise HTTPException(422, "a quantiles alert watches exactly one q (e.g. params.q = '0.99')")
     rule = AlertRule(**body.model_dump(), id=uuid.uuid4().hex[:16],
                      created_at=dt.datetime.now(dt.timezone.utc).isoformat())
-    rule_answer(store, rule)  # validates stream, query and parameters like a query would
+    try:
+        rule_answer(store, rule)  # validates stream, query and parameters like a query would
+    except NoAnswerYet:
+        pass  # valid, just nothing to compare yet
     _alerts(request).add(rule)
     if evaluate(store, _alerts(request), rule):
         request.app.state.alert_engine_wake()

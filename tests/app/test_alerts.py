@@ -214,3 +214,12 @@ def test_bad_rules_are_refused_with_reasons(api, stream_name, change, detail):
         r = c.post("/v1/alerts", json={**_rule(stream_name, "http://127.0.0.1:9/x"), **change})
         assert r.status_code in (404, 422), r.text
         assert detail in r.json()["detail"]
+
+
+def test_a_quantile_rule_on_an_empty_stream_is_accepted(api, stream_name):
+    with httpx.Client(base_url=api.url) as c:
+        c.put(f"/v1/streams/{stream_name}", json={"max_window": "1h", "value_min": 0, "value_max": 10})
+        rule = {**_rule(stream_name, "http://127.0.0.1:9/x"), "query": "quantiles", "params": {"q": "0.99"}}
+        r = c.post("/v1/alerts", json=rule)
+        assert r.status_code == 201, r.text
+        assert r.json()["state"] == "ok"
