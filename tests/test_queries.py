@@ -164,3 +164,34 @@ def test_decayed_sums_hold_their_bounds_and_refuse_the_impossible(pipeline, stre
         r = c.get(f"/v1/streams/{stream_name}/decayed-sum",
                   params={"decay": "polynomial", "alpha": "2", "guarantee": "relative"})
         assert r.status_code == 422 and "declared" in r.json()["detail"]
+
+
+def test_derived_decayed_aggregates(pipeline, stream_name):
+    """Range sums bracket true ages; ratio aggregates take ages in whole ticks (1 s here)."""
+    rng = np.random.default_rng(6)
+    n = 5000
+    ts = T0 + rng.uniform(0, 1200, n)
+    values = rng.choice([10.0, 20.0, 500.0, 900.0], n, p=[0.5, 0.2, 0.2, 0.1])
+    weights = rng.exponential(1.0, n).round(3)
+    events = [{"ts": float(t), "value": float(v), "weight": float(w)} for t, v, w in zip(ts, values, weights)]
+    with pipeline.client() as c:
+        _load(pipeline, c, stream_name, events, decays=[{"kind": "none"}])
+        base = f"/v1/streams/{stream_name}"
+        for decay in ({"decay": "none"}, {"decay": "exponential", "half_life": "300"}):
+            f = DECAYS[decay["decay"]] if decay["decay"] == "none" else (lambda a: 2.0 ** (-a / 300.0))
+            r = c.get(f"{base}/decayed-range-sum", params={**decay, "lo": 15, "hi": 600}).json()
+            truth = float((weights * f(r["at"] - ts) * ((values >= 15) & (values <= 600))).sum())
+            assert r["bound"]["lower"] <= truth <= r["bound"]["upper"], (decay, r, truth)
+            at_tick = np.floor(r["at"])
+            tick_w = weights * f(at_tick - np.floor(ts))
+            share = float(tick_w[values == 500.0].sum() / tick_w.sum())
+            fr = c.get(f"{base}/decayed-frequency", params={**decay, "value": 500}).json()
+            assert fr["bound"]["lower"] - 1e-9 <= share <= fr["bound"]["upper"] + 1e-9, (decay, fr, share)
+            hh = c.get(f"{base}/decayed-heavy-hitters", params={**decay, "phi": 0.3}).json()
+            # Half the mass sits at 10; the relative sketch reports values as its grid's cells.
+            cell = 1000 / 255
+            assert any(item["value"] <= 10.0 < item["value"] + cell for item in hh["items"]), hh
+            q = c.get(f"{base}/decayed-quantile", params={**decay, "phi": 0.5}).json()
+            assert q["bound"]["lower"] <= q["estimate"] <= q["bound"]["upper"]
+        r = c.get(f"{base}/decayed-range-sum", params={"decay": "none", "lo": 5, "hi": 1})
+        assert r.status_code == 422 and "lo <= hi" in r.json()["detail"]

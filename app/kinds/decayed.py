@@ -155,3 +155,105 @@ def _empty(config, params) -> Estimate:
 
 
 register(QueryKind("decayed-sum", _run, _empty, _check))
+
+
+# -- derived aggregates (§1.1) -----------------------------------------------------------
+# Ratios of decayed sums are not monotone in the ages, so these take ages in whole ticks of
+# the stream's resolution: an event's age is at_tick − its tick. Their bounds are the
+# sketches' own for that quantity (see sketches/decayed/derived.py).
+
+def _derived_sketch(summary, config, params):
+    """(sketch, decay in ticks): a relative sketch knows its own decay (None)."""
+    if params["part"]:
+        return summary[params["part"]], None
+    return summary["decayed"], _tick_decay(params["spec"], config.resolution)
+
+
+def _at_tick(window, config) -> int:
+    return math.floor(window.at / config.resolution)
+
+
+def _call(fn):
+    try:
+        return fn()
+    except SketchError as e:
+        raise QueryError(str(e)) from None
+
+
+def _check_range(config, params):
+    checked = _check(config, params)
+    checked["lo"], checked["hi"] = _number(params, "lo"), _number(params, "hi")
+    if checked["hi"] < checked["lo"]:
+        raise QueryError("decayed-range-sum needs lo <= hi")
+    return checked
+
+
+def _range_sum(summary, config, window, params):
+    """Monotone in the ages like ``decayed-sum``: bracketed over the time grain the same way."""
+    res = config.resolution
+    base = math.floor(window.at / res)
+    exact_tick = math.isclose(window.at / res, base, rel_tol=0, abs_tol=1e-9)
+    older, younger = (base, base - 1) if exact_tick else (base + 1, base - 1)
+    from sketches.decayed import range_sum
+
+    if params["part"]:
+        sk = summary[params["part"]]
+        low = _call(lambda: sk.range_sum(params["lo"], params["hi"], older))
+        cell = float(sk.edges[max(np.searchsorted(sk.edges, params["lo"], side="right") - 1, 0)])
+        high = _call(lambda: sk.range_sum(cell, params["hi"], younger))
+    else:
+        decay, sk = _tick_decay(params["spec"], res), summary["decayed"]
+        low = _call(lambda: range_sum(sk, params["lo"], params["hi"], older, decay))
+        high = _call(lambda: range_sum(sk, params["lo"], params["hi"], younger, decay))
+    lower, upper = low.lower, max(high.upper, low.lower)
+    return Estimate(min(max((low.estimate + high.estimate) / 2, lower), upper), lower, upper, low.kind,
+                    low.epsilon, max(0.0, low.confidence + high.confidence - 1.0), low.method)
+
+
+def _check_value(config, params):
+    checked = _check(config, params)
+    checked["value"] = _number(params, "value")
+    return checked
+
+
+def _frequency(summary, config, window, params):
+    from sketches.decayed import relative_frequency
+
+    sk, decay = _derived_sketch(summary, config, params)
+    return _call(lambda: relative_frequency(sk, params["value"], _at_tick(window, config), decay))
+
+
+def _check_phi(config, params):
+    checked = _check(config, params)
+    phi = _number(params, "phi")
+    if not 0 < phi < 1:
+        raise QueryError("phi must be in (0, 1)")
+    checked["phi"] = phi
+    return checked
+
+
+def _heavy(summary, config, window, params):
+    from sketches.decayed import heavy_hitters
+
+    sk, decay = _derived_sketch(summary, config, params)
+    found = _call(lambda: heavy_hitters(sk, params["phi"], _at_tick(window, config), decay))
+    return [{"value": v, "estimate": e.estimate, "bound": e.bound()} for v, e in found]
+
+
+def _quantile(summary, config, window, params):
+    from sketches.decayed import quantile
+
+    sk, decay = _derived_sketch(summary, config, params)
+    return _call(lambda: quantile(sk, params["phi"], _at_tick(window, config), decay))
+
+
+def _empty_ratio(config, params):
+    return Estimate(0.0, 0.0, 1.0, "additive", 1.0, 1.0, "no-events")
+
+
+register(QueryKind("decayed-range-sum", _range_sum, _empty, _check_range))
+register(QueryKind("decayed-frequency", _frequency, _empty_ratio, _check_value))
+register(QueryKind("decayed-heavy-hitters", _heavy, lambda c, p: [], _check_phi))
+register(QueryKind("decayed-quantile", _quantile,
+                   lambda c, p: Estimate(c.value_min, c.value_min, c.value_max, "additive", 1.0, 1.0, "no-events"),
+                   _check_phi))
