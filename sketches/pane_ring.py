@@ -1,5 +1,5 @@
-"""A ring of time panes, each an array of exact counters: the sliding-window cell of the
-ECM-sketch and of the value histogram for asynchronous streams.
+"""A ring of time panes, each an array of exact counters: the sliding-window cells of the
+value histogram (quantiles) for asynchronous streams.
 
 The window of ``W`` ticks is cut into ``K`` panes of ``P = ⌈W/K⌉`` ticks. An event is
 added to the counters of its pane, whatever its arrival order: panes are exact, so
@@ -9,10 +9,10 @@ out-of-order arrivals cost nothing. A query over ticks ``[lo, hi]`` returns two 
 * ``touching`` — panes that intersect it,
 
 so for every counter ``inside ≤ true count in [lo, hi] ≤ touching``, deterministically.
-Only the (at most two) boundary panes separate the two. This replaces the exponential
-histogram cells of Papapetrou et al. (2012, §4) — which need in-order arrivals — with a
-structure that is exact under any arrival order and whose boundary uncertainty is read
-off its actual state; the price is the granularity ``P`` of the window's edges.
+Only the (at most two) boundary panes separate the two. Unlike exponential-histogram
+cells (Papapetrou et al. 2012, §4), which need in-order arrivals, panes are exact under any
+arrival order and their boundary uncertainty is read off their actual state; the price is
+the granularity ``P`` of the window's edges.
 
 Merging two rings adds their counters pane by pane: exact, with no composed error.
 

@@ -27,4 +27,3 @@ def status(stream: str) -> str:
 ANNOUNCE = PREFIX + "announce"  # pub/sub channel: {"stream", "sketch_version"}
 HEARTBEAT = PREFIX + "worker:heartbeat"  # string with a TTL, set by the worker
 PUBLISHED = PREFIX + "worker:published"  # marker: absent after a flush -> republish
-ALERTS = PREFIX + "alerts"
