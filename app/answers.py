@@ -91,11 +91,17 @@ def window_estimate(query: Callable[[int, int], Estimate], window: Window, metho
         inner = query(*window.inner) if window.inner[0] <= window.inner[1] else _exact_zero(method)
     except SketchError as e:
         raise QueryError(str(e)) from None
-    lower, upper = inner.lower, outer.upper
-    estimate = min(max((inner.estimate + outer.estimate) / 2, lower), upper)
-    # Both intervals must hold: the union bound on their failure probabilities.
-    confidence = max(0.0, inner.confidence + outer.confidence - 1.0)
-    return Estimate(estimate, lower, upper, outer.kind, outer.epsilon, confidence, outer.method)
+    return bracket(inner, outer)
+
+
+def bracket(low: Estimate, high: Estimate) -> Estimate:
+    """The lower bound of ``low`` and the upper bound of ``high``, two readings that sandwich
+    the truth (a smaller and a larger range, an older and a younger age). Both intervals
+    must hold: the union bound on their failure probabilities."""
+    lower, upper = low.lower, max(high.upper, low.lower)
+    estimate = min(max((low.estimate + high.estimate) / 2, lower), upper)
+    confidence = max(0.0, low.confidence + high.confidence - 1.0)
+    return Estimate(estimate, lower, upper, high.kind, high.epsilon, confidence, high.method)
 
 
 @dataclass(frozen=True)

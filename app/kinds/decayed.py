@@ -23,7 +23,7 @@ import math
 
 import numpy as np
 
-from app.answers import QueryError, QueryKind, register
+from app.answers import QueryError, QueryKind, bracket, register
 from sketches.base import Estimate, SketchError
 from tidemark.streams import parse_duration
 from tidemark.summary import relative_decays
@@ -124,28 +124,39 @@ def _tick_decay(spec: dict, res: float):
     return CallableDecay(lambda a: (np.maximum(a, 0) * res <= window).astype(np.float64))
 
 
-def _run(summary, config, window, params) -> Estimate:
-    res = config.resolution
-    exact_tick = math.isclose(window.at / res, round(window.at / res), rel_tol=0, abs_tol=1e-9)
-    base = round(window.at / res) if exact_tick else math.floor(window.at / res)
-    older, younger = (base, base - 1) if exact_tick else (base + 1, base - 1)
-    tau = params["tau"]
+def _call(fn):
+    """Run a sketch query; its SketchError is the caller's mistake (a 422)."""
     try:
-        if params["part"]:
-            sk = summary[params["part"]]
-            cell = float(sk.edges[min(max(np.searchsorted(sk.edges, tau, side="right") - 1, 0),
-                                      len(sk.edges) - 1)])
-            low, high = sk.query(tau, older), sk.query(min(cell, tau), younger)
-        else:
-            decay = _tick_decay(params["spec"], res)
-            sk = summary["decayed"]
-            low, high = sk.query(decay, tau, older), sk.query(decay, tau, younger)
+        return fn()
     except SketchError as e:
         raise QueryError(str(e)) from None
-    lower, upper = low.lower, max(high.upper, low.lower)
-    estimate = min(max((low.estimate + high.estimate) / 2, lower), upper)
-    confidence = max(0.0, low.confidence + high.confidence - 1.0)
-    return Estimate(estimate, lower, upper, low.kind, low.epsilon, confidence, low.method)
+
+
+def _age_ticks(at: float, res: float) -> tuple[int, int]:
+    """(older, younger): query times in ticks at which every event reads at least as old,
+    and at most as old, as it truly is at ``at`` (an event is somewhere in its tick)."""
+    exact_tick = math.isclose(at / res, round(at / res), rel_tol=0, abs_tol=1e-9)
+    base = round(at / res) if exact_tick else math.floor(at / res)
+    return (base, base - 1) if exact_tick else (base + 1, base - 1)
+
+
+def _cell_edge(sk, value: float) -> float:
+    """Left edge of the relative sketch's value cell holding ``value``."""
+    return float(sk.edges[min(max(np.searchsorted(sk.edges, value, side="right") - 1, 0),
+                              len(sk.edges) - 1)])
+
+
+def _run(summary, config, window, params) -> Estimate:
+    older, younger = _age_ticks(window.at, config.resolution)
+    tau = params["tau"]
+    if params["part"]:
+        sk = summary[params["part"]]
+        low = _call(lambda: sk.query(tau, older))
+        high = _call(lambda: sk.query(min(_cell_edge(sk, tau), tau), younger))
+    else:
+        decay, sk = _tick_decay(params["spec"], config.resolution), summary["decayed"]
+        low, high = _call(lambda: sk.query(decay, tau, older)), _call(lambda: sk.query(decay, tau, younger))
+    return bracket(low, high)
 
 
 def _empty(config, params) -> Estimate:
@@ -173,13 +184,6 @@ def _at_tick(window, config) -> int:
     return math.floor(window.at / config.resolution)
 
 
-def _call(fn):
-    try:
-        return fn()
-    except SketchError as e:
-        raise QueryError(str(e)) from None
-
-
 def _check_range(config, params):
     checked = _check(config, params)
     checked["lo"], checked["hi"] = _number(params, "lo"), _number(params, "hi")
@@ -190,24 +194,19 @@ def _check_range(config, params):
 
 def _range_sum(summary, config, window, params):
     """Monotone in the ages like ``decayed-sum``: bracketed over the time grain the same way."""
-    res = config.resolution
-    base = math.floor(window.at / res)
-    exact_tick = math.isclose(window.at / res, base, rel_tol=0, abs_tol=1e-9)
-    older, younger = (base, base - 1) if exact_tick else (base + 1, base - 1)
     from sketches.decayed import range_sum
 
+    older, younger = _age_ticks(window.at, config.resolution)
+    lo, hi = params["lo"], params["hi"]
     if params["part"]:
         sk = summary[params["part"]]
-        low = _call(lambda: sk.range_sum(params["lo"], params["hi"], older))
-        cell = float(sk.edges[max(np.searchsorted(sk.edges, params["lo"], side="right") - 1, 0)])
-        high = _call(lambda: sk.range_sum(cell, params["hi"], younger))
+        low = _call(lambda: sk.range_sum(lo, hi, older))
+        high = _call(lambda: sk.range_sum(_cell_edge(sk, lo), hi, younger))
     else:
-        decay, sk = _tick_decay(params["spec"], res), summary["decayed"]
-        low = _call(lambda: range_sum(sk, params["lo"], params["hi"], older, decay))
-        high = _call(lambda: range_sum(sk, params["lo"], params["hi"], younger, decay))
-    lower, upper = low.lower, max(high.upper, low.lower)
-    return Estimate(min(max((low.estimate + high.estimate) / 2, lower), upper), lower, upper, low.kind,
-                    low.epsilon, max(0.0, low.confidence + high.confidence - 1.0), low.method)
+        decay, sk = _tick_decay(params["spec"], config.resolution), summary["decayed"]
+        low = _call(lambda: range_sum(sk, lo, hi, older, decay))
+        high = _call(lambda: range_sum(sk, lo, hi, younger, decay))
+    return bracket(low, high)
 
 
 def _check_value(config, params):
