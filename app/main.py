@@ -18,6 +18,8 @@ from app.routes import alerts, health, ingest, live, queries, streams
 from app.store import Backpressure, Store, StreamConflict, StreamNotFound
 from sketches.base import CorruptSketchError
 from tidemark import __version__
+from tidemark.capacity import CapacityError
+from tidemark.hash_secret import load_or_create
 from tidemark.settings import Settings
 
 __all__ = ["create_app"]
@@ -45,6 +47,7 @@ def _error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(AlertNotFound, handler(404))
     app.add_exception_handler(StreamConflict, handler(409))
     app.add_exception_handler(QueryError, handler(422))
+    app.add_exception_handler(CapacityError, handler(422))
     app.add_exception_handler(Backpressure, handler(429, {"Retry-After": "1"}))
     # A published blob that does not parse is our fault, not the caller's; it is refused
     # whole and reported as unavailable until the worker publishes again.
@@ -75,7 +78,8 @@ def create_app(settings: Settings, redis_url: str) -> FastAPI:
                   description="Live approximate queries over event streams, with error bounds.")
     app.state.settings = settings
     app.state.redis_url = redis_url
-    app.state.store = Store(redis_url, settings.max_pending_chunks)
+    secret = load_or_create(settings.checkpoint, settings.hash_secret)
+    app.state.store = Store(redis_url, secret, settings.max_pending_chunks, settings.max_pending_events)
     app.state.alerts = AlertStore(redis_url)
     app.state.alert_engine_wake = lambda: None
     app.state.metrics = Metrics()

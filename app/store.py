@@ -1,22 +1,26 @@
 """The API's one door to Redis: stream declarations, ingest, published summaries, status.
 
-Summaries are deserialized once per ``sketch_version`` and cached; a query reads the
-version first and only fetches the blob when it changed.
+The worker publishes each shard of a stream on its own; a query reads the shards'
+statuses first, fetches and decodes only the shards whose version changed, and merges
+them once per set of versions (cached).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import threading
 import time
+from collections import OrderedDict
 
 import redis
 
 from tidemark import keys
+from tidemark.hash_secret import HashSecret
 from tidemark.streams import StreamConfig
 from tidemark.summary import StreamSummary
 
-__all__ = ["Store", "StreamNotFound", "StreamConflict", "Backpressure", "Status"]
+__all__ = ["Store", "StreamNotFound", "StreamConflict", "Backpressure", "Status", "IngestReceipt"]
 
 
 class StreamNotFound(LookupError):
@@ -36,34 +40,87 @@ class Status(dict):
     """The contract's stream status (§4) as a plain dict."""
 
 
+class IngestReceipt(dict):
+    """The answer to one ingest request; the same again for a repeated Idempotency-Key."""
+
+
+# Appends one ingest chunk atomically with everything the late rule and retries need.
+# KEYS: ingest stream, ingest stats hash, active set, idempotency key ('' = none)
+# ARGV: chunk ('' = no accepted event), accepted, rejected, largest ts of the chunk ('' = none),
+#       receipt JSON, idempotency TTL seconds, stream name
+_APPEND = """
+if KEYS[4] ~= '' then
+  local first = redis.call('GET', KEYS[4])
+  if first then return first end
+end
+local clock = redis.call('HGET', KEYS[2], 'clock')
+if ARGV[1] ~= '' then
+  local id = redis.call('XADD', KEYS[1], '*', 'd', ARGV[1], 'n', ARGV[2], 'c', clock or '')
+  redis.call('ZADD', KEYS[3], tonumber(string.match(id, '^(%d+)')), ARGV[7])
+end
+if ARGV[4] ~= '' and (not clock or tonumber(ARGV[4]) > tonumber(clock)) then
+  redis.call('HSET', KEYS[2], 'clock', ARGV[4])
+end
+redis.call('HINCRBY', KEYS[2], 'received', ARGV[2])
+redis.call('HINCRBY', KEYS[2], 'rejected', ARGV[3])
+if KEYS[4] ~= '' then redis.call('SET', KEYS[4], ARGV[5], 'EX', ARGV[6]) end
+return ARGV[5]
+"""
+IDEMPOTENCY_TTL = 86400
+
+
 def _num(raw: bytes | None, kind=int, default=0):
     if raw is None or raw == b"":
         return default
     return kind(raw.decode())
 
 
-def _status(published: dict, ingested: dict) -> Status:
-    consumed = _num(published.get(b"consumed"))
-    clock = published.get(b"clock")
-    return Status(
-        # After a Redis flush the API's counter restarts; the worker's count of consumed
-        # events is a floor for it.
+def _shards(raw: dict) -> dict[int, dict]:
+    return {int(k): json.loads(v) for k, v in raw.items()}
+
+
+def _status(shards: dict[int, dict], ingested: dict) -> Status:
+    """A stream's status from its shards' published statuses and the API's counters."""
+    consumed = sum(s["events"] + s["late_dropped"] for s in shards.values())
+    clocks = [s["clock"] for s in shards.values() if s.get("clock") is not None]
+    sizes: dict[str, int] = {}
+    for s in shards.values():
+        for part, n in (s.get("sizes") or {}).items():
+            sizes[part] = sizes.get(part, 0) + n
+    failed = {k: s["failed"] for k, s in sorted(shards.items()) if s.get("failed")}
+    status = Status(
+        # After a Redis flush the API's counter restarts; what the worker consumed is a floor.
         received=max(_num(ingested.get(b"received")), consumed),
-        events=_num(published.get(b"events")),
-        clock=float(clock) if clock else None,
-        late_dropped=_num(published.get(b"late_dropped")),
+        events=sum(s["events"] for s in shards.values()),
+        clock=max(clocks) if clocks else None,
+        late_dropped=sum(s["late_dropped"] for s in shards.values()),
         rejected=_num(ingested.get(b"rejected")),
-        sketch_version=_num(published.get(b"sketch_version")),
-        updated_at=(published.get(b"updated_at") or b"").decode() or None,
-        sketch_bytes=json.loads(published.get(b"sketch_bytes") or b"{}"),
+        # Each shard's version only grows, so their sum does too.
+        sketch_version=sum(s["version"] for s in shards.values()),
+        updated_at=max((s["updated_at"] for s in shards.values()), default=None),
+        sketch_bytes=sizes,
+        shards=len(shards),
+        state="failed" if failed else "ok",
     )
+    if failed:
+        status["failed"] = "; ".join(f"shard {k}: {why}" for k, why in failed.items())
+        status["failed_events"] = sum(s.get("failed_events", 0) for s in shards.values())
+    return status
 
 
 class Store:
-    def __init__(self, redis_url: str, max_pending_chunks: int = 1000):
+    def __init__(self, redis_url: str, secret: HashSecret | None = None,
+                 max_pending_chunks: int = 1000, max_pending_events: int = 2_000_000,
+                 cached_streams: int = 256):
         self.redis = redis.Redis.from_url(redis_url, health_check_interval=30)
+        self.secret = secret
         self.max_pending_chunks = max_pending_chunks
-        self._cache: dict[str, tuple[int, StreamSummary]] = {}
+        self.max_pending_events = max_pending_events
+        self._append = self.redis.register_script(_APPEND)
+        # name -> (shard versions, merged summary); shard summaries decoded once per version
+        self._merged: OrderedDict[str, tuple[tuple, StreamSummary]] = OrderedDict()
+        self._shards: dict[tuple[str, int], tuple[int, bytes, StreamSummary]] = {}
+        self.cached_streams = cached_streams  # the cache is bounded, not one entry per stream
         self._lock = threading.Lock()
 
     # -- declarations --------------------------------------------------------------------
@@ -91,19 +148,44 @@ class Store:
         return sorted(n.decode() for n in self.redis.hkeys(keys.STREAMS))
 
     # -- ingest ----------------------------------------------------------------------------
-    def append(self, name: str, chunk: bytes | None, accepted: int, rejected: int) -> None:
-        """Hand a chunk over durably to the worker and count what was received."""
-        if chunk is not None and self.redis.xlen(keys.ingest(name)) >= self.max_pending_chunks:
+    def check_backpressure(self, name: str) -> None:
+        """429 when the worker is behind on this stream: too many chunks or events waiting."""
+        with self.redis.pipeline(transaction=False) as p:
+            p.xlen(keys.ingest(name))
+            p.hget(keys.ingest_stats(name), "received")
+            p.hvals(keys.shard_status(name))
+            chunks, received, shards = p.execute()
+        consumed = sum(json.loads(v)["events"] + json.loads(v)["late_dropped"] for v in shards)
+        waiting = _num(received) - consumed
+        if chunks >= self.max_pending_chunks or waiting >= self.max_pending_events:
             raise Backpressure(
-                f"stream {name!r} has {self.max_pending_chunks} chunks waiting for the worker; "
-                "retry shortly"
+                f"stream {name!r} has {chunks} requests ({max(waiting, 0)} events) waiting for "
+                "the worker; retry shortly"
             )
-        with self.redis.pipeline(transaction=True) as p:
-            if chunk is not None:
-                p.xadd(keys.ingest(name), {"d": chunk, "n": accepted})
-            p.hincrby(keys.ingest_stats(name), "received", accepted)
-            p.hincrby(keys.ingest_stats(name), "rejected", rejected)
-            p.execute()
+
+    def append(self, name: str, chunk: bytes | None, accepted: int, rejected: int,
+               max_ts: float | None, receipt: dict, idempotency_key: str | None = None) -> IngestReceipt:
+        """Hand a chunk over durably to the worker, with the stream's clock before it.
+
+        With an ``idempotency_key`` seen in the last 24 h nothing is stored and the first
+        request's receipt comes back."""
+        idem = ""
+        if idempotency_key:
+            idem = keys.idempotency(name, hashlib.sha256(idempotency_key.encode()).hexdigest())
+        else:
+            self.check_backpressure(name)
+        if idem and chunk is not None:
+            first = self.redis.get(idem)
+            if first is not None:
+                return IngestReceipt(json.loads(first), replayed=True)
+            self.check_backpressure(name)
+        out = self._append(
+            keys=[keys.ingest(name), keys.ingest_stats(name), keys.ACTIVE, idem],
+            args=[chunk or b"", accepted, rejected, "" if max_ts is None else repr(float(max_ts)),
+                  json.dumps(receipt), IDEMPOTENCY_TTL, name],
+        )
+        first = json.loads(out)
+        return IngestReceipt(first, replayed=first != receipt)
 
     def pending(self, name: str) -> int:
         return int(self.redis.xlen(keys.ingest(name)))
@@ -112,31 +194,58 @@ class Store:
     def status(self, name: str) -> Status:
         self.config(name)
         with self.redis.pipeline(transaction=True) as p:
-            p.hgetall(keys.status(name))
+            p.hgetall(keys.shard_status(name))
             p.hgetall(keys.ingest_stats(name))
-            return _status(*p.execute())
+            shards, ingested = p.execute()
+        return _status(_shards(shards), ingested)
 
     def summary(self, name: str) -> tuple[StreamSummary | None, Status]:
-        """The published summary (None before the first publish) and the status of
-        that very version (both read in one transaction)."""
-        status = self.status(name)
-        cached = self._cache.get(name)
-        if status["sketch_version"] == 0:
-            return None, status
-        if cached and cached[0] == status["sketch_version"]:
-            return cached[1], status
+        """The published summary (None before the first publish) and the status of those
+        very shard versions. Shards are decoded once per version and merged once per set
+        of versions."""
+        self.config(name)
         with self.redis.pipeline(transaction=True) as p:
-            p.get(keys.sketch(name))
-            p.hgetall(keys.status(name))
+            p.hgetall(keys.shard_status(name))
             p.hgetall(keys.ingest_stats(name))
-            blob, published, ingested = p.execute()
-        status = _status(published, ingested)
-        if blob is None:
-            return None, status
-        summary = StreamSummary.from_bytes(blob)
+            raw, ingested = p.execute()
+        shards = _shards(raw)
+        versions = tuple(sorted((k, s["version"]) for k, s in shards.items()))
+        cached = self._merged.get(name)
+        if cached and cached[0] == versions:
+            with self._lock:
+                self._merged.move_to_end(name)
+            return cached[1], _status(shards, ingested)
+        stale = [k for k, v in versions if self._shards.get((name, k), (None,))[0] != v]
+        if stale:
+            # Blobs and statuses in one transaction, so each blob matches its status.
+            with self.redis.pipeline(transaction=True) as p:
+                p.hmget(keys.shard_sketch(name), stale)
+                p.hgetall(keys.shard_status(name))
+                p.hgetall(keys.ingest_stats(name))
+                blobs, raw, ingested = p.execute()
+            shards = _shards(raw)
+            for k, blob in zip(stale, blobs):
+                if blob:
+                    self._shards[(name, k)] = (shards[k]["version"], blob,
+                                               StreamSummary.from_bytes(blob, self.secret))
+            versions = tuple(sorted((k, s["version"]) for k, s in shards.items()))
+        parts = [self._shards[(name, k)] for k, _ in versions if (name, k) in self._shards]
+        if not parts:
+            return None, _status(shards, ingested)
+        if len(parts) == 1:
+            merged = parts[0][2]
+        else:  # merge into a fresh copy of the first; the cached shard summaries stay intact
+            merged = StreamSummary.from_bytes(parts[0][1], self.secret)
+            for _, _, part in parts[1:]:
+                merged.merge(part)
         with self._lock:
-            self._cache[name] = (status["sketch_version"], summary)
-        return summary, status
+            self._merged[name] = (versions, merged)
+            self._merged.move_to_end(name)
+            while len(self._merged) > self.cached_streams:
+                old, _ = self._merged.popitem(last=False)
+                for key in [k for k in self._shards if k[0] == old]:
+                    del self._shards[key]
+        return merged, _status(shards, ingested)
 
     # -- health --------------------------------------------------------------------------------
     def ping(self) -> bool:

@@ -16,12 +16,15 @@ __all__ = ["hash_keys", "splitmix64"]
 _HASH_KEY = "tidemark-keys-01"  # 16 bytes; changing it breaks every stored sketch
 
 
-def hash_keys(keys) -> np.ndarray:
-    """Hash a sequence of strings to ``uint64`` ids (vectorised, stable across runs)."""
+def hash_keys(keys, hash_key: str = _HASH_KEY) -> np.ndarray:
+    """Hash a sequence of strings to ``uint64`` ids (vectorised, stable across runs).
+
+    ``hash_key`` (16 characters) keys the SipHash: a deployment passes one derived from
+    its secret so that nobody can craft colliding keys (``tidemark.hash_secret``)."""
     arr = np.asarray(keys, dtype=object)
     if arr.size == 0:
         return np.zeros(0, dtype=np.uint64)
-    return pd.util.hash_array(arr, hash_key=_HASH_KEY, categorize=False).astype(np.uint64)
+    return pd.util.hash_array(arr, hash_key=hash_key, categorize=False).astype(np.uint64)
 
 
 def splitmix64(x: np.ndarray, seed: int = 0) -> np.ndarray:

@@ -14,7 +14,11 @@ from dataclasses import dataclass
 import httpx
 import pytest
 
+from tidemark.hash_secret import HashSecret
 from tidemark.redis_server import EmbeddedRedis, free_port
+
+# The deployment hash secret of the test run: the API and every worker share it.
+TEST_SECRET = HashSecret(bytes(range(32)))
 
 
 @pytest.fixture(scope="session")
@@ -35,7 +39,7 @@ def spark():
     from workers.job import build_spark
 
     os.environ.setdefault("PYSPARK_PYTHON", os.sys.executable)
-    session = build_spark("local[2]", shards=2, app_name="tidemark-tests")
+    session = build_spark("local[2]", partitions=2, app_name="tidemark-tests")
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
@@ -51,6 +55,7 @@ class ApiServer:
         from tidemark.settings import Settings
 
         self.port = free_port()
+        settings.setdefault("hash_secret", TEST_SECRET.secret.hex())
         self.app = create_app(Settings(redis_url=redis_url, **settings), redis_url)
         config = uvicorn.Config(self.app, host="127.0.0.1", port=self.port, log_level="warning",
                                 timeout_graceful_shutdown=2)
@@ -111,11 +116,10 @@ def pipeline(spark, redis_url, api, tmp_path_factory):
     from workers.job import start
 
     checkpoint = str(tmp_path_factory.mktemp("checkpoint"))
-    query, worker, stop = start(spark, redis_url, checkpoint, shards=2, trigger="300 milliseconds")
-    p = Pipeline(api.url, redis_url, worker, query, checkpoint)
-    p.stop_heartbeat = stop
+    query, driver = start(spark, redis_url, checkpoint, trigger="300 milliseconds", secret=TEST_SECRET)
+    p = Pipeline(api.url, redis_url, driver, query, checkpoint)
     yield p
-    stop.set()
+    driver.stop_event.set()
     p.query.stop()
 
 

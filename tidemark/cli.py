@@ -13,6 +13,7 @@ from pathlib import Path
 import httpx
 import yaml
 
+from tidemark import capacity
 from tidemark.errors import CliError
 from tidemark.settings import Settings
 from tidemark.streams import StreamConfig
@@ -35,6 +36,9 @@ def load_streams(path: str | None) -> dict[str, StreamConfig]:
     for name, settings in streams.items():
         try:
             out[str(name)] = StreamConfig.model_validate(settings or {})
+            capacity.check(out[str(name)], Settings().max_summary_bytes)
+        except capacity.CapacityError as e:
+            raise CliError(f"{path}: stream {name!r}: {e}") from None
         except ValueError as e:
             first = str(e).splitlines()
             raise CliError(f"{path}: stream {name!r}: {' '.join(first[1:3]) or first[0]}") from None
@@ -112,11 +116,17 @@ def run_up(args, demo: bool = False) -> None:
     signal.signal(signal.SIGINT, stop)
     try:
         declare_streams(redis_url, streams)
-        worker_args = ["worker", "--redis", redis_url, "--checkpoint", args.checkpoint or settings.checkpoint]
+        checkpoint = args.checkpoint or settings.checkpoint
+        # One hash secret for both parts, kept beside the worker's checkpoint.
+        from tidemark.hash_secret import load_or_create
+
+        env = {"TIDEMARK_HASH_SECRET": load_or_create(checkpoint, settings.hash_secret).secret.hex()}
+        worker_args = ["worker", "--redis", redis_url, "--checkpoint", checkpoint]
         if args.master:
             worker_args += ["--master", args.master]
-        procs.append(_spawn(worker_args))
-        procs.append(_spawn(["api", "--redis", redis_url, "--host", args.host, "--port", str(args.port)]))
+        procs.append(_spawn(worker_args, env))
+        procs.append(_spawn(["api", "--redis", redis_url, "--host", args.host, "--port", str(args.port)],
+                            env))
         url = f"http://{args.host}:{args.port}"
         _wait_ready(url, procs)
         print(f"Tidemark is up: dashboard at {url}/  (API docs at {url}/docs)", flush=True)
@@ -147,8 +157,12 @@ def run_worker(args) -> None:
     redis_url = args.redis or settings.redis_url
     if not redis_url:
         raise CliError("the worker needs --redis URL (or REDIS_URL)")
-    worker_main(redis_url, args.checkpoint or settings.checkpoint, args.master or settings.spark_master,
-                args.shards or settings.shards, settings.trigger)
+    from tidemark.hash_secret import load_or_create
+
+    checkpoint = args.checkpoint or settings.checkpoint
+    worker_main(redis_url, checkpoint, args.master or settings.spark_master,
+                args.partitions or settings.state_partitions, settings.trigger,
+                load_or_create(checkpoint, settings.hash_secret))
 
 
 def run_api(args) -> None:
@@ -194,7 +208,8 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--redis")
     s.add_argument("--master")
     s.add_argument("--checkpoint")
-    s.add_argument("--shards", type=int)
+    s.add_argument("--partitions", "--shards", type=int, dest="partitions",
+                   help="Spark state partitions (fixed for the life of a checkpoint)")
     s = sub.add_parser("api", help="run the API and dashboard")
     s.add_argument("--redis")
     s.add_argument("--config")

@@ -10,20 +10,27 @@ def ingest(stream: str) -> str:
 
 
 def ingest_stats(stream: str) -> str:
-    """Hash written by the API: received, rejected."""
+    """Hash written by the API: received, rejected, and ``clock``, the largest accepted
+    ``ts`` (the arrival clock of the late rule)."""
     return f"{PREFIX}ingest-stats:{{{stream}}}"
 
 
-def sketch(stream: str) -> str:
-    """The merged, published summary of a stream (bytes)."""
-    return f"{PREFIX}sketch:{{{stream}}}"
+def shard_sketch(stream: str) -> str:
+    """Hash: shard number -> that shard's published summary (bytes)."""
+    return f"{PREFIX}shard-sketch:{{{stream}}}"
 
 
-def status(stream: str) -> str:
-    """Hash written by the worker with every publish."""
-    return f"{PREFIX}status:{{{stream}}}"
+def shard_status(stream: str) -> str:
+    """Hash: shard number -> JSON status of the shard's published summary."""
+    return f"{PREFIX}shard-status:{{{stream}}}"
 
 
+def idempotency(stream: str, digest: str) -> str:
+    """The first answer to an ingest request with this Idempotency-Key (24 h)."""
+    return f"{PREFIX}idem:{{{stream}}}:{digest}"
+
+
+ACTIVE = PREFIX + "active"  # sorted set: stream -> ms of its last ingest entry
 ANNOUNCE = PREFIX + "announce"  # pub/sub channel: {"stream", "sketch_version"}
-HEARTBEAT = PREFIX + "worker:heartbeat"  # string with a TTL, set by the worker
-PUBLISHED = PREFIX + "worker:published"  # marker: absent after a flush -> republish
+HEARTBEAT = PREFIX + "worker:heartbeat"  # string with a TTL, set by the worker driver
+PUBLISHED = PREFIX + "worker:published"  # set by the driver; absent after a flush -> republish

@@ -77,6 +77,11 @@ class StreamConfig(BaseModel):
     value_min: float | None = None
     value_max: float | None = None
     decays: list[DecaySpec] = Field(default_factory=list)
+    shards: int = Field(
+        default=1, ge=1, le=64,
+        description="summaries the stream's events are spread over (more for streams whose "
+        "rate one core cannot take); answers merge them",
+    )
     resolution: float = Field(
         default=1.0,
         description="time resolution in seconds: event times are kept to this grain "

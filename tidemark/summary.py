@@ -9,8 +9,9 @@ Byte layout (after the common 16-byte sketch header, family STREAM_SUMMARY)::
 
     u32 meta length | meta JSON | part blob 0 | part blob 1 | ...
 
-``meta`` = {"config": StreamConfig, "seed", "clock" (largest event time, seconds, or
-null), "parts": [[name, length], ...]}; the part lengths must add up to the rest.
+``meta`` = {"config": StreamConfig, "secret" (fingerprint of the hash secret), "clock"
+(largest event time, seconds, or null), "parts": [[name, length], ...]}; the part lengths
+must add up to the rest. Only parts that were built are stored.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import pyarrow as pa
 
 from sketches.base import CorruptSketchError, Family, IncompatibleSketchError, pack_header, unpack_header
 from sketches.hashing import hash_keys
+from tidemark.hash_secret import HashSecret
 from tidemark.streams import StreamConfig
 
 __all__ = ["StreamSummary", "Columns", "PARTS"]
@@ -51,6 +53,8 @@ class PartSpec:
     build: Callable[[StreamConfig, int], object]
     feed: Callable[[object, Columns], None]
     wanted: Callable[[StreamConfig], bool] = lambda config: True
+    # Does this batch hold anything for the part? (An absent part is built on first use.)
+    fed_by: Callable[[Columns], bool] = lambda cols: len(cols.ticks) > 0
 
 
 def _splittable():
@@ -116,18 +120,21 @@ PARTS += [
         _wave,
         lambda c, seed: _wave()(c.epsilon, c.delta, c.window_ticks + 1, seed),
         lambda sk, cols: sk.update(cols.ticks[cols.keyed], cols.key_ids),
+        fed_by=lambda cols: bool(cols.keyed.any()),
     ),
     PartSpec(
         "keys",
         _ecm,
         lambda c, seed: _ecm()(c.epsilon, c.delta, c.window_ticks + 1, seed),
         lambda sk, cols: sk.update(cols.ticks[cols.keyed], cols.key_ids),
+        fed_by=lambda cols: bool(cols.keyed.any()),
     ),
     PartSpec(
         "key_candidates",
         _candidates,
         lambda c, seed: _candidates()(candidate_k(c.epsilon), c.window_ticks + 1, c.epsilon),
         lambda sk, cols: sk.update(cols.ticks[cols.keyed], cols.keys, cols.key_ids),
+        fed_by=lambda cols: bool(cols.keyed.any()),
     ),
     PartSpec(
         "values",
@@ -136,6 +143,7 @@ PARTS += [
                                   VALUE_BINS),
         lambda sk, cols: sk.update(cols.ticks[cols.valued], cols.values),
         wanted=lambda c: c.has_values,
+        fed_by=lambda cols: bool(cols.valued.any()),
     ),
 ]
 
@@ -171,43 +179,83 @@ PARTS.append(PartSpec(
     lambda c, seed: _additive()(c.epsilon, c.delta, c.value_min, c.value_max, seed),
     lambda sk, cols: sk.update(cols.ticks[cols.valued], cols.values, cols.weight[cols.valued]),
     wanted=lambda c: c.has_values,
+    fed_by=lambda cols: bool(cols.valued.any()),
 ))
 _RELATIVE = PartSpec(
     "decayed-relative/",
     _relative,
     lambda c, seed: None,  # built per declared decay in StreamSummary.create
     lambda sk, cols: sk.update(cols.ticks[cols.valued], cols.values, cols.weight[cols.valued]),
+    fed_by=lambda cols: bool(cols.valued.any()),
 )
 _BY_NAME = {p.name: p for p in PARTS}
 
 
 def _spec(name: str) -> PartSpec | None:
     return _RELATIVE if name.startswith(_RELATIVE.name) else _BY_NAME.get(name)
+
+
+def part_names(config: StreamConfig) -> list[str]:
+    """The parts a stream of these settings has (each built when first needed)."""
+    names = [p.name for p in PARTS if p.wanted(config)]
+    if config.has_values:
+        names += list(relative_decays(config))
+    return names
+
+
 _META = struct.Struct("<I")
 
 
 class StreamSummary:
-    """All sketches of one stream, updated together, merged and serialized together."""
+    """All sketches of one stream, updated together, merged and serialized together.
 
-    def __init__(self, config: StreamConfig, seed: int, parts: dict, clock: float | None = None):
+    Parts are built when first fed (or first asked for), so a declared stream that has
+    seen no events, or no keys, or no values, stores nothing for them.
+    """
+
+    def __init__(self, config: StreamConfig, secret: HashSecret, parts: dict | None = None,
+                 clock: float | None = None):
         self.config = config
-        self.seed = seed
-        self.parts = parts
+        self.secret = secret
+        self.names = part_names(config)
+        self.parts = dict(parts or {})
         self.clock_seconds = clock
 
+    @property
+    def seed(self) -> int:
+        return self.secret.seed
+
     @classmethod
-    def create(cls, config: StreamConfig, seed: int) -> "StreamSummary":
-        parts = {p.name: p.build(config, seed) for p in PARTS if p.wanted(config)}
-        if config.has_values:
-            for name, decay in relative_decays(config).items():
-                parts[name] = _relative()(config.epsilon, decay, config.value_min, config.value_max)
-        return cls(config, seed, parts)
+    def create(cls, config: StreamConfig, secret: HashSecret) -> "StreamSummary":
+        return cls(config, secret)
+
+    def _build(self, name: str):
+        if name.startswith(_RELATIVE.name):
+            decay = relative_decays(self.config)[name]
+            c = self.config
+            return _relative()(c.epsilon, decay, c.value_min, c.value_max)
+        return _BY_NAME[name].build(self.config, self.seed)
+
+    def build_all(self) -> "StreamSummary":
+        """Build every part now (a declaration check: sketches refuse sizes they cannot take)."""
+        for name in self.names:
+            self[name]
+        return self
 
     def __getitem__(self, name: str):
-        return self.parts[name]
+        part = self.parts.get(name)
+        if part is None:
+            if name not in self.names:
+                raise KeyError(name)
+            part = self.parts[name] = self._build(name)
+        return part
 
     def __contains__(self, name: str) -> bool:
-        return name in self.parts
+        return name in self.names
+
+    def key_ids(self, keys) -> np.ndarray:
+        """The ids under which this summary's sketches know ``keys``."""
+        return hash_keys(keys, self.secret.key_hash_key)
 
     # -- updates --------------------------------------------------------------------------
     def columns(self, table: pa.Table) -> Columns:
@@ -221,7 +269,7 @@ class StreamSummary:
             ticks=np.floor(ts / self.config.resolution).astype(np.int64),
             weight=table.column("weight").to_numpy(),
             keyed=keyed,
-            key_ids=hash_keys(keys),
+            key_ids=self.key_ids(keys),
             keys=keys,
             valued=valued,
             values=values[valued],
@@ -232,8 +280,10 @@ class StreamSummary:
         if table.num_rows == 0:
             return
         cols = self.columns(table)
-        for name, part in self.parts.items():
-            _spec(name).feed(part, cols)
+        for name in self.names:
+            spec = _spec(name)
+            if name in self.parts or spec.fed_by(cols):
+                spec.feed(self[name], cols)
         top = float(np.max(table.column("ts").to_numpy()))
         self.clock_seconds = top if self.clock_seconds is None else max(self.clock_seconds, top)
 
@@ -241,10 +291,10 @@ class StreamSummary:
     def merge(self, other: "StreamSummary") -> "StreamSummary":
         if other is self:
             raise IncompatibleSketchError("cannot merge a stream summary with itself")
-        if other.config != self.config or other.seed != self.seed or set(other.parts) != set(self.parts):
+        if other.config != self.config or other.secret != self.secret:
             raise IncompatibleSketchError("cannot merge summaries of differently configured streams")
-        for name, part in self.parts.items():
-            part.merge(other.parts[name])
+        for name, part in other.parts.items():
+            self[name].merge(part)
         if other.clock_seconds is not None:
             self.clock_seconds = (other.clock_seconds if self.clock_seconds is None
                                   else max(self.clock_seconds, other.clock_seconds))
@@ -258,40 +308,46 @@ class StreamSummary:
         blobs = [(name, part.to_bytes()) for name, part in self.parts.items()]
         meta = json.dumps({
             "config": self.config.model_dump(),
-            "seed": self.seed,
+            "secret": self.secret.fingerprint,
             "clock": self.clock_seconds,
             "parts": [[name, len(blob)] for name, blob in blobs],
         }).encode()
         payload = _META.pack(len(meta)) + meta + b"".join(blob for _, blob in blobs)
-        return pack_header(Family.STREAM_SUMMARY, len(payload)) + payload
+        return pack_header(Family.STREAM_SUMMARY, len(payload), fmt=2) + payload
 
     @classmethod
-    def from_bytes(cls, data: bytes) -> "StreamSummary":
-        _, payload = unpack_header(data, Family.STREAM_SUMMARY)
+    def from_bytes(cls, data: bytes, secret: HashSecret) -> "StreamSummary":
+        """Read a summary built under ``secret``; anything else is refused whole."""
+        _, payload = unpack_header(data, Family.STREAM_SUMMARY, fmt=2)
         if len(payload) < _META.size:
             raise CorruptSketchError("stream summary truncated")
         (n,) = _META.unpack_from(payload)
         try:
             meta = json.loads(bytes(payload[_META.size : _META.size + n]))
             config = StreamConfig.model_validate(meta["config"])
-            seed = int(meta["seed"])
+            fingerprint = str(meta["secret"])
             clock = meta["clock"]
             layout = [(str(name), int(length)) for name, length in meta["parts"]]
         except (ValueError, KeyError, TypeError) as e:
             raise CorruptSketchError(f"stream summary metadata unreadable: {e}") from None
+        if fingerprint != secret.fingerprint:
+            raise IncompatibleSketchError(
+                "stream summary was built under another hash secret (fingerprint "
+                f"{fingerprint}, this deployment's is {secret.fingerprint})")
         if clock is not None and not (isinstance(clock, (int, float)) and math.isfinite(clock)):
             raise CorruptSketchError("stream summary clock is not a finite number")
         offset = _META.size + n
         if any(length < 0 for _, length in layout) or offset + sum(l for _, l in layout) != len(payload):
             raise CorruptSketchError("stream summary part lengths do not match its size")
+        names = set(part_names(config))
         parts = {}
         for name, length in layout:
             spec = _spec(name)
-            if spec is None:
-                raise CorruptSketchError(f"stream summary has an unknown part {name!r}")
+            if spec is None or name not in names or name in parts:
+                raise CorruptSketchError(f"stream summary has an unexpected part {name!r}")
             parts[name] = spec.cls().from_bytes(bytes(payload[offset : offset + length]))
             offset += length
-        return cls(config, seed, parts, clock)
+        return cls(config, secret, parts, clock)
 
     def __repr__(self) -> str:
         return f"StreamSummary(parts={list(self.parts)}, clock={self.clock_seconds}, bytes={self.sizes()})"

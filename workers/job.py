@@ -1,13 +1,21 @@
-"""The Spark job: read ingest chunks, update shard summaries, publish merged ones.
+"""The Spark job: read ingest chunks, keep each shard's summary in Spark's state store,
+publish each changed shard from the executor that updated it.
 
-``main()`` only wires. Per micro-batch (``apply_batch``):
+``main()`` only wires. State is the engine's business: the stream is grouped by
+(stream, shard) and ``applyInPandasWithState`` keeps every shard's summary in the RocksDB
+state store provider with changelog checkpointing, so
 
-1. a batch whose id is not above the saved state's is a replay of one already applied:
-   skipped (exactly-once, see ``workers/state.py``);
-2. chunks are grouped by (stream, shard) and each group's events are inserted into that
-   shard's previous summary on the executors (``update_shard``);
-3. the driver saves the new state, then merges each changed stream's shard summaries once
-   and publishes the result with a higher ``sketch_version``.
+* the driver holds offsets only, never sketch bytes;
+* a micro-batch touches (loads, updates, writes, publishes) only the shards that received
+  chunks, and an idle stream costs nothing per batch;
+* exactly-once comes from Spark: a batch's offsets are logged before it runs, its state
+  is committed with it, and a replay after a crash recomputes the same state from the same
+  offsets (chunks are applied in entry order), which the version-guarded publish makes
+  idempotent.
+
+One stream's failure (settings too large for memory, a corrupt blob, a sketch error) is
+caught per group: the shard keeps its previous state, its status says why it failed, and
+every other stream goes on.
 """
 
 from __future__ import annotations
@@ -19,16 +27,26 @@ import time
 
 import pandas as pd
 
-from tidemark.summary import StreamSummary
+from tidemark.hash_secret import HashSecret, load_or_create
 from tidemark.streams import StreamConfig
-from workers.publish import Publisher
-from workers.state import StateStore, StreamState, WorkerState
-from workers.update import SHARD_RESULT_SCHEMA, shard_frame, update_shard
 
-__all__ = ["Worker", "main"]
+__all__ = ["main", "start", "build_spark", "shard_updater", "republish_all", "STATE_SCHEMA"]
 
 log = logging.getLogger("tidemark.worker")
-SEED = 0x7D1DE  # one seed for every stream, so sketches of different streams combine
+
+STATE_SCHEMA = ("blob binary, config string, events long, late_dropped long, clock double, "
+                "version long, failed string, failed_events long")
+OUTPUT_SCHEMA = "stream string, shard int, version long, events long, failed string"
+_STATE_FIELDS = [f.split()[0] for f in STATE_SCHEMA.split(", ")]
+_PUBLISHERS: dict[str, object] = {}  # one Redis client per Python worker process
+
+
+def _publisher(redis_url: str):
+    from workers.publish import Publisher
+
+    if redis_url not in _PUBLISHERS:
+        _PUBLISHERS[redis_url] = Publisher(redis_url)
+    return _PUBLISHERS[redis_url]
 
 
 def _entry_key(entry: str) -> tuple[int, int]:
@@ -36,124 +54,116 @@ def _entry_key(entry: str) -> tuple[int, int]:
     return int(ms), int(seq)
 
 
-def make_group_updater(previous: dict, clocks: dict, configs: dict):
+def _now() -> str:
+    return dt.datetime.now(dt.timezone.utc).isoformat()
+
+
+def shard_status(state: dict, sizes: dict | None = None) -> dict:
+    return {"version": state["version"], "events": state["events"],
+            "late_dropped": state["late_dropped"], "clock": state["clock"],
+            "updated_at": _now(), "sizes": sizes or {}, "failed": state["failed"] or None,
+            "failed_events": state["failed_events"]}
+
+
+def apply_chunks(stream: str, previous: dict | None, rows: pd.DataFrame, secret: HashSecret,
+                 config_of) -> dict:
+    """One shard's new state from its previous state and this batch's chunk rows (pure but
+    for reading the stream's declaration when the shard is new)."""
+    from workers.update import Chunk, update_shard
+
+    state = dict(previous) if previous else {
+        "blob": None, "config": None, "events": 0, "late_dropped": 0, "clock": None,
+        "version": 0, "failed": "", "failed_events": 0}
+    rows = rows.iloc[sorted(range(len(rows)), key=lambda i: _entry_key(rows["entry"].iloc[i]))]
+    chunks = [Chunk(bytes(p), float(c)) for p, c in zip(rows["payload"], rows["clock_before"])]
+    state["version"] += 1
+    try:
+        if state["config"] is None:
+            config = config_of(stream)
+            if config is None:
+                raise LookupError(f"stream {stream!r} is not declared")
+            state["config"] = config.model_dump_json()
+        config = StreamConfig.model_validate_json(state["config"])
+        result = update_shard(state["blob"], config, secret, chunks)
+    except (ConnectionError, OSError):
+        raise  # Redis or the file system away: the batch fails and is replayed, nothing lost
+    except Exception as e:  # noqa: BLE001 — isolate this stream, keep every other going
+        import redis
+
+        if isinstance(e, redis.RedisError):
+            raise
+        from tidemark.chunks import decode_chunk
+
+        lost = 0
+        for c in chunks:
+            try:
+                lost += decode_chunk(c.payload).num_rows
+            except Exception:  # noqa: BLE001
+                pass
+        state["failed"] = f"{type(e).__name__}: {e}"[:500]
+        state["failed_events"] += lost
+        log.error("stream %s: update failed, its other shards and streams go on: %s", stream, e)
+        return state
+    state.update(blob=result.blob, events=state["events"] + result.events,
+                 late_dropped=state["late_dropped"] + result.late_dropped, clock=result.clock,
+                 failed="", sizes=result.sizes)
+    return state
+
+
+def shard_updater(redis_url: str, secret: HashSecret):
     """The function Spark runs per (stream, shard) group on the executors."""
 
-    def update(pdf: pd.DataFrame) -> pd.DataFrame:
-        stream, shard = pdf["stream"].iloc[0], int(pdf["shard"].iloc[0])
-        order = sorted(range(len(pdf)), key=lambda i: _entry_key(pdf["entry"].iloc[i]))
-        payloads = [pdf["payload"].iloc[i] for i in order]
-        config = StreamConfig.model_validate(configs[stream])
-        result = update_shard(stream, shard, previous.get((stream, shard)),
-                              clocks.get(stream, float("-inf")), config, SEED, payloads)
-        return shard_frame(result)
+    def update(key, pdfs, group_state):
+        stream, shard = key[0], int(key[1])
+        rows = pd.concat(list(pdfs), ignore_index=True)
+        previous = dict(zip(_STATE_FIELDS, group_state.get)) if group_state.exists else None
+        publisher = _publisher(redis_url)
+        state = apply_chunks(stream, previous, rows, secret, publisher.config)
+        group_state.update(tuple(state[f] for f in _STATE_FIELDS))
+        if state["blob"] is not None or state["failed"]:
+            publisher.publish(stream, shard, shard_status(state, state.get("sizes")),
+                              state["blob"] or b"", _config_dict(state))
+        yield pd.DataFrame({"stream": [stream], "shard": [shard], "version": [state["version"]],
+                            "events": [state["events"]], "failed": [state["failed"]]})
 
     return update
 
 
-def merge_shards(shards: dict[int, bytes]) -> StreamSummary:
-    """One aggregation level: every shard summary merged into a fresh one."""
-    parts = [StreamSummary.from_bytes(b) for _, b in sorted(shards.items())]
-    merged = parts[0]
-    for part in parts[1:]:
-        merged.merge(part)
-    return merged
+def _config_dict(state: dict) -> dict:
+    import json
+
+    return json.loads(state["config"]) if state["config"] else {}
 
 
-class Worker:
-    """Owns the state and the publisher; Spark calls ``apply_batch`` for each micro-batch."""
+def republish_all(spark, redis_url: str, checkpoint: str) -> int:
+    """Publish every shard again from Spark's state store (after Redis lost them).
 
-    def __init__(self, spark, redis_url: str, state_uri: str, shards: int):
-        self.spark = spark
-        self.redis_url = redis_url
-        self.shards = shards
-        self.store = StateStore(state_uri)
-        self.state: WorkerState = self.store.load()
-        self.publisher = Publisher(redis_url)
-        self.lock = threading.Lock()
-        self.last_batch_seconds = 0.0
+    Runs as a batch job on the executors; the version guard keeps anything newer that the
+    streaming query publishes meanwhile."""
+    from pyspark.errors import PySparkException
 
-    # -- publishing -------------------------------------------------------------------
-    def publish_stream(self, name: str) -> None:
-        stream = self.state.streams[name]
-        if not stream.shards:
-            return
-        merged = merge_shards(stream.shards)
-        self.publisher.publish(name, stream, merged.to_bytes(), merged.sizes())
+    try:
+        df = spark.read.format("statestore").load(checkpoint)
+    except PySparkException as e:
+        if "STDS_COMMITTED_BATCH_UNAVAILABLE" in str(e) or "does not exist" in str(e):
+            return 0  # nothing committed yet: nothing to publish
+        raise
+    rows = df.selectExpr("key.stream AS stream", "key.shard AS shard", "value.groupState.*")
 
-    def republish_all(self) -> None:
-        with self.lock:
-            for name in self.state.streams:
-                self.publish_stream(name)
+    def publish(partition):
+        publisher = _publisher(redis_url)
+        for row in partition:
+            state = row.asDict()
+            if state["blob"] is not None or state["failed"]:
+                sizes = {"summary": len(state["blob"] or b"")}
+                publisher.publish(state["stream"], state["shard"], shard_status(state, sizes),
+                                  state["blob"] or b"", _config_dict(state))
 
-    # -- one micro-batch ----------------------------------------------------------------
-    def apply_batch(self, df, batch_id: int) -> None:
-        started = time.perf_counter()
-        with self.lock:
-            if batch_id <= self.state.batch_id:
-                log.info("batch %s already applied; skipping its replay", batch_id)
-                return
-            configs = {n: c.model_dump() for n, c in self.publisher.configs().items()}
-            for name, s in self.state.streams.items():
-                configs.setdefault(name, s.config)
-            previous = {(n, k): b for n, s in self.state.streams.items() for k, b in s.shards.items()}
-            clocks = {n: s.clock for n, s in self.state.streams.items() if s.clock is not None}
-            sc = self.spark.sparkContext
-            b_prev, b_clocks, b_conf = sc.broadcast(previous), sc.broadcast(clocks), sc.broadcast(configs)
-
-            def run(pdf: pd.DataFrame) -> pd.DataFrame:
-                return make_group_updater(b_prev.value, b_clocks.value, b_conf.value)(pdf)
-
-            known = list(configs)
-            rows = (
-                df.where(df.stream.isin(known))
-                .groupBy("stream", "shard")
-                .applyInPandas(run, SHARD_RESULT_SCHEMA)
-                .collect()
-            )
-            for b in (b_prev, b_clocks, b_conf):
-                b.unpersist()
-            changed = self._fold(rows, configs)
-            self.state.batch_id = batch_id
-            self.store.save(self.state)
-            for name in changed:
-                self.publish_stream(name)
-            self.last_batch_seconds = time.perf_counter() - started
-            self.publisher.heartbeat(batch_id, self.last_batch_seconds)
-        log.debug("batch %s: %d shard updates in %.2fs", batch_id, len(rows),
-                 time.perf_counter() - started)
-
-    def _fold(self, rows, configs: dict) -> set[str]:
-        now = dt.datetime.now(dt.timezone.utc).isoformat()
-        changed = set()
-        for row in rows:
-            s = self.state.streams.setdefault(row.stream, StreamState(configs[row.stream]))
-            s.shards[row.shard] = bytes(row.state)
-            s.events += row.events
-            s.late_dropped += row.late_dropped
-            if row.events:
-                s.clock = row.clock if s.clock is None else max(s.clock, row.clock)
-            changed.add(row.stream)
-        for name in changed:
-            s = self.state.streams[name]
-            s.version += 1
-            s.updated_at = now
-        return changed
-
-    # -- liveness -----------------------------------------------------------------------
-    def heartbeat_forever(self, stop: threading.Event, every: float = 1.0) -> None:
-        while not stop.wait(every):
-            try:
-                if self.publisher.needs_republish():
-                    log.warning("Redis lost the published sketches; publishing them again")
-                    self.republish_all()
-                    self.publisher.mark_published()
-                self.publisher.heartbeat(self.state.batch_id, self.last_batch_seconds)
-            except Exception as e:  # Redis away: keep trying, the batch loop will too
-                log.warning("heartbeat failed: %s", e)
+    rows.foreachPartition(publish)
+    return rows.count()
 
 
-def build_spark(master: str | None, shards: int, app_name: str = "tidemark-worker"):
+def build_spark(master: str | None, partitions: int, app_name: str = "tidemark-worker"):
     import os
     import sys
 
@@ -167,10 +177,15 @@ def build_spark(master: str | None, shards: int, app_name: str = "tidemark-worke
     if master:
         builder = builder.master(master)
     conf = {
-        "spark.sql.shuffle.partitions": str(shards),
+        "spark.sql.shuffle.partitions": str(partitions),
         "spark.ui.enabled": "false",
         "spark.sql.execution.arrow.pyspark.enabled": "true",
         "spark.sql.streaming.minBatchesToRetain": "20",
+        "spark.sql.streaming.stateStore.providerClass":
+            "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
+        "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
+        # Keep the Python workers (and their compiled kernels) between batches.
+        "spark.python.worker.reuse": "true",
     }
     if not master or master.startswith("local"):
         # On a cluster the executors' Python is the cluster's business (spark-defaults).
@@ -180,50 +195,98 @@ def build_spark(master: str | None, shards: int, app_name: str = "tidemark-worke
     return builder.getOrCreate()
 
 
-def start(spark, redis_url: str, checkpoint: str, shards: int, trigger: str = "1 second",
-          worker_cls: type[Worker] = Worker):
-    """Start the streaming query; returns ``(query, worker, stop_event)``."""
+class Driver:
+    """What the driver does beside Spark: heartbeat from the query's progress, and
+    republishing after Redis lost the published sketches. It holds no sketch bytes."""
+
+    def __init__(self, spark, redis_url: str, checkpoint: str):
+        from workers.publish import Publisher
+
+        self.spark, self.redis_url, self.checkpoint = spark, redis_url, checkpoint
+        self.publisher = Publisher(redis_url)
+        self.query = None
+        self.stop_event = threading.Event()
+
+    def republish_if_needed(self) -> None:
+        if self.publisher.needs_republish():
+            n = republish_all(self.spark, self.redis_url, self.checkpoint + "/spark")
+            if n:
+                log.warning("Redis had lost the published sketches; published %d shards again", n)
+            self.publisher.mark_published()
+
+    def beat(self) -> None:
+        q = self.query
+        progress = (q.lastProgress or {}) if q is not None else {}
+        self.publisher.heartbeat({
+            "run_id": str(q.runId) if q is not None else None,
+            "active": bool(q is not None and q.isActive),
+            "batch_id": progress.get("batchId", -1),
+            "batch_seconds": round(progress.get("durationMs", {}).get("triggerExecution", 0) / 1000, 4),
+            "progress_at": progress.get("timestamp"),
+        })
+
+    def run_forever(self, every: float = 1.0) -> None:
+        while not self.stop_event.wait(every):
+            try:
+                self.republish_if_needed()
+                self.beat()
+            except Exception as e:  # noqa: BLE001 — Redis away: keep trying, Spark will too
+                log.warning("heartbeat failed: %s", e)
+
+
+def start(spark, redis_url: str, checkpoint: str, trigger: str = "1 second",
+          secret: HashSecret | None = None):
+    """Start the streaming query; returns ``(query, driver)``."""
+    from pyspark.sql.streaming.state import GroupStateTimeout
+
     from workers.source import RedisChunkSource
 
+    checkpoint = checkpoint.rstrip("/")
+    secret = secret or load_or_create(checkpoint)
     spark.dataSource.register(RedisChunkSource)
-    worker = worker_cls(spark, redis_url, checkpoint.rstrip("/") + "/state", shards)
-    worker.republish_all()
-    stop = threading.Event()
-    threading.Thread(target=worker.heartbeat_forever, args=(stop,), daemon=True).start()
-    stream = (
-        spark.readStream.format("tidemark-redis")
-        .option("redis_url", redis_url)
-        .option("shards", str(shards))
-        .load()
-    )
+    driver = Driver(spark, redis_url, checkpoint)
+    driver.republish_if_needed()
+    stream = spark.readStream.format("tidemark-redis").option("redis_url", redis_url).load()
     query = (
-        stream.writeStream.foreachBatch(worker.apply_batch)
-        .option("checkpointLocation", checkpoint.rstrip("/") + "/spark")
+        stream.groupBy("stream", "shard")
+        .applyInPandasWithState(shard_updater(redis_url, secret), OUTPUT_SCHEMA, STATE_SCHEMA,
+                                "Update", GroupStateTimeout.NoTimeout)
+        .writeStream.outputMode("update").format("noop")
+        .option("checkpointLocation", checkpoint + "/spark")
         .trigger(processingTime=trigger)
         .start()
     )
-    return query, worker, stop
+    driver.query = query
+    threading.Thread(target=driver.run_forever, daemon=True, name="tidemark-heartbeat").start()
+    return query, driver
 
 
-def main(redis_url: str, checkpoint: str, master: str | None = None, shards: int = 2,
-         trigger: str = "1 second") -> None:
+def main(redis_url: str, checkpoint: str, master: str | None = None, partitions: int = 4,
+         trigger: str = "1 second", secret: HashSecret | None = None) -> None:
     import signal
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s worker %(message)s")
     logging.getLogger("py4j").setLevel(logging.WARNING)
-    spark = build_spark(master, shards)
+    spark = build_spark(master, partitions)
     spark.sparkContext.setLogLevel("WARN")
-    query, worker, stop = start(spark, redis_url, checkpoint, shards, trigger)
+    query, driver = start(spark, redis_url, checkpoint, trigger, secret)
+    stopping = threading.Event()
 
     def shutdown(*_):
-        stop.set()
-        query.stop()
+        # Signal handlers run on the main thread, which is inside a py4j call
+        # (awaitTermination): stop the query from another thread, never re-enter py4j here.
+        stopping.set()
 
     signal.signal(signal.SIGTERM, shutdown)
     signal.signal(signal.SIGINT, shutdown)
     print("tidemark worker: streaming from Redis", flush=True)
     try:
-        query.awaitTermination()
+        while not stopping.is_set() and query.isActive:
+            stopping.wait(0.5)
+        if query.exception() is not None:
+            raise RuntimeError(f"streaming query failed: {query.exception()}")
     finally:
-        stop.set()
+        driver.stop_event.set()
+        if query.isActive:
+            query.stop()
         spark.stop()

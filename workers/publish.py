@@ -1,8 +1,12 @@
-"""Publishing merged stream summaries to Redis, the serving layer.
+"""Publishing shard summaries to Redis, the serving layer (runs on the executors).
 
-Everything of one publish goes in one MULTI/EXEC transaction: readers see the sketch and
-the status of the same version or of the previous one, never a mix. Redis holds nothing
-the worker could not rebuild: after a flush the worker publishes again from its state.
+Each (stream, shard) is published on its own, by the task that updated it: one Lua script
+writes the blob and its status together and announces them, only when the version is
+newer than the one Redis holds. A replayed micro-batch recomputes the same state with the
+same version from the same offsets, so publishing it again changes nothing; a task
+retried late can never put an older state back. The API merges a stream's shards when it
+reads them. Redis holds nothing the worker could not rebuild: after a flush the driver
+republishes every shard from Spark's state store (``workers.job.republish_all``).
 """
 
 from __future__ import annotations
@@ -16,45 +20,46 @@ import redis
 
 from tidemark import keys
 from tidemark.streams import StreamConfig
-from workers.state import StreamState
 
-__all__ = ["Publisher"]
+__all__ = ["Publisher", "ShardStatus"]
+
+# KEYS: shard statuses hash, shard sketches hash, declarations hash
+# ARGV: shard, version, status JSON, blob, stream name, config JSON, announce channel
+_PUBLISH = """
+local current = redis.call('HGET', KEYS[1], ARGV[1])
+if current and cjson.decode(current)['version'] >= tonumber(ARGV[2]) then return 0 end
+redis.call('HSET', KEYS[2], ARGV[1], ARGV[4])
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
+redis.call('HSETNX', KEYS[3], ARGV[5], ARGV[6])
+redis.call('PUBLISH', ARGV[7], cjson.encode({stream=ARGV[5], shard=tonumber(ARGV[1]), version=tonumber(ARGV[2])}))
+return 1
+"""
+
+
+class ShardStatus(dict):
+    """What the API needs to know of one shard: version, events, late_dropped, clock,
+    updated_at, sizes, and ``failed`` (the reason, when its last update failed)."""
 
 
 class Publisher:
     def __init__(self, redis_url: str):
         self.redis = redis.Redis.from_url(redis_url)
+        self._publish = self.redis.register_script(_PUBLISH)
 
-    def configs(self) -> dict[str, StreamConfig]:
-        """Stream settings as declared through the API (or a config file)."""
-        out = {}
-        for name, raw in self.redis.hgetall(keys.STREAMS).items():
-            out[name.decode()] = StreamConfig.model_validate_json(raw)
-        return out
+    def config(self, name: str) -> StreamConfig | None:
+        raw = self.redis.hget(keys.STREAMS, name)
+        return None if raw is None else StreamConfig.model_validate_json(raw)
 
-    def publish(self, name: str, stream: StreamState, merged: bytes, sizes: dict) -> None:
-        status = {
-            "events": stream.events,
-            "late_dropped": stream.late_dropped,
-            "clock": "" if stream.clock is None else repr(stream.clock),
-            "sketch_version": stream.version,
-            "updated_at": stream.updated_at or "",
-            "sketch_bytes": json.dumps(sizes),
-            "consumed": stream.events + stream.late_dropped,
-        }
-        with self.redis.pipeline(transaction=True) as p:
-            # Restore the declaration after a flush; never overwrite a newer one.
-            p.hsetnx(keys.STREAMS, name, json.dumps(stream.config))
-            p.set(keys.sketch(name), merged)
-            p.delete(keys.status(name))
-            p.hset(keys.status(name), mapping=status)
-            p.set(keys.PUBLISHED, "1")
-            p.publish(keys.ANNOUNCE, json.dumps({"stream": name, "sketch_version": stream.version}))
-            p.execute()
+    def publish(self, name: str, shard: int, status: ShardStatus, blob: bytes, config: dict) -> bool:
+        """True when Redis took it (False: it already had this version or a newer one)."""
+        return bool(self._publish(
+            keys=[keys.shard_status(name), keys.shard_sketch(name), keys.STREAMS],
+            args=[shard, status["version"], json.dumps(status), blob, name, json.dumps(config),
+                  keys.ANNOUNCE],
+        ))
 
-    def heartbeat(self, batch_id: int, batch_seconds: float = 0.0, ttl: int = 15) -> None:
-        beat = {"host": socket.gethostname(), "pid": os.getpid(), "batch_id": batch_id,
-                "batch_seconds": round(batch_seconds, 4), "time": time.time()}
+    def heartbeat(self, beat: dict, ttl: int = 15) -> None:
+        beat = {"host": socket.gethostname(), "pid": os.getpid(), "time": time.time(), **beat}
         self.redis.set(keys.HEARTBEAT, json.dumps(beat), ex=ttl)
 
     def mark_published(self) -> None:

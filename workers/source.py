@@ -1,21 +1,29 @@
 """A Spark streaming source that reads ingest chunks from Redis Streams.
 
-Offsets are Redis stream ids, one per Tidemark stream, so Spark's offset log records exactly
-which chunks each micro-batch holds; a replayed batch reads the same chunks again. Entries
-are trimmed only after Spark commits the batch that read them (``commit``), so nothing is
-lost across a crash of the worker.
+Offsets are Redis stream ids, one per Tidemark stream that ever had events, so Spark's
+offset log records exactly which chunks each micro-batch holds; a replayed batch reads the
+same chunks again. Entries are trimmed only after Spark commits the batch that read them
+(``commit``), so nothing is lost across a crash of the worker.
 
-Each row is one chunk (``stream``, ``shard``, ``entry``, ``payload``): events travel through
-Spark in columnar blobs, not as one row each, which keeps the engine's per-row cost off the
-hot path. A chunk's shard is a stable function of its entry id.
+Finding new chunks costs in proportion to the streams that received some, not to every
+declared stream: the API's append scores the stream in the sorted set ``tm:active`` with
+its entry's time, and ``latestOffset`` only looks at streams scored since its last look
+(with a margin, and a full look now and then).
+
+Each row is one chunk (``stream``, ``shard``, ``entry``, ``clock_before``, ``payload``):
+events travel through Spark in columnar blobs, not as one row each. A chunk's shard is a
+stable function of its entry id and of the stream's ``shards`` setting.
 """
 
 from __future__ import annotations
 
+import json
+import time
 import zlib
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
-from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, StructField, StructType
+from pyspark.sql.types import (BinaryType, DoubleType, IntegerType, StringType, StructField,
+                               StructType)
 
 __all__ = ["RedisChunkSource", "SCHEMA", "shard_of"]
 
@@ -24,12 +32,14 @@ SCHEMA = StructType(
         StructField("stream", StringType(), False),
         StructField("shard", IntegerType(), False),
         StructField("entry", StringType(), False),
-        StructField("events", LongType(), False),
+        StructField("clock_before", DoubleType(), False),
         StructField("payload", BinaryType(), False),
     ]
 )
 
 _ZERO = "0-0"
+_MARGIN_MS = 10_000  # streams scored this long before the last look are looked at again
+_FULL_LOOK_EVERY = 60.0  # seconds
 
 
 def shard_of(entry_id: str, shards: int) -> int:
@@ -42,12 +52,12 @@ def _id_tuple(entry_id: str) -> tuple[int, int]:
 
 
 class _Range(InputPartition):
-    def __init__(self, stream: str, start: str, end: str):
-        self.stream, self.start, self.end = stream, start, end
+    def __init__(self, stream: str, start: str, end: str, shards: int):
+        self.stream, self.start, self.end, self.shards = stream, start, end, shards
 
 
 class RedisChunkSource(DataSource):
-    """``spark.readStream.format("tidemark-redis").option("redis_url", …).option("shards", n)``."""
+    """``spark.readStream.format("tidemark-redis").option("redis_url", …)``."""
 
     @classmethod
     def name(cls) -> str:
@@ -63,30 +73,34 @@ class RedisChunkSource(DataSource):
 class _Reader(DataSourceStreamReader):
     def __init__(self, options: dict):
         self.redis_url = options["redis_url"]
-        self.shards = int(options.get("shards", 2))
+        self._since_ms = 0
+        self._full_look_at = 0.0
+        self._trimmed: dict[str, str] = {}  # what commit trimmed last, so idle streams cost nothing
 
     def _redis(self):
         import redis
 
         return redis.Redis.from_url(self.redis_url)
 
-    def _streams(self, r) -> list[str]:
-        from tidemark import keys
-
-        return sorted(s.decode() for s in r.hkeys(keys.STREAMS))
-
     def initialOffset(self) -> dict:
         return {}
 
     def latestOffset(self, start: dict | None = None, limit=None) -> dict:
-        """The last entry id of every stream (one cheap XREVRANGE each). A batch's size is
-        bounded by the API's back-pressure on the number of waiting chunks."""
+        """The last entry id of every stream that received chunks since the last look."""
         from tidemark import keys
 
         end = dict(start or {})
         r = self._redis()
+        now = time.monotonic()
+        low = 0 if now >= self._full_look_at else max(0, self._since_ms - _MARGIN_MS)
+        if low == 0:
+            self._full_look_at = now + _FULL_LOOK_EVERY
+        scored = r.zrangebyscore(keys.ACTIVE, low, "+inf", withscores=True)
+        if not scored:
+            return end
+        self._since_ms = max(self._since_ms, int(max(score for _, score in scored)))
+        streams = [s.decode() for s, _ in scored]
         with r.pipeline(transaction=False) as p:
-            streams = self._streams(r)
             for stream in streams:
                 p.xrevrange(keys.ingest(stream), count=1)
             for stream, last in zip(streams, p.execute()):
@@ -95,11 +109,17 @@ class _Reader(DataSourceStreamReader):
         return end
 
     def partitions(self, start: dict, end: dict):
+        from tidemark import keys
+
+        moved = [(s, start.get(s, _ZERO), last) for s, last in sorted(end.items())
+                 if _id_tuple(last) > _id_tuple(start.get(s, _ZERO))]
+        if not moved:
+            return []
+        raw = self._redis().hmget(keys.STREAMS, [s for s, _, _ in moved])
         parts = []
-        for stream, last in sorted(end.items()):
-            first = start.get(stream, _ZERO)
-            if _id_tuple(last) > _id_tuple(first):
-                parts.append(_Range(stream, first, last))
+        for (stream, first, last), config in zip(moved, raw):
+            shards = int(json.loads(config).get("shards", 1)) if config else 1
+            parts.append(_Range(stream, first, last, shards))
         return parts
 
     def read(self, partition: _Range):
@@ -108,16 +128,18 @@ class _Reader(DataSourceStreamReader):
         r = self._redis()
         cursor = partition.start
         while True:
-            entries = r.xrange(keys.ingest(partition.stream), min=f"({cursor}", max=partition.end, count=256)
+            entries = r.xrange(keys.ingest(partition.stream), min=f"({cursor}", max=partition.end,
+                               count=256)
             if not entries:
                 return
             for entry_id, fields in entries:
                 eid = entry_id.decode()
+                clock = fields.get(b"c", b"")
                 yield (
                     partition.stream,
-                    shard_of(eid, self.shards),
+                    shard_of(eid, partition.shards),
                     eid,
-                    int(fields[b"n"]),
+                    float(clock) if clock else float("-inf"),
                     fields[b"d"],
                 )
                 cursor = eid
@@ -128,8 +150,13 @@ class _Reader(DataSourceStreamReader):
         """Spark has durably committed every batch up to ``end``: those entries can go."""
         from tidemark import keys
 
-        r = self._redis()
-        for stream, last in end.items():
-            ms, seq = _id_tuple(last)
-            # MINID keeps ids >= the bound, so trim strictly past `last`.
-            r.xtrim(keys.ingest(stream), minid=f"{ms}-{seq + 1}", approximate=False)
+        moved = {s: last for s, last in end.items() if self._trimmed.get(s) != last}
+        if not moved:
+            return
+        with self._redis().pipeline(transaction=False) as p:
+            for stream, last in moved.items():
+                ms, seq = _id_tuple(last)
+                # MINID keeps ids >= the bound, so trim strictly past `last`.
+                p.xtrim(keys.ingest(stream), minid=f"{ms}-{seq + 1}", approximate=False)
+            p.execute()
+        self._trimmed.update(moved)

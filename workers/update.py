@@ -1,82 +1,83 @@
-"""Pure transforms of the worker: ingest chunks of one shard -> that shard's new summary.
+"""Pure transforms of the worker: one shard's ingest chunks -> that shard's new summary.
 
 Nothing here talks to Redis or Spark; tests call these functions directly.
 
-A shard summary is only ever updated with raw events: the previous state of the same
-shard is loaded and the batch's events are inserted into it. Sketches of different shards
-are merged only for publishing (one aggregation level), never fed back into a shard.
+A shard summary is only ever updated with raw events: the shard's previous state is loaded
+and the batch's chunks are inserted into it in arrival order. Summaries of different shards
+are merged only to answer (one aggregation level), never fed back into a shard.
+
+The late rule (contract §3) is decided by arrival order alone: every chunk carries the
+stream's clock as the API saw it just before the chunk (the largest ``ts`` accepted before
+it, recorded atomically with the append), and within a chunk the running maximum of the
+events before each one. An event is late when its ``ts`` is older than ``max_window``
+behind that clock, so batching, sharding and replays never change which events are late.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 
-from tidemark.summary import StreamSummary
-from tidemark.chunks import SCHEMA, decode_chunk
+from tidemark.chunks import decode_chunk
+from tidemark.hash_secret import HashSecret
 from tidemark.streams import StreamConfig
+from tidemark.summary import StreamSummary
 
-__all__ = ["ShardResult", "decode_events", "update_shard", "SHARD_RESULT_SCHEMA"]
+__all__ = ["Chunk", "ShardUpdate", "late_mask", "update_shard"]
 
-SHARD_RESULT_SCHEMA = (
-    "stream string, shard int, state binary, events long, late_dropped long, clock double"
-)
+
+@dataclass(frozen=True)
+class Chunk:
+    """One ingest request's events, as the source reads it from Redis."""
+
+    payload: bytes
+    clock_before: float  # the stream's clock before this chunk; -inf for the first
 
 
 @dataclass
-class ShardResult:
-    stream: str
-    shard: int
-    state: bytes
+class ShardUpdate:
+    blob: bytes  # the shard's new summary
     events: int  # events inserted by this batch
-    late_dropped: int  # events of this batch too old to matter
-    clock: float  # largest event time inserted into this shard so far
+    late_dropped: int  # events of this batch too old to matter on arrival
+    clock: float | None  # largest event time inserted into this shard so far
+    sizes: dict  # bytes of each part
 
 
-def decode_events(payloads) -> pa.Table:
-    """Concatenate the events of many chunks, in entry order."""
-    tables = [decode_chunk(bytes(p)) for p in payloads]
-    return pa.concat_tables(tables) if tables else SCHEMA.empty_table()
+def late_mask(ts: np.ndarray, clock_before: float, max_window: float) -> np.ndarray:
+    """True for events older than ``max_window`` behind the largest ``ts`` before them.
 
-
-def update_shard(
-    stream: str,
-    shard: int,
-    previous: bytes | None,
-    previous_clock: float,
-    config: StreamConfig,
-    seed: int,
-    payloads,
-) -> ShardResult:
-    """Insert the events of ``payloads`` into the shard's previous summary.
-
-    An event older than ``clock - max_window`` on arrival is dropped and counted, where
-    ``clock`` is the largest event time the stream has seen, this batch included
-    (``previous_clock`` is the stream's clock before the batch).
+    >>> late_mask(np.array([100.0, 10.0, 95.0, 200.0, 120.0]), -math.inf, 50.0).tolist()
+    [False, True, False, False, True]
     """
-    summary = StreamSummary.from_bytes(previous) if previous else StreamSummary.create(config, seed)
-    table = decode_events(payloads)
-    ts = table.column("ts").to_numpy()
-    clock = max(previous_clock, float(ts.max())) if len(ts) else previous_clock
-    keep = ts >= clock - config.max_window
-    late = int(len(ts) - keep.sum())
-    if late:
-        table = table.filter(pa.array(keep))
-    summary.update_table(table)
-    return ShardResult(stream, shard, summary.to_bytes(), table.num_rows, late, summary.clock_seconds)
+    if len(ts) == 0:
+        return np.zeros(0, dtype=bool)
+    before = np.empty(len(ts))
+    before[0] = clock_before
+    np.maximum.accumulate(ts[:-1], out=before[1:])
+    np.maximum(before, clock_before, out=before)
+    return ts < before - max_window
 
 
-def shard_frame(result: ShardResult) -> pd.DataFrame:
-    return pd.DataFrame(
-        {
-            "stream": [result.stream],
-            "shard": np.array([result.shard], dtype=np.int32),
-            "state": [result.state],
-            "events": np.array([result.events], dtype=np.int64),
-            "late_dropped": np.array([result.late_dropped], dtype=np.int64),
-            "clock": np.array([result.clock], dtype=np.float64),
-        }
-    )
+def update_shard(previous: bytes | None, config: StreamConfig, secret: HashSecret,
+                 chunks: list[Chunk]) -> ShardUpdate:
+    """Insert the on-time events of ``chunks`` (in arrival order) into the shard's summary."""
+    summary = (StreamSummary.from_bytes(previous, secret) if previous
+               else StreamSummary.create(config, secret))
+    kept, late = [], 0
+    for chunk in chunks:
+        table = decode_chunk(chunk.payload)
+        mask = late_mask(table.column("ts").to_numpy(), chunk.clock_before, config.max_window)
+        n_late = int(mask.sum())
+        if n_late:
+            table = table.filter(pa.array(~mask))
+        late += n_late
+        kept.append(table)
+    table = pa.concat_tables(kept) if kept else None
+    events = 0
+    if table is not None and table.num_rows:
+        summary.update_table(table)
+        events = table.num_rows
+    return ShardUpdate(summary.to_bytes(), events, late, summary.clock_seconds, summary.sizes())

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from app.answers import QueryError, QueryKind, Window, parse_window, register, shape, window_estimate
 from sketches.base import Estimate, SketchError
-from sketches.hashing import hash_keys
 from tidemark.events import MAX_KEY_BYTES
 from tidemark.streams import StreamConfig
 
@@ -23,12 +22,13 @@ def _check_key(config: StreamConfig, params: dict) -> dict:
     key = params.get("key")
     if key is None or not 1 <= len(key.encode()) <= MAX_KEY_BYTES:
         raise QueryError(f"frequency needs key=… (1-{MAX_KEY_BYTES} UTF-8 bytes)")
-    return {"key": key, "id": int(hash_keys([key])[0])}
+    return {"key": key}
 
 
 def _frequency(summary, config, window, params):
     ecm = summary["keys"]
-    return window_estimate(lambda lo, hi: ecm.frequency(params["id"], lo, hi), window, METHOD)
+    key_id = int(summary.key_ids([params["key"]])[0])  # under the deployment's secret
+    return window_estimate(lambda lo, hi: ecm.frequency(key_id, lo, hi), window, METHOD)
 
 
 def _self_join(summary, config, window, params):

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 
-from fastapi import APIRouter, HTTPException, Request
+from typing import Annotated
+
+from fastapi import APIRouter, Header, HTTPException, Request, Response
 
 from app.deps import MetricsDep, SettingsDep, StoreDep
 from app.routes.streams import StreamName
@@ -26,23 +28,33 @@ def _validate(body: bytes, config) -> EventBatch:
     return validate_events(items, config)
 
 
-def _ingest(name: str, body: bytes, store) -> EventBatch:
+def _ingest(name: str, body: bytes, store, idempotency_key: str | None) -> tuple[EventBatch, dict]:
     batch = _validate(body, store.config(name))
     chunk = encode_chunk(batch.ts, batch.key, batch.value, batch.weight) if len(batch) else None
-    store.append(name, chunk, len(batch), len(batch.rejects))
-    return batch
-
-
-@router.post("/{name}/events", status_code=202)
-async def ingest(name: StreamName, request: Request, store: StoreDep, settings: SettingsDep,
-                 metrics: MetricsDep) -> dict:
-    body = await request.body()
-    if len(body) > settings.max_body_bytes:
-        raise HTTPException(413, f"body larger than {settings.max_body_bytes} bytes; split it")
-    batch = await asyncio.to_thread(_ingest, name, body, store)  # keep the event loop free
-    metrics.events_accepted.labels(name).inc(len(batch))
-    metrics.events_rejected.labels(name).inc(len(batch.rejects))
-    return {
+    receipt = {
         "accepted": len(batch),
         "rejected": [{"index": r.index, "error": r.error} for r in batch.rejects],
     }
+    max_ts = float(batch.ts.max()) if len(batch) else None
+    first = store.append(name, chunk, len(batch), len(batch.rejects), max_ts, receipt,
+                         idempotency_key)
+    return batch, first
+
+
+@router.post("/{name}/events", status_code=202)
+async def ingest(name: StreamName, request: Request, response: Response, store: StoreDep,
+                 settings: SettingsDep, metrics: MetricsDep,
+                 idempotency_key: Annotated[str | None, Header(
+                     max_length=255, description="a retry with the same key within 24 h is "
+                     "answered with the first answer and stores nothing again")] = None) -> dict:
+    body = await request.body()
+    if len(body) > settings.max_body_bytes:
+        raise HTTPException(413, f"body larger than {settings.max_body_bytes} bytes; split it")
+    # Validation and encoding are CPU work: off the event loop.
+    batch, receipt = await asyncio.to_thread(_ingest, name, body, store, idempotency_key)
+    if receipt.pop("replayed", False):
+        response.headers["Idempotent-Replayed"] = "true"
+    else:
+        metrics.events_accepted.labels(name).inc(len(batch))
+        metrics.events_rejected.labels(name).inc(len(batch.rejects))
+    return receipt

@@ -6,7 +6,8 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Response
 
-from app.deps import StoreDep
+from app.deps import SettingsDep, StoreDep
+from tidemark import capacity
 from tidemark.streams import STREAM_NAME_PATTERN, StreamConfig
 
 router = APIRouter(prefix="/v1/streams", tags=["streams"])
@@ -23,7 +24,9 @@ def list_streams(store: StoreDep) -> dict:
 
 
 @router.put("/{name}", status_code=201)
-def declare_stream(name: StreamName, config: StreamConfig, store: StoreDep, response: Response) -> dict:
+def declare_stream(name: StreamName, config: StreamConfig, store: StoreDep, settings: SettingsDep,
+                   response: Response) -> dict:
+    capacity.check(config, settings.max_summary_bytes)  # 422 before anything is stored
     if not store.declare(name, config):
         response.status_code = 200
     return describe(store, name)

@@ -1,9 +1,8 @@
-"""Every accepted event is counted exactly once across worker crashes and Redis flushes.
+"""Every accepted event is counted exactly once across query restarts and Redis flushes.
 
-Crashes are injected at the two places that matter, on the shared Spark session: after the
-worker saved its state but before Spark committed the batch (the batch is replayed and must
-be skipped), and before the state was saved (the replay must apply it). A real kill -9 of a
-separate worker process is in ``test_kill.py``.
+State lives in Spark's state store, so a restart of the query on the same checkpoint
+continues from the last committed batch; a Redis flush makes the driver publish every
+shard again from that state. A real ``kill -9`` of a worker process is in ``test_kill.py``.
 """
 
 from __future__ import annotations
@@ -14,39 +13,12 @@ import httpx
 import pytest
 import redis
 
-from tests.conftest import ApiServer
+from tests.conftest import TEST_SECRET, ApiServer
 from tidemark.redis_server import EmbeddedRedis
-from workers.job import Worker, start
+from workers.job import start
 
 pytestmark = pytest.mark.spark
 T0 = 1_700_000_000.0
-
-
-class Crash(RuntimeError):
-    pass
-
-
-def crashing_worker(after_save: bool):
-    class CrashingWorker(Worker):
-        crashed = False
-
-        def apply_batch(self, df, batch_id):
-            if df.isEmpty() or CrashingWorker.crashed:
-                return super().apply_batch(df, batch_id)
-            CrashingWorker.crashed = True
-            if after_save:
-                save = self.store.save
-
-                def save_then_crash(state):
-                    save(state)
-                    raise Crash("crash between saving state and Spark's commit")
-
-                self.store.save = save_then_crash
-            else:
-                raise Crash("crash before anything was saved")
-            return super().apply_batch(df, batch_id)
-
-    return CrashingWorker
 
 
 def _wait(c, stream, n, timeout=90):
@@ -59,42 +31,47 @@ def _wait(c, stream, n, timeout=90):
     raise AssertionError(f"stream {stream} did not reach {n} events in {timeout}s: {r.text}")
 
 
-def _post(c, stream, start, n):
-    events = [{"ts": T0 + start + i * 0.01} for i in range(n)]
-    assert c.post(f"/v1/streams/{stream}/events", json=events).json()["accepted"] == n
+def _post(c, stream, start_at, n, **headers):
+    events = [{"ts": T0 + start_at + i * 0.01} for i in range(n)]
+    r = c.post(f"/v1/streams/{stream}/events", json=events, headers=headers)
+    assert r.status_code == 202 and r.json()["accepted"] == n, r.text
+    return r
 
 
-@pytest.mark.parametrize("after_save", [True, False], ids=["crash-after-save", "crash-before-save"])
-def test_a_crashed_batch_is_applied_exactly_once(spark, tmp_path, after_save):
+def test_restart_and_flush_count_every_event_once(spark, tmp_path):
     with EmbeddedRedis(tmp_path / "redis") as server:
         api = ApiServer(server.url).start()
         checkpoint = str(tmp_path / "checkpoint")
         try:
             with httpx.Client(base_url=api.url, timeout=30) as c:
-                c.put("/v1/streams/s", json={"max_window": "1h"})
+                c.put("/v1/streams/s", json={"max_window": "1h", "shards": 3})
                 _post(c, "s", 0, 500)
-                query, _, stop = start(spark, server.url, checkpoint, 2, "200 milliseconds",
-                                       crashing_worker(after_save))
-                with pytest.raises(Exception, match="Crash|crash"):
-                    query.awaitTermination(120)
-                stop.set()
+                query, driver = start(spark, server.url, checkpoint, "200 milliseconds", TEST_SECRET)
+                _wait(c, "s", 500)
+                query.stop()
+                driver.stop_event.set()
                 _post(c, "s", 10, 300)
-                query, _, stop = start(spark, server.url, checkpoint, 2, "200 milliseconds")
+                # A retried request with the same Idempotency-Key is stored once.
+                first = _post(c, "s", 20, 200, **{"Idempotency-Key": "req-1"})
+                again = _post(c, "s", 20, 200, **{"Idempotency-Key": "req-1"})
+                assert again.json() == first.json()
+                assert again.headers.get("Idempotent-Replayed") == "true"
+                query, driver = start(spark, server.url, checkpoint, "200 milliseconds", TEST_SECRET)
                 try:
-                    status = _wait(c, "s", 800)
+                    status = _wait(c, "s", 1000)
                     time.sleep(1.5)  # a double count would show up by now
                     status = c.get("/v1/streams/s").json()["status"]
-                    assert status["events"] == 800
+                    assert status["events"] == 1000 and 1 <= status["shards"] <= 3
                     count = c.get("/v1/streams/s/count", params={"window": 3600}).json()
-                    assert count["bound"]["lower"] <= 800 <= count["bound"]["upper"]
-                    # Redis flushed: the worker publishes everything again from its state.
+                    assert count["bound"]["lower"] <= 1000 <= count["bound"]["upper"]
+                    # Redis flushed: the driver publishes every shard again from the state store.
                     redis.Redis.from_url(server.url).flushall()
-                    status = _wait(c, "s", 800)
-                    assert status["events"] == 800 and status["received"] == 800
+                    status = _wait(c, "s", 1000)
+                    assert status["events"] == 1000 and status["received"] == 1000
                     count = c.get("/v1/streams/s/count", params={"window": 3600}).json()
-                    assert count["bound"]["lower"] <= 800 <= count["bound"]["upper"]
+                    assert count["bound"]["lower"] <= 1000 <= count["bound"]["upper"]
                 finally:
-                    stop.set()
+                    driver.stop_event.set()
                     query.stop()
         finally:
             api.stop()

@@ -11,7 +11,7 @@ import time
 import httpx
 import pytest
 
-from tests.conftest import ApiServer
+from tests.conftest import TEST_SECRET, ApiServer
 from tidemark.redis_server import EmbeddedRedis
 
 pytestmark = pytest.mark.spark
@@ -21,8 +21,9 @@ T0 = 1_700_000_000.0
 def _worker(redis_url: str, checkpoint: str) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "tidemark.cli", "worker", "--redis", redis_url,
-         "--checkpoint", checkpoint, "--master", "local[1]", "--shards", "2"],
+         "--checkpoint", checkpoint, "--master", "local[1]", "--partitions", "2"],
         start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        env={**os.environ, "TIDEMARK_HASH_SECRET": TEST_SECRET.secret.hex()},
     )
 
 

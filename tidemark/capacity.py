@@ -1,0 +1,77 @@
+"""How large a stream's summary can grow, checked when the stream is declared.
+
+Every part is built empty (the sketches refuse parameters they cannot take), then its
+worst-case size is worked out from the sizing the constructor chose: the number of items,
+buckets or samples its paper lets it keep, times the bytes each takes. A stream whose
+summary could outgrow ``limit`` bytes per shard is refused with the finest ``epsilon``
+it could take instead, so no declaration can make the worker run out of memory later.
+"""
+
+from __future__ import annotations
+
+import math
+
+from sketches.base import SketchError
+from tidemark.hash_secret import HashSecret
+from tidemark.streams import StreamConfig
+
+__all__ = ["worst_case_bytes", "check", "CapacityError"]
+
+_PROBE = HashSecret(b"capacity-probe-secret")
+DEFAULT_LIMIT = 256 * 1024 * 1024
+
+
+class CapacityError(ValueError):
+    """The settings would need an unreasonably large summary."""
+
+
+def _part_bytes(name: str, part, config: StreamConfig) -> float:
+    log_w = max(1, math.ceil(math.log2(config.window_ticks + 2)))
+    if name in ("count", "sum"):  # splittable histogram: alpha buckets per level
+        return 16.0 * part.alpha * (part.max_level + 1)
+    if name == "distinct":  # randomized waves: `capacity` (tick, id) pairs per level
+        return 16.0 * part.instances * part.capacity * (part.top + 1)
+    if name == "keys":  # ECM: one window counter of O(log W / eps) buckets per cell
+        return 16.0 * part.n_cells * (math.ceil(1 / part.eps_sw) + 1) * log_w
+    if name == "key_candidates":  # per time bucket, k keys of up to 256 bytes
+        return (256.0 + 16) * part.capacity * log_w * 2
+    if name == "decayed":  # multi-level weighted samples
+        return 32.0 * part.k * 64
+    if name.startswith("decayed-relative/"):
+        return 32.0 * part.cells * (1 / config.epsilon) * log_w * 4
+    return float(part.nbytes) if hasattr(part, "nbytes") else 0.0
+
+
+def worst_case_bytes(config: StreamConfig) -> int:
+    """Upper estimate of one shard summary's bytes under these settings."""
+    from tidemark.summary import StreamSummary
+
+    try:
+        summary = StreamSummary.create(config, _PROBE).build_all()
+    except SketchError as e:
+        raise CapacityError(f"these settings cannot be summarised: {e}") from None
+    return int(sum(_part_bytes(n, p, config) for n, p in summary.parts.items()))
+
+
+def check(config: StreamConfig, limit: int = DEFAULT_LIMIT) -> int:
+    """The worst-case bytes, or :class:`CapacityError` naming the finest epsilon that fits."""
+    try:
+        need = worst_case_bytes(config)
+        why = f"could need {need / 2**20:,.0f} MB per shard"
+    except CapacityError as e:
+        need, why = math.inf, str(e)
+    if need <= limit:
+        return need
+    lo, hi = config.epsilon, 0.5  # bisect on epsilon: sizes fall as it grows
+    for _ in range(30):
+        mid = math.sqrt(lo * hi)
+        try:
+            fits = worst_case_bytes(config.model_copy(update={"epsilon": mid})) <= limit
+        except CapacityError:
+            fits = False
+        lo, hi = (lo, mid) if fits else (mid, hi)
+    raise CapacityError(
+        f"epsilon {config.epsilon:g} with delta {config.delta:g} and max_window "
+        f"{config.max_window:g}s: {why}, above the limit of {limit / 2**20:,.0f} MB per shard "
+        f"(TIDEMARK_MAX_SUMMARY_BYTES); the finest epsilon these settings can take is "
+        f"{math.ceil(hi * 1e4) / 1e4:g}")
