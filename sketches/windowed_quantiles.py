@@ -488,7 +488,7 @@ class WindowedQuantiles:
     def _bracket(self, q: float, tb: RankTable) -> QuantileBracket | None:
         if tb.n_upper == 0 or tb.keys.size == 0:
             return None
-        fq = Fraction(q)
+        fq = Fraction(repr(q))  # q as written: 0.1 is one tenth, not its binary neighbour
         need_low = max(math.ceil(fq * tb.n_lower), 1)
         need_high = max(math.ceil(fq * tb.n_upper), 1)
         j_lo = int(np.searchsorted(tb.cu, need_low, side="left"))
@@ -499,7 +499,7 @@ class WindowedQuantiles:
         # One ulp outward: the edges are the kernels' own exp(), the reported floats exact.
         lower, upper = math.nextafter(lower, -math.inf), math.nextafter(upper, math.inf)
         if tb.n_est > 0:
-            j = int(np.searchsorted(tb.est, max(math.ceil(fq * tb.n_est), 1), side="left"))
+            j = int(np.searchsorted(np.maximum.accumulate(tb.est), max(math.ceil(fq * tb.n_est), 1)))
             j = min(max(j, 0), last)
             a, b = float(tb.lo_edge[j]), float(tb.hi_edge[j])
             point = 0.0 if tb.keys[j] == 0 else 2 * a * b / (a + b)  # ±2γ^i/(1 + γ)
@@ -726,6 +726,16 @@ class WindowedQuantiles:
             raise CorruptSketchError("windowed quantile interval header out of range")
         levels = [self._read_level(r, i, i == nlevels - 1) for i in range(nlevels)]
         d = _Interval(k, levels)
+        # Every level holds a part of the interval's events, all of which its top holds.
+        tk, tc = d.top.keys, d.top.cnts
+        for lv in levels[:-1]:
+            if lv.keys.size == 0:
+                continue
+            u, inv = np.unique(lv.keys, return_inverse=True)
+            c = np.bincount(inv, weights=lv.cnts)
+            at = np.searchsorted(tk, u)
+            if np.any(at >= tk.size) or np.any(tk[np.minimum(at, tk.size - 1)] != u) or np.any(c > tc[np.minimum(at, tk.size - 1)]):
+                raise CorruptSketchError("windowed quantile level holds events its interval does not")
         if 2**nlevels <= d.total or (nlevels > 2 and 2 ** (nlevels - 1) > d.total):
             raise CorruptSketchError("windowed quantile interval has the wrong number of levels")
         return d
