@@ -13,7 +13,7 @@ from sketches.exponential_histogram import ExponentialHistogram
 from sketches.key_dictionary import KeyDictionary
 from sketches.randomized_wave import RandomizedWave
 from sketches.splittable_histogram import SplittableHistogram
-from sketches.value_histogram import ValueHistogram
+from sketches.windowed_quantiles import WindowedQuantiles
 
 __all__ = [
     "CorruptSketchError",
@@ -29,5 +29,5 @@ __all__ = [
     "RandomizedWave",
     "SketchError",
     "SplittableHistogram",
-    "ValueHistogram",
+    "WindowedQuantiles",
 ]

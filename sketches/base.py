@@ -73,6 +73,7 @@ class Family:
     STREAM_SUMMARY = 8
     VALUE_HISTOGRAM = 9
     KEY_CANDIDATES = 10
+    WINDOWED_QUANTILES = 11
 
 
 @dataclass(frozen=True)

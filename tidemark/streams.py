@@ -76,6 +76,11 @@ class StreamConfig(BaseModel):
     delta: Annotated[float, Field(gt=0, lt=1)] = 0.05
     value_min: float | None = None
     value_max: float | None = None
+    value_accuracy: Annotated[float, Field(ge=1e-4, le=0.5)] = Field(
+        default=0.01,
+        description="relative value error α of quantiles (logarithmic value buckets); "
+        "value_min/value_max are not needed for them",
+    )
     decays: list[DecaySpec] = Field(default_factory=list)
     shards: int = Field(
         default=1, ge=1, le=64,

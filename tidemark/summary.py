@@ -100,12 +100,9 @@ def _candidates():
 
 
 def _values():
-    from sketches.value_histogram import ValueHistogram
+    from sketches.windowed_quantiles import WindowedQuantiles
 
-    return ValueHistogram
-
-
-VALUE_BINS = 1024  # value resolution of quantiles: (value_max - value_min) / 1024
+    return WindowedQuantiles
 
 
 def candidate_k(epsilon: float) -> int:
@@ -139,10 +136,8 @@ PARTS += [
     PartSpec(
         "values",
         _values,
-        lambda c, seed: _values()(c.value_min, c.value_max, c.window_ticks + 1, math.ceil(2 / c.epsilon),
-                                  VALUE_BINS),
+        lambda c, seed: _values()(c.epsilon, c.window_ticks + 1, c.value_accuracy),
         lambda sk, cols: sk.update(cols.ticks[cols.valued], cols.values),
-        wanted=lambda c: c.has_values,
         fed_by=lambda cols: bool(cols.valued.any()),
     ),
 ]

@@ -239,13 +239,6 @@ def _heavy(summary, config, window, params):
     return [{"value": v, "estimate": e.estimate, "bound": e.bound()} for v, e in found]
 
 
-def _quantile(summary, config, window, params):
-    from sketches.decayed import quantile
-
-    sk, decay = _derived_sketch(summary, config, params)
-    return _call(lambda: quantile(sk, params["phi"], _at_tick(window, config), decay))
-
-
 def _empty_ratio(config, params):
     return Estimate(0.0, 0.0, 1.0, "additive", 1.0, 1.0, "no-events")
 
@@ -253,6 +246,4 @@ def _empty_ratio(config, params):
 register(QueryKind("decayed-range-sum", _range_sum, _empty, _check_range))
 register(QueryKind("decayed-frequency", _frequency, _empty_ratio, _check_value))
 register(QueryKind("decayed-heavy-hitters", _heavy, lambda c, p: [], _check_phi))
-register(QueryKind("decayed-quantile", _quantile,
-                   lambda c, p: Estimate(c.value_min, c.value_min, c.value_max, "additive", 1.0, 1.0, "no-events"),
-                   _check_phi))
+# decayed-quantile is answered by the windowed quantile sketch: app/kinds/values.py.

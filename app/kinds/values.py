@@ -1,19 +1,50 @@
-"""Value queries from the value histogram: quantiles."""
+"""Value queries from the windowed quantile sketch (``sketches/windowed_quantiles.py``):
+``quantiles``, ``distribution`` (the window's CDF by value bucket) and ``decayed-quantile``.
+
+Every bracket states both of its errors: ``epsilon`` is the rank error (every rank the
+bracket is read from is within ε·n_w of the truth for a window ending at the clock,
+2ε of the events from the window's start to the clock otherwise, Theorem 1), ``rank_error``
+the Δ actually read (events), ``value_accuracy`` the α of the logarithmic value buckets and
+``relative_width`` the bracket's width over its estimate. No declared value range is needed.
+
+The time grain: the ticks wholly inside the window give the lower ranks, the ticks touching
+it the upper ranks, so a window whose edges cut ticks (or shorter than a tick) only widens
+the bracket.
+"""
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+
+import numpy as np
 
 from app.answers import QueryError, QueryKind, register
-from sketches.base import SketchError
-from tidemark.summary import VALUE_BINS
+from sketches.base import Estimate, SketchError
+from sketches.windowed_quantiles import METHOD
+from tidemark.streams import parse_duration
 
-METHOD = "value-histogram/pane-cells"
+_FLOAT_MAX = 1.7976931348623157e308
 
 
+@dataclass(frozen=True)
+class QuantileEstimate(Estimate):
+    """An :class:`Estimate` whose ``bound`` also names the value error and the widths."""
+
+    value_accuracy: float = 0.01
+    rank_error: int = 0
+    relative_width: float = 0.0
+
+
+def _call(fn):
+    try:
+        return fn()
+    except SketchError as e:
+        raise QueryError(str(e)) from None
+
+
+# -- quantiles ---------------------------------------------------------------------------------
 def _check_q(config, params: dict) -> dict:
-    if not config.has_values:
-        raise QueryError("quantiles need the stream's value_min and value_max declared")
     raw = params.get("q", "0.5")
     try:
         qs = [float(x) for x in str(raw).split(",") if x.strip() != ""]
@@ -24,24 +55,152 @@ def _check_q(config, params: dict) -> dict:
     return {"q": qs}
 
 
-def _item(q, lower, upper, config):
-    step = (config.value_max - config.value_min) / VALUE_BINS
-    if math.isnan(lower):  # no event in the window: no quantile
+def _bound(b, config) -> dict:
+    return {"lower": b.lower, "upper": b.upper, "kind": "additive", "epsilon": b.epsilon,
+            "confidence": 1.0, "method": METHOD, "value_accuracy": b.value_accuracy,
+            "rank_error": b.rank_error, "relative_width": _finite(b.relative_width),
+            "rank_basis": "window" if b.to_clock else "window start to clock"}
+
+
+def _finite(x: float) -> float | None:
+    return x if math.isfinite(x) else None
+
+
+def _item(q, b, config) -> dict:
+    if b is None:  # no event in the window: no quantile
         return {"q": q, "estimate": None, "bound": None}
-    return {"q": q, "estimate": (lower + upper) / 2,
-            "bound": {"lower": lower, "upper": upper, "kind": "additive", "epsilon": step,
-                      "confidence": 1.0, "method": METHOD}}
+    return {"q": q, "estimate": b.estimate, "bound": _bound(b, config)}
+
+
+def _ranges(window):
+    inner = window.inner if window.inner[0] <= window.inner[1] else (1, 0)
+    return window.outer, inner
 
 
 def _quantiles(summary, config, window, params):
     if window.outer[0] > window.outer[1]:
-        return [_item(q, math.nan, math.nan, config) for q in params["q"]]
+        return [_item(q, None, config) for q in params["q"]]
+    outer, inner = _ranges(window)
+    brackets = _call(lambda: summary["values"].quantiles(params["q"], *outer, inner))
+    return [_item(q, b, config) for q, b in zip(params["q"], brackets)]
+
+
+register(QueryKind("quantiles", _quantiles, lambda c, p: [_item(q, None, c) for q in p["q"]], _check_q))
+
+
+# -- distribution ------------------------------------------------------------------------------
+def _check_distribution(config, params: dict) -> dict:
+    raw = params.get("buckets", "64")
     try:
-        brackets = summary["values"].quantiles(params["q"], *window.outer, window.inner)
-    except SketchError as e:
+        buckets = int(raw)
+    except ValueError:
+        raise QueryError(f"buckets {raw!r} is not an integer") from None
+    if not 1 <= buckets <= 4096:
+        raise QueryError("buckets must be between 1 and 4096")
+    return {"buckets": buckets}
+
+
+class _Listing(list):
+    """A list answer with extra outer fields (``shape`` copies ``extra``)."""
+
+    def __init__(self, items, **extra):
+        super().__init__(items)
+        self.extra = extra
+
+
+def _distribution(summary, config, window, params):
+    """The window's CDF: value buckets (merged to at most ``buckets`` rows, each a run of
+    adjacent logarithmic buckets) with the bracket of the number of events at or below the
+    row's upper edge and the estimated events in the row."""
+    if window.outer[0] > window.outer[1]:
+        return _Listing([], events={"lower": 0, "upper": 0})
+    outer, inner = _ranges(window)
+    table = _call(lambda: summary["values"].rank_table(*outer, inner))
+    counts = np.diff(np.concatenate(([0], table.est)))
+    rows = np.flatnonzero(counts != 0)
+    groups = np.array_split(rows, min(params["buckets"], rows.size)) if rows.size else []
+    items = []
+    for g in groups:
+        first, last = int(g[0]), int(g[-1])
+        items.append({"lower_edge": float(table.lo_edge[first]), "upper_edge": float(table.hi_edge[last]),
+                      "count": int(counts[first : last + 1].sum()),
+                      "cdf_lower": int(table.cl[last]), "cdf_upper": int(table.cu[last])})
+    return _Listing(items, events={"lower": table.n_lower, "upper": table.n_upper},
+                    bound={"kind": "additive", "epsilon": table.epsilon, "confidence": 1.0,
+                           "method": METHOD, "rank_error": table.rank_error,
+                           "value_accuracy": config.value_accuracy})
+
+
+register(QueryKind("distribution", _distribution,
+                   lambda c, p: _Listing([], events={"lower": 0, "upper": 0}), _check_distribution))
+
+
+# -- decayed quantile ----------------------------------------------------------------------------
+DECAYS = ("none", "sliding", "exponential", "polynomial")
+
+
+def _positive(params: dict, name: str, duration: bool) -> float:
+    raw = params.get(name)
+    if raw in (None, ""):
+        raise QueryError(f"decayed-quantile with this decay needs {name}")
+    try:
+        x = parse_duration(raw, name) if duration else float(raw)
+    except ValueError as e:
         raise QueryError(str(e)) from None
-    return [_item(q, lo, hi, config) for q, (lo, hi) in zip(params["q"], brackets)]
+    if not (math.isfinite(x) and x > 0):
+        raise QueryError(f"{name} must be positive and finite")
+    return x
 
 
-register(QueryKind("quantiles", _quantiles,
-                   lambda c, p: [_item(q, math.nan, math.nan, c) for q in p["q"]], _check_q))
+def _check_decayed(config, params: dict) -> dict:
+    decay = params.get("decay", "none")
+    if decay not in DECAYS:
+        raise QueryError(f"decay must be one of {', '.join(DECAYS)}")
+    try:
+        phi = float(params["phi"])
+    except (KeyError, ValueError):
+        raise QueryError("decayed-quantile needs phi=<number>") from None
+    if not 0 <= phi <= 1:
+        raise QueryError("phi must be in [0, 1]")
+    spec = {"kind": decay, "phi": phi}
+    if decay == "sliding":
+        spec["window"] = _positive(params, "window", True)
+    elif decay == "exponential":
+        spec["half_life"] = _positive(params, "half_life", True)
+    elif decay == "polynomial":
+        spec["alpha"] = _positive(params, "alpha", False)
+    return spec
+
+
+def _weights(spec: dict, res: float):
+    """f of the age in ticks (ages in whole ticks of the stream's resolution)."""
+    kind = spec["kind"]
+    if kind == "none":
+        return lambda a: np.ones_like(a)
+    if kind == "sliding":
+        return lambda a: (a * res <= spec["window"]).astype(np.float64)
+    if kind == "exponential":
+        return lambda a: np.exp2(-(a * res) / spec["half_life"])
+    return lambda a: (a * res + 1.0) ** -spec["alpha"]
+
+
+def _decayed_quantile(summary, config, window, params):
+    """φ-quantile of the values weighted by f(age) over every kept event up to ``at``
+    (ages in whole ticks), bracketed per bucket age range (see
+    ``WindowedQuantiles.decayed_quantile``). Events count once each: ``weight`` is not held."""
+    at_tick = math.floor(window.at / config.resolution)
+    f = _weights(params, config.resolution)
+    b = _call(lambda: summary["values"].decayed_quantile(params["phi"], f, at_tick))
+    if b is None:
+        return _no_events(config, params)
+    return QuantileEstimate(b.estimate, b.lower, b.upper, "additive", b.epsilon, 1.0,
+                            METHOD + "/decayed", b.value_accuracy, b.rank_error,
+                            _finite(b.relative_width) or 0.0)
+
+
+def _no_events(config, params):
+    return QuantileEstimate(0.0, -_FLOAT_MAX, _FLOAT_MAX, "additive", 1.0, 1.0, "no-events",
+                            config.value_accuracy, 0, 0.0)
+
+
+register(QueryKind("decayed-quantile", _decayed_quantile, _no_events, _check_decayed))

@@ -14,7 +14,7 @@ from sketches.exponential_histogram import ExponentialHistogram
 from sketches.key_dictionary import KeyDictionary
 from sketches.randomized_wave import RandomizedWave
 from sketches.splittable_histogram import SplittableHistogram
-from sketches.value_histogram import ValueHistogram
+from sketches.windowed_quantiles import WindowedQuantiles
 
 rng = np.random.default_rng(0)
 TICKS = np.sort(rng.integers(0, 500, 300))
@@ -25,8 +25,8 @@ FAMILIES = {
     "exponential-histogram": (lambda: ExponentialHistogram(0.1, 100), lambda s: s.update(TICKS)),
     "deterministic-wave": (lambda: DeterministicWave(0.1, 100), lambda s: s.update(TICKS)),
     "ecm-sketch": (lambda: ECMSketch(0.1, 0.1, 100), lambda s: s.update(TICKS, KEYS)),
-    "value-histogram": (lambda: ValueHistogram(0, 1, 100, panes=10, bins=16),
-                        lambda s: s.update(TICKS, np.linspace(0, 1, TICKS.size))),
+    "windowed-quantiles": (lambda: WindowedQuantiles(0.1, 100),
+                           lambda s: s.update(TICKS, np.linspace(-1, 1, TICKS.size))),
     "randomized-wave": (lambda: RandomizedWave(0.2, 0.2, 100), lambda s: s.update(TICKS, KEYS)),
     "decayed-additive": (lambda: DecayedAdditiveSketch(0.2, 0.2, 0, 1),
                          lambda s: s.update(TICKS, np.linspace(0, 1, TICKS.size))),
