@@ -138,7 +138,20 @@ def _windowed(part: str, method: str) -> QueryKind:
 
 register(_windowed("count", "splittable-histogram"))
 register(_windowed("sum", "splittable-histogram"))
-register(_windowed("distinct", "randomized-wave"))
+def _distinct(summary, config, window, params) -> Estimate:
+    """A randomized wave answers only ranges that end at its clock: when the ticks inside
+    the window end earlier, nothing bounds the count from below but 0."""
+    wave = summary["distinct"]
+
+    def query(lo, hi):
+        if hi < wave.clock and (lo, hi) == window.inner and window.inner != window.outer:
+            return _exact_zero("randomized-wave")
+        return wave.query(lo, hi)
+
+    return window_estimate(query, window, "randomized-wave")
+
+
+register(QueryKind("distinct", _distinct, lambda config, p: _exact_zero("randomized-wave")))
 
 
 def as_of(status: dict) -> dict:
