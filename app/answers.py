@@ -1,43 +1,37 @@
 """Answers to queries, computed from a published summary: one implementation for the
 HTTP endpoints, the dashboard and the alerts.
 
-Windows are in seconds; sketches count in ticks of the stream's ``resolution``. A tick is
-*inside* ``[at - window, at]`` when all of its events are, and *touches* it when some may
-be. The lower bound comes from the ticks inside, the upper from the ticks that touch, so
-the time grain can only widen an interval, never make it wrong.
+Windows are in seconds; sketches count in ticks of the stream's ``resolution``. Which
+ticks a window covers is decided exactly in :mod:`app.windows`: a tick is *inside*
+``[at - window, at]`` when all of its events are, and *touches* it when some may be. The
+lower bound comes from the ticks inside, the upper from the ticks that touch, so the time
+grain can only widen an interval, never make it wrong — and every bound says how wide it
+is (``half_width``, ``half_width_relative``) beside the structure's ``epsilon``.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Callable
 
+from app.windows import Window, make_window
 from sketches.base import Estimate, SketchError
 from tidemark.streams import StreamConfig, parse_duration
 from tidemark.summary import StreamSummary
 
-__all__ = ["QueryError", "Window", "answer", "QUERY_KINDS", "parse_window"]
+__all__ = ["QueryError", "Window", "answer", "QUERY_KINDS", "parse_window", "bound_of"]
 
 
 class QueryError(ValueError):
     """The caller asked for something this stream cannot answer (a 4xx)."""
 
 
-@dataclass(frozen=True)
-class Window:
-    """``[at - seconds, at]`` and its tick ranges (inclusive; empty when lo > hi)."""
-
-    seconds: float
-    at: float
-    inner: tuple[int, int]
-    outer: tuple[int, int]
-
-
 def parse_window(params: dict, config: StreamConfig, clock: float | None) -> Window:
     raw = params.get("window")
     seconds = config.max_window if raw in (None, "") else _duration(raw, "window")
-    if seconds > config.max_window * (1 + 1e-12):
+    if seconds > config.max_window:
         raise QueryError(
             f"window {seconds:g}s exceeds the stream's max_window {config.max_window:g}s"
         )
@@ -51,22 +45,13 @@ def parse_window(params: dict, config: StreamConfig, clock: float | None) -> Win
             raise QueryError(f"at {at_raw!r} is not a number (Unix seconds)") from None
         if not math.isfinite(at):
             raise QueryError("at must be finite")
-    res = config.resolution
-    a, b = at - seconds, at
-    top = math.floor(b / res)
-    if clock is not None:
+    if clock is not None and Fraction(at) - Fraction(seconds) < Fraction(clock) - Fraction(config.max_window):
         oldest = clock - config.max_window
-        if a < oldest - 1e-9 * max(1.0, abs(oldest)):
-            raise QueryError(
-                f"window start {a:g} is before clock - max_window = {oldest:g}: "
-                "events that old are no longer kept"
-            )
-        # No event is later than the clock, so the tick holding it is inside when at >= clock.
-        top = min(top, math.floor(clock / res))
-        inner_top = top if clock <= b else top - 1
-    else:
-        inner_top = top - 1
-    return Window(seconds, at, (math.ceil(a / res), inner_top), (math.floor(a / res), top))
+        raise QueryError(
+            f"window start {at - seconds:g} is before clock - max_window = {oldest:g}: "
+            "events that old are no longer kept"
+        )
+    return make_window(seconds, at, config.resolution, clock)
 
 
 def _duration(raw, name: str) -> float:
@@ -94,14 +79,35 @@ def window_estimate(query: Callable[[int, int], Estimate], window: Window, metho
     return bracket(inner, outer)
 
 
+def best_point(lower: float, upper: float, kind: str) -> float:
+    """The point of ``[lower, upper]`` nearest the truth in the worst case: the middle for
+    an additive bound, ``2·lower·upper/(lower + upper)`` for a relative one (its relative
+    error is at most ``(upper − lower)/(upper + lower)`` wherever the truth lies)."""
+    if kind == "relative" and lower >= 0 and upper > 0:
+        return min(max(2 * lower * upper / (lower + upper), lower), upper)
+    return min(max((lower + upper) / 2, lower), upper)
+
+
 def bracket(low: Estimate, high: Estimate) -> Estimate:
     """The lower bound of ``low`` and the upper bound of ``high``, two readings that sandwich
     the truth (a smaller and a larger range, an older and a younger age). Both intervals
     must hold: the union bound on their failure probabilities."""
     lower, upper = low.lower, max(high.upper, low.lower)
-    estimate = min(max((low.estimate + high.estimate) / 2, lower), upper)
     confidence = max(0.0, low.confidence + high.confidence - 1.0)
-    return Estimate(estimate, lower, upper, high.kind, high.epsilon, confidence, high.method)
+    return Estimate(best_point(lower, upper, high.kind), lower, upper, high.kind, high.epsilon,
+                    confidence, high.method)
+
+
+def bound_of(e: Estimate) -> dict:
+    """The contract's ``bound`` object, with how wide the interval really is:
+    ``half_width = (upper − lower)/2`` and ``half_width_relative = half_width/estimate``
+    (0 for a point, null when the estimate is 0 but the interval is not). ``epsilon``
+    stays the structure's guarantee; these describe this answer."""
+    d = e.bound()
+    half = (e.upper - e.lower) / 2
+    d["half_width"] = half
+    d["half_width_relative"] = 0.0 if half == 0 else (half / abs(e.estimate) if e.estimate else None)
+    return d
 
 
 @dataclass(frozen=True)
@@ -132,7 +138,20 @@ def _windowed(part: str, method: str) -> QueryKind:
 
 register(_windowed("count", "splittable-histogram"))
 register(_windowed("sum", "splittable-histogram"))
-register(_windowed("distinct", "randomized-wave"))
+def _distinct(summary, config, window, params) -> Estimate:
+    """A randomized wave answers only ranges that end at its clock: when the ticks inside
+    the window end earlier, nothing bounds the count from below but 0."""
+    wave = summary["distinct"]
+
+    def query(lo, hi):
+        if hi < wave.clock and (lo, hi) == window.inner and window.inner != window.outer:
+            return _exact_zero("randomized-wave")
+        return wave.query(lo, hi)
+
+    return window_estimate(query, window, "randomized-wave")
+
+
+register(QueryKind("distinct", _distinct, lambda config, p: _exact_zero("randomized-wave")))
 
 
 def as_of(status: dict) -> dict:
@@ -147,7 +166,7 @@ def as_of(status: dict) -> dict:
 def shape(result: Estimate | list, **outer) -> dict:
     """The contract's answer object: ``estimate`` + ``bound``, or ``items``."""
     if isinstance(result, Estimate):
-        body = {"estimate": result.estimate, "bound": result.bound()}
+        body = {"estimate": result.estimate, "bound": bound_of(result)}
     else:
         body = {"items": list(result), **getattr(result, "extra", {})}
     body.update(outer)

@@ -29,6 +29,7 @@ from sketches.base import CorruptSketchError, Family, IncompatibleSketchError, p
 from sketches.hashing import hash_keys
 from tidemark.hash_secret import HashSecret
 from tidemark.streams import StreamConfig
+from tidemark.ticks import ticks_of
 
 __all__ = ["StreamSummary", "Columns", "PARTS"]
 
@@ -157,13 +158,14 @@ def _relative():
 
 def relative_decays(config: StreamConfig) -> dict[str, dict]:
     """Part name -> decay spec (in ticks) of each declared decay that has a small
-    relative-error sketch (§3.2): no decay, and polynomial decay at a 1 s resolution
-    (where ages in ticks are ages in seconds)."""
+    relative-error sketch (§3.2): no decay, and polynomial decay at any resolution. The
+    sketch's buckets follow ``(a + 1)^-α`` of ages ``a`` in ticks; answers evaluate the
+    declared ``(age·res + 1)^-α`` of seconds on those buckets (app/kinds/decayed.py)."""
     out = {}
     for d in config.decays:
         if d.kind == "none":
             out["decayed-relative/none"] = {"kind": "none"}
-        elif d.kind == "polynomial" and config.resolution == 1.0:
+        elif d.kind == "polynomial":
             out[f"decayed-relative/polynomial/{d.alpha:g}"] = {"kind": "polynomial", "alpha": d.alpha}
     return out
 
@@ -261,7 +263,7 @@ class StreamSummary:
         values = table.column("value").to_numpy(zero_copy_only=False)
         valued = ~np.isnan(values)
         return Columns(
-            ticks=np.floor(ts / self.config.resolution).astype(np.int64),
+            ticks=ticks_of(ts, self.config.resolution),  # exact floor(ts / res): tidemark/ticks.py
             weight=table.column("weight").to_numpy(),
             keyed=keyed,
             key_ids=self.key_ids(keys),

@@ -1,5 +1,5 @@
-"""``decayed-sum``: Σ weight · f(at − ts) over events with value ≥ τ (Cormode, Tirthapura
-and Xu 2009).
+"""``decayed-sum``: Σ weight · f(at − ts) over events with value ≥ τ and ts ≤ at (Cormode,
+Tirthapura and Xu 2009).
 
 * ``guarantee=additive`` — the multi-level sample sketch (§3.1): any non-increasing decay
   chosen now, |Ŝ − S| ≤ ε·S₀ᶠ with probability 1 − δ.
@@ -9,12 +9,17 @@ and Xu 2009).
   4.1–4.3): asking for one is a 422 that says why and offers the additive answer.
 * No ``guarantee``: relative when a declared sketch fits the decay, else additive.
 
-Ages are seconds; sketches keep ticks of the stream's resolution. An event in tick k is
-between k·res and (k+1)·res, so its age is known to within one tick either way; for a
-non-increasing f the lower bound reads the sketch one tick later and the upper bound one
-tick earlier, which brackets every true age. The relative sketch keeps values on a grid
-(left cell edges): the cells at or above τ give its lower bound, and the cell holding τ
-and those above it the upper bound.
+Time (:mod:`app.windows`): sketches keep ticks of the stream's resolution. Events after
+``at`` never count: the lower reading counts the ticks wholly at or before ``at``, the
+upper those that may hold such an event. ``none`` and ``sliding`` are windows, read as
+tick ranges (no age arithmetic at all). A continuous decay is read with every event as
+old as it can be (lower) and as young as it can be (upper): ``age_decays``. A relative
+polynomial sketch keeps buckets of ``(a + 1)^-α`` in ticks and is read with the declared
+``(age + 1)^-α`` of seconds; for a resolution ≤ 1 s that decay falls no faster, so the
+bucket ratio stays within 1 + ε (Theorem 3.3); above 1 s the bracket still holds.
+
+Values: the relative sketch keeps value cells. A cell counts in the lower reading when all
+of its values satisfy the predicate, in the upper when some may (``_cells``).
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import math
 import numpy as np
 
 from app.answers import QueryError, QueryKind, bracket, register
+from app.windows import EMPTY_RANGE, ROUNDING, age_decays
 from sketches.base import Estimate, SketchError
 from tidemark.streams import parse_duration
 from tidemark.summary import relative_decays
@@ -65,7 +71,8 @@ def _check(config, params: dict) -> dict:
     part = _relative_part(config, spec)
     if guarantee == "relative" and part is None:
         raise QueryError(_refusal(config, spec))
-    return {"spec": spec, "tau": tau, "part": part if guarantee != "additive" else None}
+    return {"spec": spec, "tau": tau, "part": part if guarantee != "additive" else None,
+            "chosen": guarantee is None}
 
 
 def _seconds(raw, name: str) -> float:
@@ -97,16 +104,13 @@ def _refusal(config, spec: dict) -> str:
         return ("no small summary gives a relative error for exponential decay: Theorem 4.2 "
                 "(Cormode, Tirthapura and Xu 2009) needs space linear in the value domain; "
                 + offer + (f" ({message})" if message else ""))
-    if spec["kind"] == "polynomial" and config.resolution != 1.0:
-        return ("a relative polynomial decayed sum is kept only for streams with a 1 s "
-                "resolution; " + offer)
     return (f"a relative decayed sum needs this decay declared in the stream's decays "
             f"(declared: {[d.model_dump(exclude_none=True) for d in config.decays] or 'none'}); "
             + offer)
 
 
 def _tick_decay(spec: dict, res: float):
-    """The decay as a function of ages in ticks."""
+    """The decay as a function of ages in whole ticks (the derived ratio kinds)."""
     from sketches.decayed import parse_decay
     from sketches.decayed.decay import CallableDecay
 
@@ -124,6 +128,17 @@ def _tick_decay(spec: dict, res: float):
     return CallableDecay(lambda a: (np.maximum(a, 0) * res <= window).astype(np.float64))
 
 
+def _seconds_decay(spec: dict):
+    """A continuous decay as a function of ages in seconds (None for windows)."""
+    if spec["kind"] == "exponential":
+        h = spec["half_life"]
+        return lambda x: np.exp2(-np.asarray(x, np.float64) / h)
+    if spec["kind"] == "polynomial":
+        alpha = spec["alpha"]
+        return lambda x: (np.asarray(x, np.float64) + 1.0) ** -alpha
+    return None
+
+
 def _call(fn):
     """Run a sketch query; its SketchError is the caller's mistake (a 422)."""
     try:
@@ -132,31 +147,96 @@ def _call(fn):
         raise QueryError(str(e)) from None
 
 
-def _age_ticks(at: float, res: float) -> tuple[int, int]:
-    """(older, younger): query times in ticks at which every event reads at least as old,
-    and at most as old, as it truly is at ``at`` (an event is somewhere in its tick)."""
-    exact_tick = math.isclose(at / res, round(at / res), rel_tol=0, abs_tol=1e-9)
-    base = round(at / res) if exact_tick else math.floor(at / res)
-    return (base, base - 1) if exact_tick else (base + 1, base - 1)
+def _readings(spec: dict, window) -> tuple[tuple, tuple]:
+    """(lower, upper) readings ``(decay in ticks or None, at tick, until tick)``; ``None``
+    for a reading that counts nothing. ``decay`` None means the relative sketch's own."""
+    from sketches.decayed import parse_decay
+    from sketches.decayed.decay import CallableDecay
+
+    kind = spec["kind"]
+    if kind in ("none", "sliding"):
+        if kind == "none":
+            ranges = [(0, t) for t in window.last]
+        else:
+            ranges = list(window.covering(spec["window"]))
+
+        def reading(r):
+            if r == EMPTY_RANGE or r[1] < 0:
+                return None
+            lo, hi = max(r[0], 0), r[1]
+            d = (parse_decay({"kind": "none"}) if kind == "none"
+                 else parse_decay({"kind": "sliding", "window": hi - lo}))
+            return d, hi, hi
+
+        return reading(ranges[0]), reading(ranges[1])
+    older, younger = age_decays(_seconds_decay(spec), window, window.resolution)
+    low_until, high_until = window.last
+    low = (CallableDecay(older), window.now, low_until) if low_until >= 0 else None
+    high = (CallableDecay(younger), window.now, high_until) if high_until >= 0 else None
+    return low, high
 
 
-def _cell_edge(sk, value: float) -> float:
-    """Left edge of the relative sketch's value cell holding ``value``."""
-    return float(sk.edges[min(max(np.searchsorted(sk.edges, value, side="right") - 1, 0),
-                              len(sk.edges) - 1)])
+def _cells(sk, lo: float, hi: float) -> tuple[np.ndarray, np.ndarray]:
+    """(cells all of whose values are in [lo, hi], cells that may hold one). A cell holds
+    the floats the sketch's quantizer maps to it, a monotone map, so its values are all
+    ≥ lo iff its left edge is, and all ≤ hi iff the float after hi lies in a later cell."""
+    idx = np.arange(sk.cells)
+    if hi < sk.value_min or lo > sk.value_max:
+        none = np.zeros(sk.cells, bool)
+        return none, none
+    up = (idx >= sk.cell_of(lo)) & (idx <= sk.cell_of(hi))
+    after = math.nextafter(hi, math.inf)
+    below_hi = idx < sk.cell_of(after) if after <= sk.value_max else np.ones(sk.cells, bool)
+    return (sk.edges >= lo) & below_hi, up
+
+
+def _zero(kind: str, config) -> Estimate:
+    return Estimate(0.0, 0.0, 0.0, kind, config.epsilon, 1.0,
+                    "wbmh-value-grid" if kind == "relative" else "multilevel-sample")
+
+
+def _decayed(summary, config, window, params, lo: float, hi: float) -> Estimate:
+    """Σ w·f(at − ts) over ts ≤ at and value in [lo, hi], bracketed over the time grain
+    (and, for the relative sketch, the value cells)."""
+    spec = params["spec"]
+    low_read, high_read = _readings(spec, window)
+    if params["part"] and params.get("chosen") and spec["kind"] == "none" \
+            and window.last[0] < summary[params["part"]].clock:
+        # The undecayed relative sketch is one bucket up to its clock: as of an earlier
+        # ``at`` its lower bound is 0. Unasked, answer from the sample instead (a choice
+        # made before reading either sketch's values).
+        params = {**params, "part": None}
+    kind = "relative" if params["part"] else "additive"
+    if params["part"]:
+        sk = summary[params["part"]]
+        inside, touching = _cells(sk, lo, hi)
+        own = spec["kind"] == "none"  # the declared decay; polynomial is read in seconds
+
+        def read(r, mask):
+            if r is None:
+                return _zero(kind, config)
+            return _call(lambda: sk.select(mask, r[1], None if own else r[0], r[2]))
+
+        low, high = read(low_read, inside), read(high_read, touching)
+    else:
+        sk = summary["decayed"]
+
+        def read(r):
+            if r is None:
+                return _zero(kind, config)
+            return _call(lambda: sk.range_sum(r[0], lo, hi, r[1], r[2]))
+
+        low, high = read(low_read), read(high_read)
+    result = bracket(low, high)
+    if spec["kind"] in ("exponential", "polynomial"):  # f evaluated at float ages
+        lower, upper = result.lower * (1 - ROUNDING), result.upper * (1 + ROUNDING)
+        result = Estimate(min(max(result.estimate, lower), upper), lower, upper, result.kind,
+                          result.epsilon, result.confidence, result.method)
+    return result
 
 
 def _run(summary, config, window, params) -> Estimate:
-    older, younger = _age_ticks(window.at, config.resolution)
-    tau = params["tau"]
-    if params["part"]:
-        sk = summary[params["part"]]
-        low = _call(lambda: sk.query(tau, older))
-        high = _call(lambda: sk.query(min(_cell_edge(sk, tau), tau), younger))
-    else:
-        decay, sk = _tick_decay(params["spec"], config.resolution), summary["decayed"]
-        low, high = _call(lambda: sk.query(decay, tau, older)), _call(lambda: sk.query(decay, tau, younger))
-    return bracket(low, high)
+    return _decayed(summary, config, window, params, params["tau"], math.inf)
 
 
 def _empty(config, params) -> Estimate:
@@ -170,18 +250,27 @@ register(QueryKind("decayed-sum", _run, _empty, _check))
 
 # -- derived aggregates (§1.1) -----------------------------------------------------------
 # Ratios of decayed sums are not monotone in the ages, so these take ages in whole ticks of
-# the stream's resolution: an event's age is at_tick − its tick. Their bounds are the
-# sketches' own for that quantity (see sketches/decayed/derived.py).
+# the stream's resolution: an event's age is now − its tick (``at = now·res + offset``).
+# They count the ticks wholly at or before ``at`` (every event when ``at >= clock``), so
+# no event after ``at`` counts. Their bounds are the sketches' own for that quantity (see
+# sketches/decayed/derived.py).
 
 def _derived_sketch(summary, config, params):
-    """(sketch, decay in ticks): a relative sketch knows its own decay (None)."""
+    """(sketch, decay in ticks): a relative sketch knows its own decay (None) when its
+    ticks are seconds; at another resolution it is read with the declared decay of
+    seconds (see the module docstring)."""
     if params["part"]:
-        return summary[params["part"]], None
+        own = params["spec"]["kind"] == "none" or config.resolution == 1.0
+        return summary[params["part"]], None if own else _tick_decay(params["spec"], config.resolution)
     return summary["decayed"], _tick_decay(params["spec"], config.resolution)
 
 
 def _at_tick(window, config) -> int:
-    return math.floor(window.at / config.resolution)
+    return window.now
+
+
+def _until(window) -> int:
+    return window.last[0]
 
 
 def _check_range(config, params):
@@ -194,19 +283,7 @@ def _check_range(config, params):
 
 def _range_sum(summary, config, window, params):
     """Monotone in the ages like ``decayed-sum``: bracketed over the time grain the same way."""
-    from sketches.decayed import range_sum
-
-    older, younger = _age_ticks(window.at, config.resolution)
-    lo, hi = params["lo"], params["hi"]
-    if params["part"]:
-        sk = summary[params["part"]]
-        low = _call(lambda: sk.range_sum(lo, hi, older))
-        high = _call(lambda: sk.range_sum(_cell_edge(sk, lo), hi, younger))
-    else:
-        decay, sk = _tick_decay(params["spec"], config.resolution), summary["decayed"]
-        low = _call(lambda: range_sum(sk, lo, hi, older, decay))
-        high = _call(lambda: range_sum(sk, lo, hi, younger, decay))
-    return bracket(low, high)
+    return _decayed(summary, config, window, params, params["lo"], params["hi"])
 
 
 def _check_value(config, params):
@@ -219,7 +296,7 @@ def _frequency(summary, config, window, params):
     from sketches.decayed import relative_frequency
 
     sk, decay = _derived_sketch(summary, config, params)
-    return _call(lambda: relative_frequency(sk, params["value"], _at_tick(window, config), decay))
+    return _call(lambda: relative_frequency(sk, params["value"], window.now, decay, _until(window)))
 
 
 def _check_phi(config, params):
@@ -235,7 +312,7 @@ def _heavy(summary, config, window, params):
     from sketches.decayed import heavy_hitters
 
     sk, decay = _derived_sketch(summary, config, params)
-    found = _call(lambda: heavy_hitters(sk, params["phi"], _at_tick(window, config), decay))
+    found = _call(lambda: heavy_hitters(sk, params["phi"], window.now, decay, _until(window)))
     return [{"value": v, "estimate": e.estimate, "bound": e.bound()} for v, e in found]
 
 

@@ -6,7 +6,7 @@ the lower bound from the ticks inside the window, the upper from those touching 
 
 from __future__ import annotations
 
-from app.answers import QueryError, QueryKind, Window, parse_window, register, shape, window_estimate
+from app.answers import QueryError, QueryKind, Window, bound_of, parse_window, register, shape, window_estimate
 from sketches.base import Estimate, SketchError
 from tidemark.events import MAX_KEY_BYTES
 from tidemark.streams import StreamConfig
@@ -54,10 +54,20 @@ class HeavyHitters(list):
 
 
 def _heavy_hitters(summary, config, window, params):
-    """Candidates (with their strings) come from the key dictionary: every key weighing more
-    than its ``threshold`` is one. Each is listed when its ECM upper bound reaches φ·N_low,
-    so no key with f ≥ φ·N is missed while ``threshold < φ·N_low`` (``complete``), and a
-    listed key below φ·N is one whose bound says it may be heavy."""
+    """Every key with f ≥ φ·N is listed; what is not listed weighs at most ``unlisted_max``.
+
+    Candidates (with their strings) come from the key dictionary over the ticks touching
+    the window: a key that is not a candidate weighs at most the dictionary's Misra–Gries
+    ``threshold`` there, hence in the window (deterministic). A candidate is listed when
+    its ECM upper bound (deterministic: count-min never undercounts) reaches φ·N_low,
+    N_low ≤ N the count's lower bound; so a dropped candidate weighs less than φ·N_low.
+
+    * ``unlisted_max`` = max(threshold, the largest ECM upper bound of a dropped
+      candidate): every unlisted key weighs at most that.
+    * ``complete``: no key with f ≥ φ·N (f > 0) is missing. A missing key is a
+      non-candidate, f ≤ threshold; so complete when ``threshold < φ·N_low`` (≤ φ·N), or
+      when ``threshold == 0`` (non-candidates are absent from the window).
+    """
     if window.outer[0] > window.outer[1]:
         return HeavyHitters([], 0.0, True)
     try:
@@ -65,14 +75,18 @@ def _heavy_hitters(summary, config, window, params):
     except SketchError as e:
         raise QueryError(str(e)) from None
     n_low = window_estimate(summary["count"].query, window, "splittable-histogram").lower
-    threshold = params["phi"] * n_low
-    ecm, items = summary["keys"], []
+    level = params["phi"] * n_low
+    ecm, items, dropped_max = summary["keys"], [], 0.0
     for key_id, name in zip(found.ids.tolist(), found.keys):
         e = window_estimate(lambda lo, hi: ecm.frequency(key_id, lo, hi), window, METHOD)
-        if e.upper >= threshold and e.upper > 0:
-            items.append({"key": name, "estimate": e.estimate, "bound": e.bound()})
+        if e.upper >= level and e.upper > 0:
+            items.append({"key": name, "estimate": e.estimate, "bound": bound_of(e)})
+        else:
+            dropped_max = max(dropped_max, e.upper)
     items.sort(key=lambda item: -item["estimate"])
-    return HeavyHitters(items, found.threshold, found.threshold < threshold or n_low == 0)
+    unlisted_max = max(found.threshold, dropped_max)
+    complete = found.threshold == 0 or found.threshold < level
+    return HeavyHitters(items, unlisted_max, complete)
 
 
 def _guard(fn):

@@ -201,7 +201,7 @@ class DecayedAdditiveSketch:
     being at most ``ε(1 + ε)/(1 − ε)·S₀`` above that floor. Each query is one fixed event
     (chosen without looking at the sketch's random draws). ``range_sum`` has the same
     bound for the values in ``[lo, hi]``. Ages are ``max(0, at − tick)``: an event stamped after
-    ``at`` counts with ``f(0)``. Merges add no error (exact union); arrival order does not
+    ``at`` counts with ``f(0)`` unless ``until`` leaves it out. Merges add no error (exact union); arrival order does not
     matter.
 
     Parameters
@@ -340,38 +340,46 @@ class DecayedAdditiveSketch:
             return np.maximum(est - a - rnd, 0.0), est + a + rnd + unc
         return interval
 
-    def _estimate(self, decay, at, mask_fn) -> Estimate:
+    def _upto(self, until: int | None) -> np.ndarray:
+        """Events with tick ``<= until``. Dropping the later ones is one more fixed selection
+        (``c_j = 0`` for them): the proof is unchanged, ``S₀`` still counts every event."""
+        return np.ones(self._t.shape, bool) if until is None else self._t <= int(until)
+
+    def _estimate(self, decay, at, mask_fn, until: int | None = None) -> Estimate:
         if self.is_empty:
             return Estimate(0.0, 0.0, 0.0, "additive", self.epsilon, 1.0, METHOD)
         y, unc = self._contrib(decay, at)
         s0 = float(y.sum())
-        est = float(y[mask_fn(self._v)].sum())
+        keep = mask_fn(self._v) & self._upto(until)
+        est = float(y[keep].sum())
         lower, upper = self._interval_fn(s0, unc, y.size)(est, est, est, 3)
         return Estimate(est, float(lower), float(upper), "additive", self.epsilon, 1.0 - self.delta, METHOD)
 
-    def query(self, decay, tau: float, at: int) -> Estimate:
-        """Decayed sum of the events with value ``>= tau`` at time ``at`` (Theorem 3.2)."""
+    def query(self, decay, tau: float, at: int, until: int | None = None) -> Estimate:
+        """Decayed sum of the events with value ``>= tau`` at time ``at`` (Theorem 3.2),
+        counting ticks ``<= until`` only (all by default)."""
         tau = float(tau)
         if math.isnan(tau):
             raise SketchError("tau must be a number")
-        return self._estimate(decay, at, lambda v: v >= tau)
+        return self._estimate(decay, at, lambda v: v >= tau, until)
 
-    def range_sum(self, decay, lo_value, hi_value, at) -> Estimate:
+    def range_sum(self, decay, lo_value, hi_value, at, until: int | None = None) -> Estimate:
         """Decayed sum of the events with value in ``[lo_value, hi_value]``, same bound."""
         lo, hi = float(lo_value), float(hi_value)
         if math.isnan(lo) or math.isnan(hi) or hi < lo:
             raise SketchError("value range must be numbers with lo <= hi")
-        return self._estimate(decay, at, lambda v: (v >= lo) & (v <= hi))
+        return self._estimate(decay, at, lambda v: (v >= lo) & (v <= hi), until)
 
-    def _view(self, decay, at) -> View:
-        """The §1.1 view at ``at`` for the derived aggregates (see :mod:`.derived`)."""
+    def _view(self, decay, at, until: int | None = None) -> View:
+        """The §1.1 view at ``at`` for the derived aggregates (see :mod:`.derived`),
+        counting ticks ``<= until`` only (all by default; the interval keeps ``S₀`` of all)."""
         if self.is_empty:
             z = np.zeros(0)
             return View(z, z, z, z, "additive", METHOD, lambda e, lo, hi, tails: (e * 0, e * 0),
                         1.0, lambda tails: self.epsilon)
         y, unc = self._contrib(decay, at)
         points, inv = np.unique(self._v, return_inverse=True)
-        mass = np.bincount(inv, weights=y, minlength=points.size)
+        mass = np.bincount(inv, weights=np.where(self._upto(until), y, 0.0), minlength=points.size)
         return View(points, mass, mass, mass, "additive", METHOD,
                     self._interval_fn(float(y.sum()), unc, y.size), 1.0 - self.delta, self._alpha)
 

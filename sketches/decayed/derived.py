@@ -60,12 +60,13 @@ def _is_additive(sketch) -> bool:
     return isinstance(sketch, DecayedAdditiveSketch)
 
 
-def _view(sketch, decay, at):
+def _view(sketch, decay, at, until=None):
+    """``until``: count only ticks ``<= until`` (events after the query time)."""
     if _is_additive(sketch):
         if decay is None:
             raise SketchError("the additive sketch needs the decay at query time")
-        return sketch._view(decay, at)
-    return sketch._view(decay, at)
+        return sketch._view(decay, at, until)
+    return sketch._view(decay, at, until)
 
 
 def _point(sketch, value: float) -> float:
@@ -97,9 +98,9 @@ def range_sum(sketch, lo, hi, at, decay=None) -> Estimate:
     return sketch.range_sum(lo, hi, at)
 
 
-def relative_frequency(sketch, value, at, decay=None) -> Estimate:
+def relative_frequency(sketch, value, at, decay=None, until=None) -> Estimate:
     """Decayed relative frequency ``W({v})/S₀`` of one value (§1.1, item 1)."""
-    view = _view(sketch, decay, at)
+    view = _view(sketch, decay, at, until)
     tails = 4
     v = _point(sketch, value)
     est, lower, upper = _ratio(view.select(view.points == v, tails), view.total(tails))
@@ -107,7 +108,7 @@ def relative_frequency(sketch, value, at, decay=None) -> Estimate:
                     view.method + "/frequency")
 
 
-def heavy_hitters(sketch, phi, at, decay=None) -> list[tuple[float, Estimate]]:
+def heavy_hitters(sketch, phi, at, decay=None, until=None) -> list[tuple[float, Estimate]]:
     """Values whose decayed relative frequency may reach ``phi`` (§1.1, item 4).
 
     Returns ``(value, Estimate of its frequency)`` by decreasing estimate; with
@@ -116,7 +117,7 @@ def heavy_hitters(sketch, phi, at, decay=None) -> list[tuple[float, Estimate]]:
     phi = float(phi)
     if not 0 < phi <= 1:
         raise SketchError("phi must be in (0, 1]")
-    view = _view(sketch, decay, at)
+    view = _view(sketch, decay, at, until)
     tails = max(4, int(math.floor(1 / phi)) + 2)
     de, dl, du = view.total(tails)
     _, unseen_hi = view.interval(0.0, 0.0, 0.0, tails)

@@ -80,7 +80,8 @@ from sketches.decayed import _wbmh_kernels as K
 from sketches.decayed._io import Reader
 from sketches.decayed._view import View
 from sketches.decayed.additive import check_at, check_batch, check_range
-from sketches.decayed.decay import Decay, NoDecay, Polynomial, decay_from_code, parse_decay, relative_guarantee_refusal
+from sketches.decayed.decay import (CallableDecay, Decay, NoDecay, Polynomial, decay_from_code, parse_decay,
+                                    relative_guarantee_refusal)
 
 __all__ = ["DecayedRelativeSketch", "region_count"]
 
@@ -228,27 +229,41 @@ class DecayedRelativeSketch:
         self._ops += int(t.size)
 
     # -- queries -------------------------------------------------------------------------------
-    def _factors(self, at: int) -> tuple[np.ndarray, np.ndarray]:
-        """Per bucket, the decay of its oldest and of its newest possible tick."""
+    def _factors(self, at: int, decay=None, until: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Per bucket, the decay of its oldest and of its newest possible tick.
+
+        ``decay`` (default: the declared one) may be any non-increasing decay: the bucket
+        brackets hold for it, and are within ``1 + ε`` when it falls no faster than the
+        declared one. With ``until``, only events with tick ``<= until`` count: a bucket
+        straddling ``until`` adds nothing to the lower and all of itself to the upper."""
+        d = self.decay if decay is None else decay
         _, L = self._buckets(self._starts, self._clock)
         newest = np.minimum(L, self._clock)
-        lo = np.asarray(self.decay(np.maximum(at - self._starts, 0)), np.float64)
-        hi = np.asarray(self.decay(np.maximum(at - newest, 0)), np.float64)
+        lo = np.asarray(d(np.maximum(at - self._starts, 0)), np.float64)
+        hi = np.asarray(d(np.maximum(at - newest, 0)), np.float64)
+        if until is not None:
+            lo = np.where(newest <= until, lo, 0.0)
+            hi = np.where(self._starts <= until, hi, 0.0)
         return lo, hi
 
     def _eta(self) -> float:
         return (self._ops + self.cells * self._starts.size + 8) * _ULP
 
-    def _bracket(self, at, cell_mask) -> Estimate:
+    def select(self, cell_mask, at: int, decay=None, until: int | None = None) -> Estimate:
+        """Decayed weight of the cells in ``cell_mask`` at ``at``, counting ticks
+        ``<= until`` only (all by default), under ``decay`` (default: the declared one)."""
         at = check_at(at)
         if self.is_empty:
             return Estimate(0.0, 0.0, 0.0, "relative", self.epsilon, 1.0, METHOD)
         q = self._M[:, cell_mask].sum(axis=1)
-        flo, fhi = self._factors(at)
+        flo, fhi = self._factors(at, decay, until)
         eta = self._eta()
         lower, upper = float(q @ flo), float(q @ fhi)
         est = (lower + upper) / 2
         return Estimate(est, lower * (1 - eta), upper * (1 + eta), "relative", self.epsilon, 1.0, METHOD)
+
+    def _bracket(self, at, cell_mask) -> Estimate:
+        return self.select(cell_mask, at)
 
     def query(self, tau: float, at: int) -> Estimate:
         """Decayed sum of the events with quantized value ``>= tau`` (Theorem 3.3)."""
@@ -264,15 +279,22 @@ class DecayedRelativeSketch:
             raise SketchError("value range must be numbers with lo <= hi")
         return self._bracket(at, (self.edges >= lo) & (self.edges <= hi))
 
+    def cell_of(self, value: float) -> int:
+        """The cell holding ``value`` (clipped to the declared range)."""
+        v = np.array([min(max(float(value), self.value_min), self.value_max)])
+        return int(K.quantize(v, self.value_min, self.resolution, self.cells)[0])
+
     def quantize(self, values) -> np.ndarray:
         """The quantized values ``v̄`` the sketch answers about."""
         v = np.asarray(values, dtype=np.float64)
         return self.edges[K.quantize(np.clip(v, self.value_min, self.value_max).ravel(),
                                      self.value_min, self.resolution, self.cells)].reshape(v.shape)
 
-    def _view(self, decay, at) -> View:
-        """The §1.1 view at ``at`` for the derived aggregates (see :mod:`.derived`)."""
-        if decay is not None and parse_decay(decay) != self.decay:
+    def _view(self, decay, at, until: int | None = None) -> View:
+        """The §1.1 view at ``at`` for the derived aggregates (see :mod:`.derived`),
+        counting ticks ``<= until`` only (all by default)."""
+        override = decay if isinstance(decay, CallableDecay) else None  # see _factors
+        if decay is not None and override is None and parse_decay(decay) != self.decay:
             raise SketchError("a relative sketch answers only for the decay it was built with")
         at = check_at(at)
         eps = self.epsilon
@@ -280,7 +302,7 @@ class DecayedRelativeSketch:
             z = np.zeros(0)
             return View(z, z, z, z, "relative", METHOD, lambda e, lo, hi, tails: (lo * 0, hi * 0), 1.0,
                         lambda tails: eps)
-        flo, fhi = self._factors(at)
+        flo, fhi = self._factors(at, override, until)
         lo, hi = flo @ self._M, fhi @ self._M
         nz = np.flatnonzero(self._M.sum(axis=0) > 0)
         eta = self._eta()

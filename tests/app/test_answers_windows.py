@@ -1,0 +1,186 @@
+"""Window kinds (count, sum, frequency, self-join, distinct, heavy hitters) against an exact
+oracle, built below Spark: shard summaries merged as the publisher merges them, answered
+by the same ``app.answers.answer`` the API calls.
+
+Deterministic bounds are checked on every example; probabilistic ones (ECM lower bounds,
+distinct counts) by their failure rate over independent seeds.
+"""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import app.kinds.decayed  # noqa: F401  (registers the kinds)
+import app.kinds.keyed  # noqa: F401
+from app.answers import answer
+from tests import strategies as S
+from tidemark.streams import StreamConfig
+
+FAST = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def ask(case, summary, kind, **params):
+    return answer(kind, "s", case.config, summary, S.status(case), params)
+
+
+def holds(lower, truth, upper, slack=0.0):
+    return lower - slack <= truth <= upper + slack
+
+
+# -- the tick rule ------------------------------------------------------------------------------
+@given(st.sampled_from(S.RESOLUTIONS + [0.0123456, 2.5e-3]), st.integers(0, 2**41),
+       st.sampled_from([-1, 0, 1]))
+@settings(max_examples=300, deadline=None)
+def test_ticks_are_the_exact_floor(res, k, how):
+    from tidemark.ticks import tick_of, ticks_of
+
+    t = float(k * Fraction(res))
+    if how:
+        t = math.nextafter(t, math.inf if how > 0 else -math.inf)
+    assert int(ticks_of(np.array([t]), res)[0]) == tick_of(t, res) == math.floor(Fraction(t) / Fraction(res))
+
+
+# -- deterministic bounds at every edge ----------------------------------------------------------
+@given(st.data())
+@FAST
+def test_count_and_sum_hold_at_every_edge(data):
+    case = data.draw(S.cases())
+    summary = S.summarize(case)
+    for _ in range(4):
+        w, at = data.draw(S.windows(case))
+        m = S.in_window(case, w, at)
+        for kind, truth in (("count", float(m.sum())),
+                            ("sum", float(np.array(case.weights)[m].sum()) if m.any() else 0.0)):
+            b = ask(case, summary, kind, window=w, at=at)["bound"]
+            assert holds(b["lower"], truth, b["upper"], 1e-9 * truth), (kind, w, at, b, truth)
+            half = b["half_width"]
+            assert half == pytest.approx((b["upper"] - b["lower"]) / 2)
+
+
+@given(st.data())
+@FAST
+def test_key_upper_bounds_and_heavy_hitters_are_complete(data):
+    case = data.draw(S.cases())
+    summary = S.summarize(case)
+    for _ in range(3):
+        w, at = data.draw(S.windows(case))
+        m = S.in_window(case, w, at)
+        freq = S.frequencies(case, m)
+        n = int(m.sum())
+        for key in ("a", "ключ"):
+            b = ask(case, summary, "frequency", key=key, window=w, at=at)["bound"]
+            assert freq.get(key, 0) <= b["upper"], (key, w, at, b)
+        sj = ask(case, summary, "self-join", window=w, at=at)["bound"]
+        assert sum(f * f for f in freq.values()) <= sj["upper"] * (1 + 1e-12)
+        phi = data.draw(st.sampled_from([0.01, 0.1, 0.2, 0.25, 0.5, 0.9]))
+        hh = ask(case, summary, "heavy-hitters", phi=phi, window=w, at=at)
+        listed = {item["key"] for item in hh["items"]}
+        for key, f in freq.items():
+            if key not in listed:
+                assert f <= hh["unlisted_max"], (key, f, hh["unlisted_max"], w, at)
+            if hh["complete"] and f >= phi * n:
+                assert key in listed, (key, f, n, phi, w, at)
+
+
+# -- probabilistic bounds at their rate ---------------------------------------------------------
+def test_probabilistic_bounds_fail_at_most_at_their_rate():
+    """ECM lower bounds and distinct counts: each answer may fail with probability δ = 0.1.
+    Over independent seeds the failures must stay below δ by a margin a correct sketch
+    breaches with probability < 1e-4 (binomial tail)."""
+    rng = np.random.default_rng(7)
+    config = StreamConfig(max_window=30.0, epsilon=0.1, delta=0.1, resolution=0.25)
+    trials = failures = 0
+    for seed in range(40):
+        n = 300
+        ts = np.sort(rng.uniform(1000, 1030, n)).tolist()
+        keys = [S.KEYS[int(min(rng.integers(0, 10), rng.integers(0, 10)))] for _ in range(n)]
+        case = S.Case(config, ts, keys, [math.nan] * n, [1.0] * n, [i % 3 for i in range(n)])
+        summary = S.summarize(case, seed=seed + 1)
+        w, at = float(rng.uniform(0.1, 30.0)), case.clock - float(rng.uniform(0, 0.01))
+        w = min(w, 30.0 - (case.clock - at))
+        m = S.in_window(case, w, at)
+        freq = S.frequencies(case, m)
+        for key in ("a", "b"):
+            b = ask(case, summary, "frequency", key=key, window=w, at=at)["bound"]
+            trials += 1
+            failures += not holds(b["lower"], freq.get(key, 0), b["upper"])
+        m_clock = S.in_window(case, w, case.clock)
+        b = ask(case, summary, "distinct", window=w, at=case.clock)["bound"]
+        trials += 1
+        failures += not holds(b["lower"], len(S.frequencies(case, m_clock)), b["upper"])
+        b = ask(case, summary, "distinct", window=w, at=at)["bound"]  # ends before the clock
+        trials += 1
+        failures += not holds(b["lower"], len(freq), b["upper"])
+    # P(Bin(160, 0.1) > 32) < 1e-4
+    assert failures <= 32, (failures, trials)
+
+
+# -- the classes of issue 13, one example each ----------------------------------------------------
+def _one(config, rows, **kw):
+    ts, keys = [r[0] for r in rows], [r[1] for r in rows]
+    return S.Case(config, ts, keys, [math.nan] * len(ts), [1.0] * len(ts), [0] * len(ts))
+
+
+def test_window_start_one_ulp_before_an_event_is_exact():
+    """Class 4: the window start is exact; an event one ulp before it never counts."""
+    config = StreamConfig(max_window=1.0, epsilon=0.1, delta=0.1, resolution=0.1)
+    t = 0.30000000000000004  # 0.1 + 0.2: the float after 0.3
+    case = _one(config, [(math.nextafter(t, 0), "a"), (t, "a"), (0.65, "b")])
+    summary = S.summarize(case)
+    at, w = 0.65, 0.65 - t  # at − w is a rational just above or below t; the oracle decides
+    m = S.in_window(case, w, at)
+    b = ask(case, summary, "count", window=w, at=at)["bound"]
+    assert b["lower"] <= m.sum() <= b["upper"]
+    for at, w in ((0.65, 0.35), (0.3, 0.3), (0.4, 0.1)):
+        m = S.in_window(case, w, at)
+        b = ask(case, summary, "count", window=w, at=at)["bound"]
+        assert b["lower"] <= m.sum() <= b["upper"], (at, w, b, m)
+
+
+def test_heavy_hitters_complete_only_when_nothing_is_missing():
+    """Class 1: no tick wholly inside the window (the count's lower bound is 0) must not
+    make an answer claim ``complete`` while a heavy key is missing."""
+    config = StreamConfig(max_window=30.0, epsilon=0.2, delta=0.1, resolution=1.0)
+    rows = [(100.0 + i * 0.013, S.KEYS[i % 9]) for i in range(400)] + [(105.7, "ключ")]
+    case = _one(config, sorted(rows))
+    summary = S.summarize(case)
+    for at, w in ((105.9, 0.5), (105.75, 0.1), (105.8, 1.5)):
+        m = S.in_window(case, w, at)
+        freq, n = S.frequencies(case, m), int(m.sum())
+        hh = ask(case, summary, "heavy-hitters", phi=0.1, window=w, at=at)
+        listed = {i["key"] for i in hh["items"]}
+        missing = [k for k, f in freq.items() if f >= 0.1 * n and k not in listed]
+        assert not (hh["complete"] and missing), (at, w, hh, freq)
+        for k, f in freq.items():
+            assert k in listed or f <= hh["unlisted_max"], (k, f, hh["unlisted_max"])
+
+
+def test_unlisted_max_covers_dropped_candidates():
+    """Class 2: a candidate dropped for weighing below φ·N_low can weigh up to φ·N_low."""
+    config = StreamConfig(max_window=60.0, epsilon=0.1, delta=0.1, resolution=1.0)
+    rows = [(10.0 + i * 0.1, "a" if i % 9 else "b") for i in range(288)]
+    case = _one(config, rows)
+    summary = S.summarize(case)
+    hh = ask(case, summary, "heavy-hitters", phi=0.2, window="60", at=case.clock)
+    freq = S.frequencies(case, S.in_window(case, 60.0, case.clock))
+    assert "b" not in {i["key"] for i in hh["items"]}
+    assert freq["b"] <= hh["unlisted_max"], (freq, hh["unlisted_max"])
+
+
+def test_every_bound_states_its_half_width():
+    """Class 7: the answer says how wide its interval is, beside the structure's epsilon."""
+    config = StreamConfig(max_window=3600.0, epsilon=0.05, delta=0.1, resolution=60.0)
+    case = _one(config, [(1000.0 + i * 7.3, "a") for i in range(100)])
+    summary = S.summarize(case)
+    b = ask(case, summary, "count", window="100", at=case.clock - 31)["bound"]
+    assert b["epsilon"] == 0.05
+    assert b["half_width"] == pytest.approx((b["upper"] - b["lower"]) / 2)
+    est = ask(case, summary, "count", window="100", at=case.clock - 31)["estimate"]
+    assert b["half_width_relative"] == pytest.approx(b["half_width"] / est)
+    assert b["lower"] <= est <= b["upper"]
