@@ -39,7 +39,8 @@ def measure(queries_per_kind: int) -> dict:
     import app.kinds.keyed  # noqa: F401
     from app.answers import answer
     from tidemark.streams import StreamConfig
-    from tidemark.summary import StreamSummary
+    from tidemark.hash_secret import HashSecret
+from tidemark.summary import StreamSummary
 
     rng = np.random.default_rng(2024)
     out: dict[str, dict[str, list]] = {}
@@ -66,7 +67,7 @@ def measure(queries_per_kind: int) -> dict:
         weights = rng.choice([1.0, 2.0, 0.5], n)
         summaries = []
         for shard in range(2):
-            s = StreamSummary.create(config, 99)
+            s = StreamSummary.create(config, HashSecret(b"bench-tightness-secret"))
             idx = np.arange(shard, n, 2)
             s.update_table(pa.table({"ts": ts[idx], "key": pa.array([keys[i] for i in idx]),
                                      "value": values[idx], "weight": weights[idx]}))

@@ -21,6 +21,7 @@ import numpy as np
 import pyarrow as pa
 from hypothesis import strategies as st
 
+from tidemark.hash_secret import HashSecret
 from tidemark.streams import StreamConfig
 from tidemark.summary import StreamSummary
 
@@ -114,6 +115,11 @@ def table(case: Case, idx) -> pa.Table:
     })
 
 
+def secret_of(seed: int) -> HashSecret:
+    """A deployment hash secret per test seed (independent hash families per seed)."""
+    return HashSecret(seed.to_bytes(8, "little") + b"tidemark-tests!!")
+
+
 def summarize(case: Case, seed: int = SEED) -> StreamSummary | None:
     """Shard summaries fed in two out-of-order batches each, merged as the publisher does."""
     if not case.ts:
@@ -121,7 +127,7 @@ def summarize(case: Case, seed: int = SEED) -> StreamSummary | None:
     parts = []
     for shard in sorted(set(case.shards)):
         idx = [i for i, s in enumerate(case.shards) if s == shard]
-        s = StreamSummary.create(case.config, seed)
+        s = StreamSummary.create(case.config, secret_of(seed))
         half = len(idx) // 2
         s.update_table(table(case, idx[half:]))
         s.update_table(table(case, idx[:half]))
