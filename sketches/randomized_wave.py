@@ -480,10 +480,15 @@ class RandomizedWave:
                 raise SketchError("randomized wave invariant broken: non-contiguous levels")
         keys = np.concatenate([e[0] for e in entries])
         ticks = np.concatenate([e[1] for e in entries])
-        order = np.lexsort((ticks, keys))
+        # each instance's keys are increasing: a stable sort merges the runs in linear time
+        order = np.argsort(keys, kind="stable")
         k_s, t_s = keys[order], ticks[order]
-        new = np.ones(k_s.size, bool)
-        new[1:] = (k_s[1:] != k_s[:-1]) | (t_s[1:] != t_s[:-1])
+        same = k_s[1:] == k_s[:-1]
+        if np.any(same & (t_s[1:] != t_s[:-1])):  # one key, two ticks: sort the pairs
+            order = np.lexsort((ticks, keys))
+            k_s, t_s = keys[order], ticks[order]
+            same = (k_s[1:] == k_s[:-1]) & (t_s[1:] == t_s[:-1])
+        new = np.concatenate([[True], ~same]) if k_s.size else np.zeros(0, bool)
         index = np.empty(k_s.size, np.int64)
         index[order] = np.cumsum(new) - 1
         uk, ut = k_s[new], t_s[new]
@@ -494,7 +499,7 @@ class RandomizedWave:
         for w, (k, _, _) in zip(self._waves, entries):
             f = int(np.count_nonzero(w.fhas))
             wr.uint(f).uints((clock - w.fT[:f]).view(np.uint64)).array(w.fK[:f], "<u8")
-            idx = np.sort(index[start : start + k.size])
+            idx = index[start : start + k.size]  # increasing, as the instance's keys are
             start += k.size
             wr.uint(idx.size)
             gaps = varints(np.diff(idx, prepend=-1) - 1) if idx.size else b""
