@@ -27,7 +27,7 @@ from sketches.base import (
     pack_header,
     unpack_header,
 )
-from sketches.ecm import CellSketch, _check_seed, _check_unit, _check_window, as_batch
+from sketches.ecm import FORMAT, CellSketch, _check_seed, _check_unit, _check_window, as_batch
 
 __all__ = ["DyadicECM"]
 
@@ -410,7 +410,7 @@ class DyadicECM(CellSketch):
     # (drawn in sketches.ecm.CellSketch).
     def to_bytes(self) -> bytes:
         payload = self._PARAMS.pack(self.epsilon, self.delta, self.window, self.seed, self.levels) + self._state_bytes()
-        return pack_header(Family.ECM, len(payload), flags=self._KIND) + payload
+        return pack_header(Family.ECM, len(payload), fmt=FORMAT, flags=self._KIND) + payload
 
     @property
     def nbytes(self) -> int:
@@ -419,7 +419,7 @@ class DyadicECM(CellSketch):
 
     @classmethod
     def from_bytes(cls, data) -> "DyadicECM":
-        flags, payload = unpack_header(data, Family.ECM)
+        flags, payload = unpack_header(data, Family.ECM, fmt=FORMAT)
         if flags != cls._KIND:
             raise CorruptSketchError("blob is not a DyadicECM")
         if len(payload) < cls._PARAMS.size:
@@ -429,7 +429,7 @@ class DyadicECM(CellSketch):
             raise CorruptSketchError("dyadic ECM blob has non-zero padding")
         try:
             sk = cls(eps, delta, window, levels, seed)
-        except SketchError as e:
+        except (ValueError, ArithmeticError) as e:  # SketchError, or sizes that do not compute
             raise CorruptSketchError(f"dyadic ECM blob has invalid parameters: {e}") from None
         sk._load_state(payload, cls._PARAMS.size)
         return sk

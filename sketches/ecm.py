@@ -13,7 +13,9 @@ import struct
 
 import numpy as np
 
+from sketches._codec import Reader, Writer
 from sketches._ecm_kernels import (
+    MAX_LEVEL,
     NO_CLOCK,
     TICK_LIMIT,
     TimeBuckets,
@@ -40,6 +42,7 @@ _MERGE_SELF = "cannot merge a sketch with itself"
 _MERGE_TYPE = "can only merge an ECMSketch with another ECMSketch"
 _MERGE_PARAMS = "cannot merge ECM sketches with different epsilon, delta, window, purpose or seed"
 _TWO_52 = 2.0**-52
+FORMAT = 2  # byte format version of the ECM family (ECMSketch and DyadicECM)
 _EXACT_LIMIT = 2.0**53
 
 
@@ -254,64 +257,87 @@ class CellSketch:
         return Estimate(0.0, 0.0, 0.0, "additive", 0.0, 1.0, method)
 
     # -- bytes --------------------------------------------------------------------------
-    # state block (little endian), after the class's parameter block:
+    # state block (format 2, little endian; varints are LEB128, see sketches._codec), after
+    # the class's parameter block:
     #   i64 clock | u64 events | u32 merge depth | u32 parts | u8 flags | 3 x u8 zero |
     #   u32 B (buckets) | u32 K (cells)
-    #   u8[B] level | i64[B] idx | i64[B] s | i64[B] e | f64[B] m |
-    #   counts: u32[B*K] (flags bit 1 clear) or f64[B*K] (bit 1 set), row-major
-    # flags: bit 0 = a non-integral weight was seen, bit 1 = counts stored as f64.
+    #   buckets, in their canonical order (start, then level descending), column by column:
+    #     u8[B] level | varint zig-zag first start, B−1 varint start steps
+    #     (start = idx·2^level) | varint[B] s − start | varint[B] e − s | float column m
+    #   counts, only the non-zero cells of the row-major B × K array:
+    #     varint nnz | varint first flat index, nnz−1 varint (gap − 1) | float column values
+    # flags: bit 0 = a non-integral weight was seen.
     _STATE = struct.Struct("<qQIIB3xII")
 
     def _state_bytes(self) -> bytes:
-        c = self._counts
-        wide = bool(c.size) and (self._fractional or float(c.max()) >= 2.0**32)
-        flags = int(self._fractional) | (2 if wide else 0)
         tb = self._tb
-        head = self._STATE.pack(tb.clock, self._events, self._depth, self._parts, flags, len(tb), self.n_cells)
-        body = (tb.lvl.astype(np.uint8).tobytes() + tb.idx.astype("<i8").tobytes() + tb.s.astype("<i8").tobytes()
-                + tb.e.astype("<i8").tobytes() + tb.m.astype("<f8").tobytes()
-                + (c.astype("<f8") if wide else c.astype("<u4")).tobytes())
-        return head + body
+        wr = Writer().pack(self._STATE, tb.clock, self._events, self._depth, self._parts,
+                           int(self._fractional), len(tb), self.n_cells)
+        if len(tb):
+            lvl = tb.lvl.astype(np.int64)
+            start = tb.idx << lvl
+            wr.array(lvl, "u1").ints(start[:1]).uints(np.diff(start).view(np.uint64))
+            wr.uints((tb.s - start).view(np.uint64)).uints((tb.e - tb.s).view(np.uint64)).floats(tb.m)
+            flat = np.flatnonzero(self._counts)
+            wr.uint(flat.size)
+            wr.uints((np.diff(flat, prepend=-1) - 1).view(np.uint64)).floats(self._counts.ravel()[flat])
+        return wr.bytes()
 
     def _state_size(self) -> int:
-        c = self._counts
-        wide = bool(c.size) and (self._fractional or float(c.max()) >= 2.0**32)
-        b = len(self._tb)
-        return self._STATE.size + b * 33 + c.size * (8 if wide else 4)
+        return len(self._state_bytes())
 
     def _load_state(self, payload: memoryview, off: int) -> None:
         """Read the state block at ``payload[off:]`` (the parameters are already set)."""
-        if len(payload) - off < self._STATE.size:
-            raise CorruptSketchError("ECM blob truncated in its state header")
-        clock, events, depth, parts, flags, b, k = self._STATE.unpack_from(payload, off)
-        off += self._STATE.size
+        rd = Reader(payload[off:], "ECM")
+        clock, events, depth, parts, flags, b, k = rd.unpack(self._STATE)
         if k != self.n_cells:
             raise CorruptSketchError("ECM blob cell count does not match its parameters")
-        if flags & ~3:
+        if flags & ~1:
             raise CorruptSketchError("ECM blob has unknown flags")
-        width = 8 if flags & 2 else 4
-        if len(payload) - off != b * 33 + b * k * width:
+        if b > rd.left():  # every bucket takes at least one byte per column
             raise CorruptSketchError("ECM blob length does not match its bucket count")
         if parts < 1 or (depth == 0 and parts != 1) or parts < depth + 1:
             raise CorruptSketchError("ECM blob has an inconsistent merge history")
-        arr = np.frombuffer(payload, dtype=np.uint8, count=b, offset=off).astype(np.int64)
-        off += b
-        cols = []
-        for dt, native in (("<i8", np.int64), ("<i8", np.int64), ("<i8", np.int64), ("<f8", np.float64)):
-            cols.append(np.frombuffer(payload, dtype=dt, count=b, offset=off).astype(native))
-            off += 8 * b
-        counts = np.frombuffer(payload, dtype="<f8" if width == 8 else "<u4", count=b * k, offset=off)
-        counts = counts.astype(np.float64).reshape(b, k)
+        counts = np.zeros(b * k)
         tb = TimeBuckets(self._tb.window, self._tb.ratio)
-        tb.lvl, (tb.idx, tb.s, tb.e, tb.m) = arr, cols
+        if b:
+            lvl = rd.array("u1", b).astype(np.int64)
+            first = rd.ints(1)
+            steps = rd.uints(b - 1)
+            s_off, width = rd.uints(b), rd.uints(b)
+            # checked in floats with a wide margin, so the int64 sums below cannot overflow;
+            # validate() then checks every bucket exactly
+            start_f = float(first[0]) + np.concatenate([[0.0], np.cumsum(steps.astype(np.float64))])
+            s_f = start_f + s_off.astype(np.float64)
+            if (lvl.max() > MAX_LEVEL or np.abs(start_f).max() > 2.0**62 or np.abs(s_f).max() > 2.0**62
+                    or (s_f + width.astype(np.float64)).max() > 2.0**62):
+                raise CorruptSketchError("ECM blob buckets out of range")
+            start = np.cumsum(np.concatenate([first, steps.astype(np.int64)]))
+            if np.any(start & ((np.int64(1) << lvl) - 1)):
+                raise CorruptSketchError("ECM blob bucket does not start at its dyadic position")
+            tb.lvl, tb.idx = lvl, start >> lvl
+            tb.s = start + s_off.astype(np.int64)
+            tb.e = tb.s + width.astype(np.int64)
+            tb.m = rd.floats(b)
+            nnz = rd.uint(b * k)
+            gaps = rd.uints(nnz)
+            if nnz and gaps.max() >= np.uint64(b * k):
+                raise CorruptSketchError("ECM blob cell index out of range")
+            flat = np.cumsum(gaps.astype(np.int64) + 1) - 1
+            if nnz and flat[-1] >= b * k:
+                raise CorruptSketchError("ECM blob cell index out of range")
+            vals = rd.floats(nnz)
+            if nnz and not (np.all(np.isfinite(vals)) and vals.min() > 0):
+                raise CorruptSketchError("ECM blob has negative or non-finite counts")
+            counts[flat] = vals
+        rd.done()
+        counts = counts.reshape(b, k)
         tb.clock = clock
         if b == 0 and clock != NO_CLOCK and abs(clock) >= TICK_LIMIT:
             raise CorruptSketchError("ECM blob clock out of range")
         why = tb.validate()
         if why:
             raise CorruptSketchError(f"ECM blob invalid: {why}")
-        if b and not (np.all(np.isfinite(counts)) and counts.min() >= 0):
-            raise CorruptSketchError("ECM blob has negative or non-finite counts")
         for c in range(self._shift.shape[0]):  # every slot of a bucket sums to its mass
             o, w = int(self._offset[c]), int(self._width[c])
             row = counts[:, o:o + w].sum(axis=1)
@@ -520,7 +546,7 @@ class ECMSketch(CellSketch):
         params = self._PARAMS.pack(self.epsilon, self.delta, self.window, self.seed,
                                    _PURPOSES.index(self.purpose))
         payload = params + self._state_bytes()
-        return pack_header(Family.ECM, len(payload), flags=self._KIND) + payload
+        return pack_header(Family.ECM, len(payload), fmt=FORMAT, flags=self._KIND) + payload
 
     @property
     def nbytes(self) -> int:
@@ -529,7 +555,7 @@ class ECMSketch(CellSketch):
 
     @classmethod
     def from_bytes(cls, data) -> "ECMSketch":
-        flags, payload = unpack_header(data, Family.ECM)
+        flags, payload = unpack_header(data, Family.ECM, fmt=FORMAT)
         if flags != cls._KIND:
             raise CorruptSketchError("blob is not an ECMSketch")
         if len(payload) < cls._PARAMS.size:
@@ -539,7 +565,7 @@ class ECMSketch(CellSketch):
             raise CorruptSketchError("ECM blob has an unknown purpose")
         try:
             sk = cls(eps, delta, window, seed, _PURPOSES[purpose])
-        except SketchError as e:
+        except (ValueError, ArithmeticError) as e:  # SketchError, or sizes that do not compute
             raise CorruptSketchError(f"ECM blob has invalid parameters: {e}") from None
         if sk.n_cells * 8 > 2**31:
             raise CorruptSketchError("ECM blob parameters are out of range")

@@ -17,9 +17,9 @@ from typing import NamedTuple, Sequence
 import numba as nb
 import numpy as np
 
-from sketches._ecm_kernels import NO_CLOCK, TimeBuckets
+from sketches._codec import Reader, Writer
+from sketches._ecm_kernels import MAX_LEVEL, NO_CLOCK, TimeBuckets
 from sketches.base import (
-    HEADER_SIZE,
     CorruptSketchError,
     Family,
     IncompatibleSketchError,
@@ -27,7 +27,7 @@ from sketches.base import (
     pack_header,
     unpack_header,
 )
-from sketches.ecm import _check_unit, _check_window, as_batch
+from sketches.ecm import FORMAT, _check_unit, _check_window, as_batch
 from sketches.hashing import hash_keys
 
 __all__ = ["KeyDictionary", "Candidates"]
@@ -293,74 +293,101 @@ class KeyDictionary:
         return other
 
     # -- bytes ------------------------------------------------------------------------------
-    # Blob: 16-byte header (family ECM, flags = 2) | _PARAMS | _STATE |
-    #   u8[B] level | i64[B] idx | i64[B] s | i64[B] e | f64[B] m | u16[B] counters per bucket |
-    #   u64[E] ids | f64[E] counts (bucket by bucket) |
-    #   S times: u64 id | u16 length | UTF-8 bytes (ids strictly increasing)
+    # Blob (format 2; varints are LEB128, see sketches._codec): 16-byte header (family ECM,
+    #   flags = 2) | _PARAMS | _STATE |
+    #   buckets as in the ECM state block: u8[B] level | varint± first start, B−1 varint start
+    #   steps | varint[B] s − start | varint[B] e − s | float column m |
+    #   varint[B] counters per bucket | varint[E] index of each counter's id in the string
+    #   table | float column counts (bucket by bucket) |
+    #   string table: u64[S] ids (strictly increasing) | varint[S] UTF-8 lengths | the bytes
     def to_bytes(self) -> bytes:
         tb = self._tb
-        per = (self._cnt > 0).sum(axis=1)
         mask = self._cnt > 0
-        items = sorted(self._keys.items())
-        strings = b"".join(struct.pack("<QH", x, len(k.encode())) + k.encode() for x, k in items)
-        payload = (self._PARAMS.pack(self.capacity, self.window, self.epsilon)
-                   + self._STATE.pack(tb.clock, self._depth, self._parts, len(tb), int(per.sum()), len(items))
-                   + tb.lvl.astype(np.uint8).tobytes() + tb.idx.astype("<i8").tobytes()
-                   + tb.s.astype("<i8").tobytes() + tb.e.astype("<i8").tobytes() + tb.m.astype("<f8").tobytes()
-                   + per.astype("<u2").tobytes() + self._ids[mask].astype("<u8").tobytes()
-                   + self._cnt[mask].astype("<f8").tobytes() + strings)
-        return pack_header(Family.ECM, len(payload), flags=_KIND) + payload
+        per = mask.sum(axis=1)
+        ids = np.fromiter(sorted(self._keys), np.uint64, len(self._keys))
+        encoded = [self._keys[x].encode() for x in ids.tolist()]
+        wr = Writer().pack(self._PARAMS, self.capacity, self.window, self.epsilon)
+        wr.pack(self._STATE, tb.clock, self._depth, self._parts, len(tb), int(per.sum()), ids.size)
+        if len(tb):
+            lvl = tb.lvl.astype(np.int64)
+            start = tb.idx << lvl
+            wr.array(lvl, "u1").ints(start[:1]).uints(np.diff(start).view(np.uint64))
+            wr.uints((tb.s - start).view(np.uint64)).uints((tb.e - tb.s).view(np.uint64)).floats(tb.m)
+            wr.uints(per.astype(np.uint64)).uints(np.searchsorted(ids, self._ids[mask]).astype(np.uint64))
+            wr.floats(self._cnt[mask])
+        wr.array(ids, "<u8").uints(np.fromiter(map(len, encoded), np.uint64, len(encoded))).raw(b"".join(encoded))
+        payload = wr.bytes()
+        return pack_header(Family.ECM, len(payload), fmt=FORMAT, flags=_KIND) + payload
 
     @property
     def nbytes(self) -> int:
         """Serialized size in bytes (``len(to_bytes())``)."""
-        n = int((self._cnt > 0).sum())
-        strings = sum(10 + len(k.encode()) for k in self._keys.values())
-        return HEADER_SIZE + self._PARAMS.size + self._STATE.size + len(self._tb) * 35 + n * 16 + strings
+        return len(self.to_bytes())
 
     @classmethod
     def from_bytes(cls, data) -> "KeyDictionary":
-        flags, payload = unpack_header(data, Family.ECM)
+        flags, payload = unpack_header(data, Family.ECM, fmt=FORMAT)
         if flags != _KIND:
             raise CorruptSketchError("blob is not a KeyDictionary")
-        head = cls._PARAMS.size + cls._STATE.size
-        if len(payload) < head:
-            raise CorruptSketchError("key dictionary blob truncated in its header")
-        cap, window, eps = cls._PARAMS.unpack_from(payload)
+        rd = Reader(payload, "key dictionary")
+        cap, window, eps = rd.unpack(cls._PARAMS)
         if bytes(payload[4:8]) != bytes(4):
             raise CorruptSketchError("key dictionary blob has non-zero padding")
         try:
             kd = cls(cap, window, eps)
-        except SketchError as e:
+        except (ValueError, ArithmeticError) as e:  # SketchError, or sizes that do not compute
             raise CorruptSketchError(f"key dictionary blob has invalid parameters: {e}") from None
-        clock, depth, parts, b, n_e, n_s = cls._STATE.unpack_from(payload, cls._PARAMS.size)
-        off = head
-        if len(payload) - off < b * 35 + n_e * 16 + n_s * 10:
+        clock, depth, parts, b, n_e, n_s = rd.unpack(cls._STATE)
+        if b + n_e + 9 * n_s > rd.left():
             raise CorruptSketchError("key dictionary blob truncated")
         if parts < depth + 1:
             raise CorruptSketchError("key dictionary blob has an inconsistent merge history")
-
-        def take(dt, n, size):
-            nonlocal off
-            a = np.frombuffer(payload, dtype=dt, count=n, offset=off)
-            off += n * size
-            return a
-
         tb = TimeBuckets(kd.window, kd.epsilon)
-        tb.lvl = take(np.uint8, b, 1).astype(np.int64)
-        tb.idx, tb.s, tb.e = (take("<i8", b, 8).astype(np.int64) for _ in range(3))
-        tb.m = take("<f8", b, 8).astype(np.float64)
         tb.clock = clock
+        per, index, cnt = np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0)
+        if b:
+            lvl = rd.array("u1", b).astype(np.int64)
+            first = rd.ints(1)
+            steps = rd.uints(b - 1)
+            s_off, width = rd.uints(b), rd.uints(b)
+            # checked in floats with a wide margin, so the int64 sums below cannot overflow
+            start_f = float(first[0]) + np.concatenate([[0.0], np.cumsum(steps.astype(np.float64))])
+            s_f = start_f + s_off.astype(np.float64)
+            if (lvl.max() > MAX_LEVEL or np.abs(start_f).max() > 2.0**62 or np.abs(s_f).max() > 2.0**62
+                    or (s_f + width.astype(np.float64)).max() > 2.0**62):
+                raise CorruptSketchError("key dictionary blob buckets out of range")
+            start = np.cumsum(np.concatenate([first, steps.astype(np.int64)]))
+            if np.any(start & ((np.int64(1) << lvl) - 1)):
+                raise CorruptSketchError("key dictionary blob bucket does not start at its dyadic position")
+            tb.lvl, tb.idx = lvl, start >> lvl
+            tb.s = start + s_off.astype(np.int64)
+            tb.e = tb.s + width.astype(np.int64)
+            tb.m = rd.floats(b)
+            per_u = rd.uints(b)
+            if per_u.max() > np.uint64(cap) or int(per_u.sum()) != n_e:
+                raise CorruptSketchError("key dictionary blob has inconsistent counter counts")
+            per = per_u.astype(np.int64)
+            index_u = rd.uints(n_e)
+            if n_e and index_u.max() >= np.uint64(n_s):
+                raise CorruptSketchError("key dictionary blob counter refers to no string")
+            index = index_u.astype(np.int64)
+            cnt = rd.floats(n_e)
+        elif n_e:
+            raise CorruptSketchError("key dictionary blob has inconsistent counter counts")
         why = tb.validate()
         if why:
             raise CorruptSketchError(f"key dictionary blob invalid: {why}")
-        per = take("<u2", b, 2).astype(np.int64)
-        if np.any(per > cap) or int(per.sum()) != n_e:
-            raise CorruptSketchError("key dictionary blob has inconsistent counter counts")
-        ids = take("<u8", n_e, 8).astype(np.uint64)
-        cnt = take("<f8", n_e, 8).astype(np.float64)
+        table = rd.array("<u8", n_s)
+        lengths = rd.uints(n_s)
+        if n_s > 1 and np.any(table[1:] <= table[:-1]):
+            raise CorruptSketchError("key dictionary blob has unordered or truncated strings")
+        if n_s and lengths.max() > np.uint64(65535):
+            raise CorruptSketchError("key dictionary blob has a string that is too long")
+        text = rd.take(int(lengths.sum()))
+        rd.done()
         if n_e and not (np.all(np.isfinite(cnt)) and cnt.min() > 0):
             raise CorruptSketchError("key dictionary blob has non-positive counters")
+        ids = table[index]
         kd._ids = np.zeros((b, cap), np.uint64)
         kd._cnt = np.zeros((b, cap))
         rows = np.repeat(np.arange(b), per)
@@ -368,28 +395,20 @@ class KeyDictionary:
         kd._ids[rows, cols], kd._cnt[rows, cols] = ids, cnt
         if b and np.any(kd._cnt.sum(axis=1) > tb.m * (1 + 1e-9)):
             raise CorruptSketchError("key dictionary blob counters exceed their bucket masses")
-        for r in range(b):
-            if np.unique(kd._ids[r, :per[r]]).shape[0] != per[r]:
-                raise CorruptSketchError("key dictionary blob repeats an id within a bucket")
-        keys, prev = {}, -1
-        for _ in range(n_s):
-            if len(payload) - off < 10:
-                raise CorruptSketchError("key dictionary blob truncated in its strings")
-            x, n = struct.unpack_from("<QH", payload, off)
-            off += 10
-            if x <= prev or len(payload) - off < n:
-                raise CorruptSketchError("key dictionary blob has unordered or truncated strings")
-            try:
-                keys[x] = bytes(payload[off:off + n]).decode("utf-8")
-            except UnicodeDecodeError:
-                raise CorruptSketchError("key dictionary blob has a string that is not UTF-8") from None
-            off += n
-            prev = x
-        if off != len(payload):
-            raise CorruptSketchError("key dictionary blob has trailing bytes")
-        if set(keys) != set(np.unique(ids).tolist()):
+        if n_e and np.unique(rows * np.int64(n_s) + index).size != n_e:
+            raise CorruptSketchError("key dictionary blob repeats an id within a bucket")
+        if np.unique(index).size != n_s:
             raise CorruptSketchError("key dictionary blob strings do not match its counters")
-        kd._tb, kd._keys, kd._depth, kd._parts = tb, keys, int(depth), int(parts)
+        ends = np.cumsum(lengths.astype(np.int64)).tolist()
+        try:
+            if text.isascii():  # one decode, then slices: characters are bytes
+                whole = text.decode("ascii")
+                strings = [whole[e - n : e] for e, n in zip(ends, lengths.tolist())]
+            else:
+                strings = [text[e - n : e].decode("utf-8") for e, n in zip(ends, lengths.tolist())]
+        except UnicodeDecodeError:
+            raise CorruptSketchError("key dictionary blob has a string that is not UTF-8") from None
+        kd._tb, kd._keys, kd._depth, kd._parts = tb, dict(zip(table.tolist(), strings)), int(depth), int(parts)
         return kd
 
     def __repr__(self) -> str:

@@ -106,7 +106,6 @@ from sketches._randomized_wave_kernels import (
     rebuild_table,
 )
 from sketches.base import (
-    HEADER_SIZE,
     CorruptSketchError,
     Estimate,
     Family,
@@ -115,6 +114,7 @@ from sketches.base import (
     pack_header,
     unpack_header,
 )
+from sketches._codec import Reader, Writer, varints
 
 __all__ = ["RandomizedWave", "suggest_sizes", "per_instance_failure"]
 
@@ -446,10 +446,7 @@ class RandomizedWave:
     @property
     def nbytes(self) -> int:
         """Exactly ``len(self.to_bytes())``."""
-        self._canonicalize()
-        live = sum(int(w.meta[2]) for w in self._waves)
-        per_wave = 4 + (self.top + 1) * _FLOOR.size
-        return HEADER_SIZE + self._HEAD.size + self.instances * per_wave + live * 17
+        return len(self.to_bytes())
 
     def __repr__(self) -> str:
         return (f"RandomizedWave(epsilon={self.epsilon}, delta={self.delta}, window={self.window}, "
@@ -458,38 +455,68 @@ class RandomizedWave:
                 f"clock={self._clock})")
 
     # -- bytes ---------------------------------------------------------------------------------
-    # payload: f64 epsilon | f64 delta | i64 window | u64 seed | u64 max_distinct
-    #          | u8 has_clock | i64 clock
+    # payload (format 2; varints are LEB128, see sketches._codec):
+    #   f64 epsilon | f64 delta | i64 window | u64 seed | u64 max_distinct | u8 has_clock | i64 clock
+    #   varint U | the U distinct (key, tick) pairs held by any instance, sorted:
+    #     varint first key, U−1 varint key gaps | U × varint (clock − tick)
     #   per instance (k = suggest_sizes(epsilon, delta)[0] of them):
-    #     u32 n | (L+1) × (u8 has_floor | i64 floor_tick | u64 floor_key)
-    #     | n × u64 key (strictly increasing) | n × i64 tick | n × u8 lowest level
-    #   an entry is in levels [lowest, h(key)]: contiguous in a compacted wave.
+    #     varint F (levels with a floor: always 0..F−1, floors fall as levels rise)
+    #     | F × varint (clock − floor tick) | F × u64 floor key
+    #     | varint n | u8 form | members: form 0: varint first index, n−1 varint (gap − 1);
+    #                                     form 1: ⌈U/8⌉ bytes, bit i = pair i is held
+    # A key's tick is its latest, the same in every instance that holds it, so the pairs are
+    # stored once. An entry's lowest level is not stored: it is the first level whose floor
+    # it beats (or that has no floor), which a valid wave satisfies by definition.
     _HEAD = struct.Struct("<ddqQQBq")
 
     def to_bytes(self) -> bytes:
         self._canonicalize()
         clock = self._clock if self._clock is not None else 0
-        out = [self._HEAD.pack(self.epsilon, self.delta, self.window, self.seed,
-                               self.max_distinct, self._clock is not None, clock)]
-        for w in self._waves:
-            keys, ticks, low = w.entries()
+        wr = Writer().pack(self._HEAD, self.epsilon, self.delta, self.window, self.seed,
+                           self.max_distinct, self._clock is not None, clock)
+        entries = [w.entries() for w in self._waves]
+        for _, _, low in entries:
             if np.any(low < 0):
                 raise SketchError("randomized wave invariant broken: non-contiguous levels")
-            floors = np.zeros(self.top + 1, _FLOOR_DT)
-            floors["has"], floors["tick"], floors["key"] = w.fhas, w.fT, w.fK
-            floors["tick"][w.fhas == 0], floors["key"][w.fhas == 0] = 0, 0
-            out += [struct.pack("<I", keys.size), floors.tobytes(), keys.tobytes(),
-                    ticks.tobytes(), low.astype(np.uint8).tobytes()]
-        payload = b"".join(out)
-        return pack_header(Family.RANDOMIZED_WAVE, len(payload)) + payload
+        keys = np.concatenate([e[0] for e in entries])
+        ticks = np.concatenate([e[1] for e in entries])
+        # each instance's keys are increasing: a stable sort merges the runs in linear time
+        order = np.argsort(keys, kind="stable")
+        k_s, t_s = keys[order], ticks[order]
+        same = k_s[1:] == k_s[:-1]
+        if np.any(same & (t_s[1:] != t_s[:-1])):  # one key, two ticks: sort the pairs
+            order = np.lexsort((ticks, keys))
+            k_s, t_s = keys[order], ticks[order]
+            same = (k_s[1:] == k_s[:-1]) & (t_s[1:] == t_s[:-1])
+        new = np.concatenate([[True], ~same]) if k_s.size else np.zeros(0, bool)
+        index = np.empty(k_s.size, np.int64)
+        index[order] = np.cumsum(new) - 1
+        uk, ut = k_s[new], t_s[new]
+        wr.uint(uk.size)
+        if uk.size:
+            wr.uint(int(uk[0])).uints(np.diff(uk)).uints((clock - ut).view(np.uint64))
+        start = 0
+        for w, (k, _, _) in zip(self._waves, entries):
+            f = int(np.count_nonzero(w.fhas))
+            wr.uint(f).uints((clock - w.fT[:f]).view(np.uint64)).array(w.fK[:f], "<u8")
+            idx = index[start : start + k.size]  # increasing, as the instance's keys are
+            start += k.size
+            wr.uint(idx.size)
+            gaps = varints(np.diff(idx, prepend=-1) - 1) if idx.size else b""
+            if len(gaps) <= (uk.size + 7) // 8:
+                wr.raw(b"\x00").raw(gaps)
+            else:
+                bits = np.zeros(uk.size, bool)
+                bits[idx] = True
+                wr.raw(b"\x01").raw(np.packbits(bits, bitorder="little").tobytes())
+        payload = wr.bytes()
+        return pack_header(Family.RANDOMIZED_WAVE, len(payload), fmt=_FORMAT) + payload
 
     @classmethod
     def from_bytes(cls, data) -> "RandomizedWave":
-        _, payload = unpack_header(data, Family.RANDOMIZED_WAVE)
-        buf = bytes(payload)
-        if len(buf) < cls._HEAD.size:
-            raise CorruptSketchError("randomized wave blob truncated")
-        eps, delta, window, seed, maxd, has_clock, clock = cls._HEAD.unpack_from(buf)
+        _, payload = unpack_header(data, Family.RANDOMIZED_WAVE, fmt=_FORMAT)
+        rd = Reader(payload, "randomized wave")
+        eps, delta, window, seed, maxd, has_clock, clock = rd.unpack(cls._HEAD)
         if not (1e-4 <= eps < 1 and 1e-12 <= delta < 1 and 1 <= window <= _MAX_TICK and maxd >= 1
                 and has_clock in (0, 1) and (0 <= clock < _MAX_TICK if has_clock else clock == 0)):
             raise CorruptSketchError("randomized wave parameters out of range")
@@ -497,24 +524,65 @@ class RandomizedWave:
             sk = cls(eps, delta, window, seed, maxd)
         except SketchError as exc:
             raise CorruptSketchError(f"randomized wave parameters rejected: {exc}") from None
-        pos = cls._HEAD.size
         levels = sk.top + 1
-        for i, w in enumerate(sk._waves):
-            if pos + 4 + levels * _FLOOR.size > len(buf):
-                raise CorruptSketchError("randomized wave blob truncated")
-            (n,) = struct.unpack_from("<I", buf, pos)
-            pos += 4
-            floors = np.frombuffer(buf, _FLOOR_DT, levels, pos)
-            pos += levels * _FLOOR.size
-            if pos + 17 * n > len(buf):
-                raise CorruptSketchError("randomized wave blob truncated")
-            keys = np.frombuffer(buf, np.uint64, n, pos)
-            ticks = np.frombuffer(buf, np.int64, n, pos + 8 * n)
-            low = np.frombuffer(buf, np.uint8, n, pos + 16 * n).astype(np.int64)
-            pos += 17 * n
+        u = rd.uint(rd.left())
+        if u:
+            first = rd.uints(1)
+            gaps = rd.uints(u - 1)
+            uk = np.empty(u, np.uint64)
+            uk[0] = first[0]
+            with np.errstate(over="ignore"):
+                np.cumsum(gaps, out=uk[1:])
+                uk[1:] += first[0]
+            if u > 1 and np.any(uk[1:] < uk[:-1]):  # wrapped past 2^64
+                raise CorruptSketchError("randomized wave keys out of range")
+            back = rd.uints(u)
+            if back.max() > np.uint64(clock):
+                raise CorruptSketchError("randomized wave entries or floors are not valid")
+            ut = clock - back.astype(np.int64)
+            if u > 1 and np.any((uk[1:] == uk[:-1]) & (ut[1:] <= ut[:-1])):
+                raise CorruptSketchError("randomized wave entries are not sorted")
+        else:
+            uk, ut = np.zeros(0, np.uint64), np.zeros(0, np.int64)
+        held = np.zeros(u, bool)
+        for w in sk._waves:
+            f = rd.uint(levels)
+            back = rd.uints(f)
+            if f and back.max() > np.uint64(clock):
+                raise CorruptSketchError("randomized wave entries or floors are not valid")
+            floors = np.zeros(levels, _FLOOR_DT)
+            floors["has"][:f] = 1
+            floors["tick"][:f] = clock - back.astype(np.int64)
+            floors["key"][:f] = rd.array("<u8", f)
+            n = rd.uint(u)
+            form = rd.take(1)[0]
+            if form == 0:
+                steps = rd.uints(n)
+                if n and steps.max() >= np.uint64(u):
+                    raise CorruptSketchError("randomized wave member index out of range")
+                idx = np.cumsum(steps.astype(np.int64) + 1) - 1
+                if n and idx[-1] >= u:
+                    raise CorruptSketchError("randomized wave member index out of range")
+            elif form == 1:
+                bits = np.unpackbits(np.frombuffer(rd.take((u + 7) // 8), np.uint8), bitorder="little")
+                if bits[u:].any():
+                    raise CorruptSketchError("randomized wave member bitmap has stray bits")
+                idx = np.flatnonzero(bits[:u])
+                if idx.size != n:
+                    raise CorruptSketchError("randomized wave member count does not match")
+            else:
+                raise CorruptSketchError("randomized wave member list has an unknown form")
+            held[idx] = True
+            keys, ticks = uk[idx], ut[idx]
+            if keys.size > 1 and np.any(keys[1:] == keys[:-1]):
+                raise CorruptSketchError("randomized wave entries or floors are not valid")
+            fT, fK = floors["tick"][:f, None], floors["key"][:f, None]
+            beaten = (ticks > fT) | ((ticks == fT) & (keys > fK))  # (f, n), monotone in the level
+            low = np.count_nonzero(~beaten, axis=0).astype(np.int64)
             sk._load_instance(w, keys, ticks, low, floors, bool(has_clock), clock)
-        if pos != len(buf):
-            raise CorruptSketchError("trailing bytes after randomized wave")
+        rd.done()
+        if not held.all():
+            raise CorruptSketchError("randomized wave stores a pair no instance holds")
         sk._clock = int(clock) if has_clock else None
         return sk
 
@@ -564,5 +632,5 @@ class RandomizedWave:
         w.fhas[:], w.fT[:], w.fK[:] = fhas, fT, fK
 
 
-_FLOOR = struct.Struct("<Bqq")
+_FORMAT = 2
 _FLOOR_DT = np.dtype([("has", "u1"), ("tick", "<i8"), ("key", "<u8")])

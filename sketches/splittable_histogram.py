@@ -6,18 +6,21 @@ asynchronous streams over a sliding window.* STACS. §2.1 (intervals I_k and the
 D_j, D_{j+1}; levels S_0..S_M; splitting; Algorithms 1-3), §2.2 (Lemmas 1-3, Theorems 1-2),
 §3 (sum: the batched insertion of Algorithm 4, Theorems 3-4).
 
-Byte layout (after the common 16-byte header, family SPLITTABLE_HISTOGRAM, little endian)::
+Byte layout (format 2, after the common 16-byte header, family SPLITTABLE_HISTOGRAM,
+little endian; varints are LEB128 and signed ones zig-zag, see ``sketches._codec``)::
 
     f64 epsilon | i64 window | f64 max_total | f64 unit | u32 parts
     parts × part:
-        i64 clock | u8 has_old | [interval old] | interval new
+        varint± clock | u8 has_old | [interval old] | interval new
     interval:
-        i64 k | u8 exact | u8 levels
+        varint± k | u8 exact | u8 levels
         levels × level:
-            i64 T | u64 flops | u32 n
-            level 0:   n × i64 tick | n × f64 weight       (local ticks, increasing)
-            level ≥ 1: n × u8 log2(width) | n × f64 weight (buckets tile [T + 1, Wp - 1])
+            varint T + 1 | varint flops | varint n
+            level 0:   varint± first tick, n−1 varint tick gaps | float column weights
+                       (local ticks, increasing)
+            level ≥ 1: n × u8 log2(width) | float column weights (buckets tile [T + 1, Wp − 1])
 
+A float column is one constant, scaled integers or raw f64, whichever is exact.
 Only non-empty parts are written. Each level keeps its ``alpha`` most recent buckets (the
 discard of Algorithm 4, lines 39-45, that memory defers), and an interval that lies wholly
 before ``clock - window + 1`` is left out (``has_old = 0``).
@@ -32,6 +35,7 @@ from fractions import Fraction
 
 import numpy as np
 
+from sketches._codec import Reader, Writer
 from sketches._splittable_kernels import aggregate_sorted, insert_all, is_sorted, suffix_at
 from sketches.base import (
     CorruptSketchError,
@@ -609,26 +613,23 @@ class SplittableHistogram:
 
     # -- bytes -------------------------------------------------------------------------------
     _HEAD = struct.Struct("<dqddI")
-    _PART = struct.Struct("<qB")
-    _INTERVAL = struct.Struct("<qBB")
-    _LEVEL = struct.Struct("<qQI")
 
     def to_bytes(self) -> bytes:
         parts = [p for p in self._parts if p.clock is not None]
-        out = [self._HEAD.pack(self.epsilon, self.window, self.max_total, self.unit, len(parts))]
+        wr = Writer().pack(self._HEAD, self.epsilon, self.window, self.max_total, self.unit, len(parts))
         for p in parts:
             live = p.clock - self.window + 1
             old = p.old if p.old is not None and (p.old.k + 1) * self.wp - 1 >= live else None
             new = p.new if p.new is not None else _Interval(p.clock // self.wp, 1)
-            out.append(self._PART.pack(p.clock, old is not None))
+            wr.ints(np.array([p.clock])).raw(bytes([old is not None]))
             for d in (old, new):
                 if d is not None:
-                    self._write_interval(d, out)
-        payload = b"".join(out)
-        return pack_header(Family.SPLITTABLE_HISTOGRAM, len(payload)) + payload
+                    self._write_interval(d, wr)
+        payload = wr.bytes()
+        return pack_header(Family.SPLITTABLE_HISTOGRAM, len(payload), fmt=_FORMAT) + payload
 
-    def _write_interval(self, d: _Interval, out: list) -> None:
-        out.append(self._INTERVAL.pack(d.k, d.exact, d.levels))
+    def _write_interval(self, d: _Interval, wr: Writer) -> None:
+        wr.ints(np.array([d.k])).raw(bytes([d.exact, d.levels]))
         for i in range(d.levels):
             cnt = int(d.n[i])
             first = max(0, cnt - self.alpha)  # the deferred discard, done now
@@ -638,20 +639,20 @@ class SplittableHistogram:
                 t_mark = int(d.L[0, first - 1])
             else:
                 t_mark = int(d.L[i, first] - 1)
-            out.append(self._LEVEL.pack(t_mark, int(d.F[i]), cnt - first))
+            wr.uints(np.array([t_mark + 1, int(d.F[i]), cnt - first], np.uint64))
             left = d.L[i, first:cnt]
             if i == 0:
-                out.append(left.astype("<i8").tobytes())
+                wr.sorted_ints(left)
             else:
                 right = np.append(left[1:], self.wp)
-                out.append(np.log2(right - left).astype("<u1").tobytes())
-            out.append(d.M[i, first:cnt].astype("<f8").tobytes())
+                wr.array(np.log2(right - left), "u1")
+            wr.floats(d.M[i, first:cnt])
 
     @classmethod
     def from_bytes(cls, data) -> "SplittableHistogram":
         """Read a blob of :meth:`to_bytes`; raises :class:`CorruptSketchError` if invalid."""
-        _, payload = unpack_header(data, Family.SPLITTABLE_HISTOGRAM)
-        r = _Reader(bytes(payload))
+        _, payload = unpack_header(data, Family.SPLITTABLE_HISTOGRAM, fmt=_FORMAT)
+        r = Reader(payload, "splittable histogram")
         epsilon, window, max_total, unit, nparts = r.unpack(cls._HEAD)
         try:
             sk = cls(epsilon, window, max_total, unit=unit)
@@ -662,7 +663,8 @@ class SplittableHistogram:
         sk._parts = []
         for _ in range(nparts):
             p = _Part()
-            p.clock, has_old = r.unpack(cls._PART)
+            p.clock = int(r.ints(1)[0])
+            has_old = r.take(1)[0]
             if not -TICK_LIMIT < p.clock < TICK_LIMIT or has_old not in (0, 1):
                 raise CorruptSketchError("splittable histogram part header out of range")
             top = p.clock // sk.wp
@@ -670,14 +672,14 @@ class SplittableHistogram:
                 p.old = sk._read_interval(r, top - 1)
             p.new = sk._read_interval(r, top)
             sk._parts.append(p)
-        if r.left():
-            raise CorruptSketchError("trailing bytes after splittable histogram")
+        r.done()
         if not sk._parts:
             sk._parts = [_Part()]
         return sk
 
-    def _read_interval(self, r: "_Reader", k: int) -> _Interval:
-        got_k, exact, levels = r.unpack(self._INTERVAL)
+    def _read_interval(self, r: Reader, k: int) -> _Interval:
+        got_k = int(r.ints(1)[0])
+        exact, levels = r.take(2)
         if got_k != k:
             raise CorruptSketchError("splittable histogram interval does not match its clock")
         if exact not in (0, 1) or not 2 <= levels <= self.max_level + 1:
@@ -687,15 +689,16 @@ class SplittableHistogram:
         wp, alpha = self.wp, self.alpha
         rows = []
         for i in range(levels):
-            t_mark, flops, cnt = r.unpack(self._LEVEL)
+            t_mark, flops, cnt = (int(x) for x in r.uints(3))
+            t_mark -= 1
             if not -1 <= t_mark < wp or flops > 2**62 or cnt > alpha:
                 raise CorruptSketchError("splittable histogram level header out of range")
             if t_mark >= 0 and cnt != alpha:
                 # Lemma 3 relies on alpha buckets after every discard.
                 raise CorruptSketchError("splittable histogram level discarded too early")
             if i == 0:
-                left = np.frombuffer(r.take(8 * cnt), "<i8").astype(np.int64)
-                weight = np.frombuffer(r.take(8 * cnt), "<f8").astype(np.float64)
+                left = r.sorted_ints(cnt)
+                weight = r.floats(cnt)
                 if cnt and (left[0] <= t_mark or left[-1] >= wp or np.any(np.diff(left) <= 0)
                             or not np.all(weight > 0.0) or not np.all(np.isfinite(weight))):
                     raise CorruptSketchError("splittable histogram level 0 is not valid")
@@ -713,9 +716,9 @@ class SplittableHistogram:
             raise CorruptSketchError("splittable histogram marked exact above 2^53")
         return d
 
-    def _read_tiling(self, r: "_Reader", i: int, t_mark: int, cnt: int, top: bool):
-        logs = np.frombuffer(r.take(cnt), "<u1").astype(np.int64)
-        weight = np.frombuffer(r.take(8 * cnt), "<f8").astype(np.float64)
+    def _read_tiling(self, r: Reader, i: int, t_mark: int, cnt: int, top: bool):
+        logs = r.array("u1", cnt).astype(np.int64)
+        weight = r.floats(cnt)
         if cnt < 1 or np.any(logs > self.log_w):
             raise CorruptSketchError("splittable histogram level has a bad bucket")
         widths = np.left_shift(1, logs)
@@ -734,19 +737,4 @@ class SplittableHistogram:
         return left, weight
 
 
-class _Reader:
-    def __init__(self, data: bytes):
-        self.data, self.pos = data, 0
-
-    def take(self, n: int) -> bytes:
-        if n < 0 or self.pos + n > len(self.data):
-            raise CorruptSketchError("splittable histogram blob truncated")
-        chunk = self.data[self.pos : self.pos + n]
-        self.pos += n
-        return chunk
-
-    def unpack(self, s: struct.Struct) -> tuple:
-        return s.unpack(self.take(s.size))
-
-    def left(self) -> int:
-        return len(self.data) - self.pos
+_FORMAT = 2

@@ -75,7 +75,6 @@ import struct
 import numpy as np
 
 from sketches.base import (
-    HEADER_SIZE,
     CorruptSketchError,
     Estimate,
     Family,
@@ -84,7 +83,7 @@ from sketches.base import (
     pack_header,
     unpack_header,
 )
-from sketches.decayed._io import Reader
+from sketches._codec import Reader, Writer
 from sketches.decayed._sample_kernels import (
     contributions,
     draw,
@@ -421,7 +420,7 @@ class DecayedAdditiveSketch:
 
     @property
     def nbytes(self) -> int:
-        return HEADER_SIZE + _HEAD.size + _STATE.size + 33 * self.stored
+        return len(self.to_bytes())
 
     def __repr__(self) -> str:
         return (f"DecayedAdditiveSketch(epsilon={self.epsilon}, delta={self.delta}, "
@@ -429,24 +428,28 @@ class DecayedAdditiveSketch:
                 f"events={self._inserted}, total_weight={self._total:g})")
 
     # -- bytes ---------------------------------------------------------------------------------
-    # payload (little endian):
+    # payload (format 2, little endian; varints are LEB128, see sketches._codec):
     #   f64 epsilon | f64 delta | f64 value_min | f64 value_max | u64 seed | f64 max_total
     #   u8 has_stream | u64 stream | u64 counter | f64 total_weight | u64 events
     #   i64 uncovered_tick (-1 = none) | u32 n
-    #   n × i64 tick | n × u64 tiebreak | n × f64 value | n × f64 weight | n × u8 level
-    #   (the n events in strictly descending (tick, tiebreak) order)
+    #   the n events in strictly descending (tick, tiebreak) order, column by column:
+    #   varint first tick, n−1 varint tick gaps | n × u64 tiebreak | float column value |
+    #   float column weight | n × u8 level
+    #   (a float column is one constant, scaled integers or raw f64, whichever is exact)
     def to_bytes(self) -> bytes:
-        head = _HEAD.pack(*self._params())
-        state = _STATE.pack(self._stream is not None, self._stream or 0, self._counter, self._total,
-                            self._inserted, self._ovf, self.stored)
-        body = b"".join(a.astype(a.dtype.newbyteorder("<")).tobytes()
-                        for a in (self._t, self._r, self._v, self._w, self._lev))
-        payload = head + state + body
-        return pack_header(Family.DECAYED_ADDITIVE, len(payload)) + payload
+        wr = Writer().raw(_HEAD.pack(*self._params()))
+        wr.pack(_STATE, self._stream is not None, self._stream or 0, self._counter, self._total,
+                self._inserted, self._ovf, self.stored)
+        if self.stored:
+            t = self._t
+            wr.uint(int(t[0])).uints(np.negative(np.diff(t)).view(np.uint64))
+            wr.array(self._r, "<u8").floats(self._v).floats(self._w).array(self._lev, "u1")
+        payload = wr.bytes()
+        return pack_header(Family.DECAYED_ADDITIVE, len(payload), fmt=_FORMAT) + payload
 
     @classmethod
     def from_bytes(cls, data) -> "DecayedAdditiveSketch":
-        _, payload = unpack_header(data, Family.DECAYED_ADDITIVE)
+        _, payload = unpack_header(data, Family.DECAYED_ADDITIVE, fmt=_FORMAT)
         rd = Reader(payload, "decayed additive sketch")
         eps, delta, vmin, vmax, seed, max_total = rd.unpack(_HEAD)
         try:
@@ -458,13 +461,22 @@ class DecayedAdditiveSketch:
             raise CorruptSketchError("decayed additive sketch stream fields are inconsistent")
         if not (math.isfinite(total) and total >= 0) or not -1 <= ovf < _TICK_LIMIT:
             raise CorruptSketchError("decayed additive sketch totals out of range")
-        if n > (TOP + 1) * sk.k or n > inserted or n * 33 != rd.left():
+        if n > (TOP + 1) * sk.k or n > inserted or 10 * n > rd.left():
             raise CorruptSketchError("decayed additive sketch has a bad event count")
-        t = rd.array(np.int64, n)
-        r = rd.array(np.uint64, n)
-        v = rd.array(np.float64, n)
-        w = rd.array(np.float64, n)
-        lev = rd.array(np.uint8, n)
+        if n:
+            first = rd.uint(_TICK_LIMIT - 1)
+            gaps = rd.uints(n - 1)
+            if gaps.size and int(gaps.sum(dtype=np.float64)) > first:
+                raise CorruptSketchError("decayed additive sketch events are not valid")
+            t = np.empty(n, np.int64)
+            t[0] = first
+            t[1:] = first - np.cumsum(gaps.astype(np.int64))
+            r = rd.array("<u8", n)
+            v = rd.floats(n)
+            w = rd.floats(n)
+            lev = rd.array("u1", n)
+        else:
+            t, r, v, w, lev = (np.zeros(0, dt) for dt in (np.int64, np.uint64, np.float64, np.float64, np.uint8))
         rd.done()
         if n and (t.min() < 0 or t.max() >= _TICK_LIMIT or not is_descending(t, r)
                   or not np.all(np.isfinite(v)) or v.min() < vmin or v.max() > vmax
@@ -482,5 +494,6 @@ class DecayedAdditiveSketch:
         return sk
 
 
+_FORMAT = 2
 _HEAD = struct.Struct("<ddddQd")
 _STATE = struct.Struct("<BQQdQqI")

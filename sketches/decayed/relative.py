@@ -77,7 +77,7 @@ from sketches.base import (
     unpack_header,
 )
 from sketches.decayed import _wbmh_kernels as K
-from sketches.decayed._io import Reader
+from sketches._codec import Reader, Writer
 from sketches.decayed._view import View
 from sketches.decayed.additive import check_at, check_batch, check_range
 from sketches.decayed.decay import (CallableDecay, Decay, NoDecay, Polynomial, decay_from_code, parse_decay,
@@ -363,28 +363,28 @@ class DecayedRelativeSketch:
                 f"clock={self._clock}, buckets={self.buckets})")
 
     # -- bytes -------------------------------------------------------------------------------------
-    # payload (little endian):
+    # payload (format 2, little endian; varints are LEB128, see sketches._codec):
     #   f64 epsilon | u8 decay code | f64 decay p1 | f64 decay p2
     #   f64 value_min | f64 value_max | f64 resolution
-    #   i64 clock (-1 = empty) | u64 ops | u32 buckets
-    #   per bucket, oldest first: i64 start | u32 n | n × u32 cell | n × f64 weight
-    #   (starts strictly increasing and canonical at the clock; cells strictly increasing,
-    #    weights finite and > 0)
+    #   i64 clock (-1 = empty) | u64 ops | u32 buckets B
+    #   | varint first start, B−1 varint start gaps (oldest first, canonical at the clock)
+    #   | varint nnz
+    #   | varint first flat index, nnz−1 varint (gap − 1) of the non-zero cells of the
+    #     row-major B × cells array | float column of their weights
     def to_bytes(self) -> bytes:
         p1, p2 = self.decay.params()
-        out = [_HEAD.pack(self.epsilon, self.decay.code, p1, p2, self.value_min, self.value_max,
-                          self.resolution, self._clock, self._ops, self.buckets)]
-        for start, row in zip(self._starts, self._M):
-            nz = np.flatnonzero(row > 0)
-            out.append(_BUCKET.pack(int(start), nz.size))
-            out.append(nz.astype("<u4").tobytes())
-            out.append(row[nz].astype("<f8").tobytes())
-        payload = b"".join(out)
-        return pack_header(Family.DECAYED_RELATIVE, len(payload)) + payload
+        wr = Writer().pack(_HEAD, self.epsilon, self.decay.code, p1, p2, self.value_min, self.value_max,
+                           self.resolution, self._clock, self._ops, self.buckets)
+        if self.buckets:
+            flat = np.flatnonzero(self._M > 0)
+            wr.uint(int(self._starts[0])).uints(np.diff(self._starts).view(np.uint64)).uint(flat.size)
+            wr.uints((np.diff(flat, prepend=-1) - 1).view(np.uint64)).floats(self._M.ravel()[flat])
+        payload = wr.bytes()
+        return pack_header(Family.DECAYED_RELATIVE, len(payload), fmt=_FORMAT) + payload
 
     @classmethod
     def from_bytes(cls, data) -> "DecayedRelativeSketch":
-        _, payload = unpack_header(data, Family.DECAYED_RELATIVE)
+        _, payload = unpack_header(data, Family.DECAYED_RELATIVE, fmt=_FORMAT)
         rd = Reader(payload, "decayed relative sketch")
         eps, code, p1, p2, vmin, vmax, res, clock, ops, nb = rd.unpack(_HEAD)
         try:
@@ -393,21 +393,27 @@ class DecayedRelativeSketch:
             raise CorruptSketchError(f"decayed relative sketch parameters out of range: {e}") from None
         if sk.resolution != res or not -1 <= clock < 2**62 or (clock < 0 and nb):
             raise CorruptSketchError("decayed relative sketch header out of range")
-        if nb * _BUCKET.size > rd.left():
+        if 2 * nb > rd.left():
             raise CorruptSketchError("decayed relative sketch blob truncated")
-        starts = np.empty(nb, np.int64)
-        M = np.zeros((nb, sk.cells), np.float64)
-        for i in range(nb):
-            starts[i], n = rd.unpack(_BUCKET)
-            if n > sk.cells:
-                raise CorruptSketchError("decayed relative sketch bucket has too many cells")
-            cells = rd.array(np.uint32, n).astype(np.int64)
-            w = rd.array(np.float64, n)
-            if n and (np.any(np.diff(cells) <= 0) or cells[-1] >= sk.cells
-                      or not np.all(np.isfinite(w)) or w.min() <= 0):
+        starts = np.zeros(0, np.int64)
+        M = np.zeros(nb * sk.cells, np.float64)
+        if nb:
+            first = rd.uint(2**62)
+            gaps = rd.uints(nb - 1)
+            if nb > 1 and (gaps.min() == 0 or gaps.astype(np.float64).sum() > clock):
+                raise CorruptSketchError("decayed relative sketch bucket starts are not valid")
+            starts = first + np.concatenate([[0], np.cumsum(gaps.astype(np.int64))])
+            nnz = rd.uint(M.size)
+            steps = rd.uints(nnz)
+            if nnz and steps.max() >= np.uint64(M.size):
                 raise CorruptSketchError("decayed relative sketch cells are not valid")
-            M[i, cells] = w
+            flat = np.cumsum(steps.astype(np.int64) + 1) - 1
+            w = rd.floats(nnz)
+            if nnz and (flat[-1] >= M.size or not np.all(np.isfinite(w)) or w.min() <= 0):
+                raise CorruptSketchError("decayed relative sketch cells are not valid")
+            M[flat] = w
         rd.done()
+        M = M.reshape(nb, sk.cells)
         if nb:
             if starts[0] < 0 or starts[-1] > clock or np.any(np.diff(starts) <= 0):
                 raise CorruptSketchError("decayed relative sketch bucket starts are not valid")
@@ -420,5 +426,5 @@ class DecayedRelativeSketch:
         return sk
 
 
+_FORMAT = 2
 _HEAD = struct.Struct("<dBdddddqQI")
-_BUCKET = struct.Struct("<qI")

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sketches.base import HEADER_SIZE, CorruptSketchError, IncompatibleSketchError, SketchError
+from sketches.base import HEADER_SIZE, CorruptSketchError, Family, IncompatibleSketchError, SketchError, pack_header
 from sketches.decayed import DecayedAdditiveSketch, DecayedRelativeSketch, suggest_capacity
 from sketches.decayed.decay import parse_decay
 
@@ -352,12 +352,28 @@ def _patch(blob: bytes, offset: int, fmt: str, value) -> bytes:
     return bytes(b)
 
 
+def _reencode(sk, **cols) -> bytes:
+    """``sk``'s blob with some event columns replaced (the layout of ``to_bytes``)."""
+    from sketches._codec import Writer
+
+    c = {"t": sk._t, "r": sk._r, "v": sk._v, "w": sk._w, "lev": sk._lev, **cols}
+    n = c["t"].size
+    raw = sk.to_bytes()[HEADER_SIZE:]
+    state = 48 + 1 + 8 + 8 + 8 + 8 + 8 + 4
+    wr = Writer().raw(raw[: state - 4]).raw(struct.pack("<I", n))
+    t = np.asarray(c["t"], np.int64)
+    wr.uint(int(t[0])).uints((t[:-1] - t[1:]).view(np.uint64))
+    wr.array(c["r"], "<u8").floats(c["v"]).floats(c["w"]).array(c["lev"], "u1")
+    payload = wr.bytes()
+    return pack_header(Family.DECAYED_ADDITIVE, len(payload), fmt=2) + payload
+
+
 def test_corrupt_fields_are_refused():
     sk = _small()
     blob, n = sk.to_bytes(), sk.stored
+    assert _reencode(sk) == blob
     head = 48  # six 8-byte parameters
-    state = head + 1 + 8 + 8 + 8 + 8 + 8 + 4
-    arrays = {"t": state, "r": state + 8 * n, "v": state + 16 * n, "w": state + 24 * n, "lev": state + 32 * n}
+    t, v, w, lev = sk._t.copy(), sk._v.copy(), sk._w.copy(), sk._lev.copy()
     bad = [
         _patch(blob, 0, "<d", 1.5),  # epsilon
         _patch(blob, 16, "<d", 200.0),  # value_min > value_max
@@ -370,12 +386,15 @@ def test_corrupt_fields_are_refused():
         _patch(blob, head + 33, "<q", -2),  # uncovered tick
         _patch(blob, head + 33, "<q", 10**6),  # an uncovered tick the scan does not confirm
         _patch(blob, head + 41, "<I", n + 1),  # event count
-        _patch(blob, arrays["t"], "<q", -3),  # negative tick
-        _patch(blob, arrays["t"] + 8, "<q", 10**6),  # out of key order
-        _patch(blob, arrays["v"], "<d", 101.0),  # value out of range
-        _patch(blob, arrays["w"], "<d", 0.0),  # zero weight stored
-        _patch(blob, arrays["w"], "<d", float("inf")),
-        _patch(blob, arrays["lev"], "<B", 64),  # level past the top
+        _patch(blob, head + 41, "<I", 10**6),  # event count beyond the blob
+        _reencode(sk, t=np.concatenate([t[:-1], [t[-2] - t[0] - 5]])),  # a gap below tick 0
+        _reencode(sk, t=np.concatenate([t[:1], [t[0] + 10**6], t[2:]])),  # out of key order
+        _reencode(sk, t=t + 2**62),  # ticks past the limit
+        _reencode(sk, v=np.concatenate([[101.0], v[1:]])),  # value out of range
+        _reencode(sk, v=np.concatenate([[np.nan], v[1:]])),  # value not a number
+        _reencode(sk, w=np.concatenate([[0.0], w[1:]])),  # zero weight stored
+        _reencode(sk, w=np.concatenate([[np.inf], w[1:]])),
+        _reencode(sk, lev=np.concatenate([[64], lev[1:]]).astype(np.uint8)),  # level past the top
     ]
     for i, b in enumerate(bad):
         with pytest.raises(CorruptSketchError):
@@ -383,15 +402,11 @@ def test_corrupt_fields_are_refused():
     # an event its levels would have dropped breaks the sample's closure
     big = DecayedAdditiveSketch(0.3, 0.05, VMIN, VMAX, stream=8)
     big.update(np.arange(2000), np.zeros(2000))
-    blob = big.to_bytes()
-    n = big.stored
-    state = head + 1 + 8 + 8 + 8 + 8 + 8 + 4
-    oldest_level0 = state + 32 * n + (n - 1)
-    raw = bytearray(blob)
-    assert raw[HEADER_SIZE + oldest_level0] > 0
-    raw[HEADER_SIZE + oldest_level0] = 0
+    lev = big._lev.copy()
+    assert lev[-1] > 0
+    lev[-1] = 0
     with pytest.raises(CorruptSketchError):
-        DecayedAdditiveSketch.from_bytes(bytes(raw))
+        DecayedAdditiveSketch.from_bytes(_reencode(big, lev=lev))
 
 
 def test_sizing_meets_the_target():

@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sketches._randomized_wave_kernels import hashes_of, levels_of
-from sketches.base import HEADER_SIZE, CorruptSketchError, IncompatibleSketchError, SketchError
+from sketches.base import HEADER_SIZE, CorruptSketchError, Family, IncompatibleSketchError, SketchError, pack_header
 from sketches.randomized_wave import RandomizedWave, per_instance_failure, suggest_sizes
 
 P = (1 << 61) - 1
@@ -439,15 +439,63 @@ def _patched(blob, offset, fmt, value):
     return bytes(data)
 
 
+def _model(sk):
+    """The stored form of a wave: the (key, tick) pairs and per instance its floors and
+    the indices of the pairs it holds."""
+    ents = [w.entries() for w in sk._waves]
+    keys = np.concatenate([e[0] for e in ents])
+    ticks = np.concatenate([e[1] for e in ents])
+    pairs = sorted(set(zip(keys.tolist(), ticks.tolist())))
+    where = {p: i for i, p in enumerate(pairs)}
+    insts = []
+    for w, (k, t, _) in zip(sk._waves, ents):
+        f = int(w.fhas.sum())
+        idx = sorted(where[p] for p in zip(k.tolist(), t.tolist()))
+        insts.append([w.fT[:f].copy(), w.fK[:f].copy(), idx, 0])
+    return [p[0] for p in pairs], [p[1] for p in pairs], insts
+
+
+def _encode(sk, uk, ut, insts, clock=None) -> bytes:
+    """A blob in ``to_bytes``' layout from a (possibly broken) model."""
+    from sketches._codec import Writer
+
+    clock = sk.clock if clock is None else clock
+    wr = Writer().raw(sk.to_bytes()[HEADER_SIZE : HEADER_SIZE + RandomizedWave._HEAD.size - 8])
+    wr.raw(struct.pack("<q", clock)).uint(len(uk))
+    if uk:
+        ka = np.array(uk, np.uint64)
+        wr.uint(int(ka[0])).uints(ka[1:] - ka[:-1]).uints(np.array([clock - t for t in ut], np.int64).view(np.uint64))
+    for fT, fK, idx, form in insts:
+        wr.uint(len(fT)).uints(np.array([clock - t for t in fT], np.int64).view(np.uint64)).array(np.asarray(fK), "<u8")
+        wr.uint(len(idx))
+        if form == 0:
+            wr.raw(b"\x00").uints(np.diff(np.array(idx, np.int64), prepend=-1) - 1)
+        else:
+            bits = np.zeros(8 * ((len(uk) + 7) // 8), bool)
+            bits[idx] = True
+            wr.raw(b"\x01").raw(np.packbits(bits, bitorder="little").tobytes())
+    payload = wr.bytes()
+    return pack_header(Family.RANDOMIZED_WAVE, len(payload), fmt=2) + payload
+
+
 def test_corrupt_fields_are_refused():
     blob = _small_blob()
     head = HEADER_SIZE
     sk = RandomizedWave.from_bytes(blob)
-    levels = sk.top + 1
-    first = head + RandomizedWave._HEAD.size  # first instance: u32 n, floors, entries
-    (n,) = struct.unpack_from("<I", blob, first)
-    floors = first + 4
-    ents = floors + 17 * levels
+    uk, ut, insts = _model(sk)
+    for form in (0, 1):  # both member forms read back to the same wave
+        alt = [[fT, fK, idx, form] for fT, fK, idx, _ in insts]
+        assert RandomizedWave.from_bytes(_encode(sk, uk, ut, alt)).to_bytes() == blob
+    fT, fK, idx, _ = insts[0]
+    assert len(fT) >= 1 and len(idx) >= 2
+
+    def inst0(**kw):
+        first = dict(zip(("fT", "fK", "idx", "form"), insts[0]))
+        first.update(kw)
+        return [[first["fT"], first["fK"], first["idx"], first["form"]]] + insts[1:]
+
+    swapped = list(uk)
+    swapped[0], swapped[1] = swapped[1], swapped[0]
     cases = [
         _patched(blob, 0, "<4s", b"XXXX"),
         _patched(blob, head, "<d", 1.5),  # epsilon
@@ -455,20 +503,32 @@ def test_corrupt_fields_are_refused():
         _patched(blob, head + 16, "<q", 0),  # window
         _patched(blob, head + 32, "<Q", 0),  # max_distinct
         _patched(blob, head + 40, "<B", 2),  # has_clock
-        _patched(blob, head + 41, "<q", sk.clock + 1),  # clock not the latest tick
-        _patched(blob, head + 41, "<q", -5),
-        _patched(blob, floors, "<B", 3),  # has_floor flag
-        _patched(blob, floors + 1, "<q", sk.clock + 1),  # floor tick past the clock
-        _patched(blob, floors + 1, "<q", 0),  # floor no longer below the level's keys' ...
-        _patched(blob, ents, "<Q", 2**64 - 1),  # keys out of order
-        _patched(blob, ents + 16 * n, "<q", -1),  # negative tick
-        _patched(blob, ents + 16 * n, "<q", 10**12),  # tick past the clock
-        _patched(blob, ents + 16 * n + 8 * n, "<B", 60),  # stored above its hash level
-        _patched(blob, first, "<I", n - 1),  # count inconsistent with the payload
+        _encode(sk, uk, ut, insts, clock=sk.clock + 1),  # clock not the latest tick
+        _encode(sk, uk, [t + 10**6 for t in ut], insts),  # ticks past the clock
+        _encode(sk, swapped, ut, insts),  # pairs out of order
+        _encode(sk, uk + [uk[-1] + 1], ut + [ut[-1]], insts),  # a pair no instance holds
+        _encode(sk, uk, ut, inst0(fT=np.array([sk.clock + 1] + list(fT[1:])))),  # floor past the clock
+        _encode(sk, uk, ut, inst0(fT=np.zeros(len(fT), np.int64), fK=np.zeros(len(fT), np.uint64))),
+        _encode(sk, uk, ut, inst0(fT=fT[:-1], fK=fK[:-1])),  # a floor left out
+        _encode(sk, uk, ut, inst0(idx=idx[:-1])),  # a held key dropped from a level
+        _encode(sk, uk, ut, inst0(idx=idx + [len(uk)])),  # member index out of range
+        _encode(sk, uk, ut, inst0(idx=idx + [len(uk)], form=1)),  # stray bitmap bit
     ]
-    for bad in cases:
+    for i, bad in enumerate(cases):
         with pytest.raises(CorruptSketchError):
             RandomizedWave.from_bytes(bad)
+    # one key twice in one instance (two ticks)
+    k0, t0 = uk[idx[0]], ut[idx[0]]
+    dup_k, dup_t = list(uk), list(ut)
+    pos = idx[0] + 1
+    dup_k.insert(pos, k0)
+    dup_t.insert(pos, t0 + 1 if t0 < sk.clock else t0)
+    if dup_t[pos] != t0:
+        shift = lambda ix: [i + (i >= pos) for i in ix]  # noqa: E731
+        broken = [[a, b, sorted(shift(ix) + ([pos] if n == 0 else [])), f]
+                  for n, (a, b, ix, f) in enumerate(insts)]
+        with pytest.raises(CorruptSketchError):
+            RandomizedWave.from_bytes(_encode(sk, dup_k, dup_t, broken))
 
 
 def test_random_byte_flips_never_crash():
