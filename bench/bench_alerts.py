@@ -9,6 +9,9 @@ its threshold at once, and measures until the receiver holds every firing messag
 
 from __future__ import annotations
 
+from tidemark.hash_secret import HashSecret
+SECRET = HashSecret(b"tidemark-bench-secret")
+
 import statistics
 import subprocess
 import sys
@@ -75,7 +78,7 @@ def main() -> None:
             table = decode_chunk(encode_chunk(ts, [None] * ts.size, np.full(ts.size, np.nan), np.ones(ts.size)))
             started = time.perf_counter()
             for s in range(STREAMS):
-                summary = StreamSummary.create(config, 1)
+                summary = StreamSummary.create(config, SECRET)
                 summary.update_table(table)
                 state = StreamState(config.model_dump(), events=1000, clock=float(ts.max()), version=1)
                 publisher.publish(f"b{s}", state, summary.to_bytes(), summary.sizes())

@@ -9,6 +9,9 @@ Chromium (Debian's, via Playwright) loads ``/`` and watches the count tile.
 
 from __future__ import annotations
 
+from tidemark.hash_secret import HashSecret
+SECRET = HashSecret(b"tidemark-bench-secret")
+
 import argparse
 import statistics
 import subprocess
@@ -34,7 +37,7 @@ ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-f
 def publish(publisher, name, config, n, version):
     ts = 1e9 + np.arange(float(n))
     table = decode_chunk(encode_chunk(ts, [None] * n, np.full(n, np.nan), np.ones(n)))
-    summary = StreamSummary.create(config, 1)
+    summary = StreamSummary.create(config, SECRET)
     summary.update_table(table)
     state = StreamState(config.model_dump(), events=n, clock=float(ts.max()), version=version)
     publisher.publish(name, state, summary.to_bytes(), summary.sizes())

@@ -16,6 +16,9 @@ with 5,000 new events (the hour after) + ``to_bytes``, timed over several batche
 
 from __future__ import annotations
 
+from tidemark.hash_secret import HashSecret
+SECRET = HashSecret(b"tidemark-bench-secret")
+
 import argparse
 import json
 import time
@@ -44,11 +47,11 @@ def zipf_keys(n: int, rng) -> np.ndarray:
 
 
 def cases(rng) -> dict[str, StreamSummary]:
-    out = {"empty": StreamSummary.create(CONFIG, SEED)}
-    one = StreamSummary.create(CONFIG, SEED)
+    out = {"empty": StreamSummary.create(CONFIG, SECRET)}
+    one = StreamSummary.create(CONFIG, SECRET)
     one.update_table(events(10_000, np.zeros(10_000, np.int64), 0, 10_000, rng))
     out["one key"] = one
-    big = StreamSummary.create(CONFIG, SEED)
+    big = StreamSummary.create(CONFIG, SECRET)
     keys = zipf_keys(200_000, rng)
     for i in range(0, 200_000, 20_000):  # as a worker would see it: in batches
         big.update_table(events(20_000, keys[i : i + 20_000], 3600 * i / 200_000, 360, rng))
@@ -67,11 +70,11 @@ def cycle(summary: StreamSummary, rng, batches: int = 10, n: int = 5_000) -> dic
     """Seconds per batch of decode, update and encode (medians)."""
     blob = summary.to_bytes()
     dec, upd, enc = [], [], []
-    StreamSummary.from_bytes(blob).update_table(events(n, zipf_keys(n, rng), 3600, 1, rng))  # warm up
+    StreamSummary.from_bytes(blob, SECRET).update_table(events(n, zipf_keys(n, rng), 3600, 1, rng))  # warm up
     for b in range(batches):
         table = events(n, zipf_keys(n, rng), 3600 + b * 10, 10, rng)
         t0 = time.perf_counter()
-        s = StreamSummary.from_bytes(blob)
+        s = StreamSummary.from_bytes(blob, SECRET)
         t1 = time.perf_counter()
         s.update_table(table)
         t2 = time.perf_counter()

@@ -8,6 +8,8 @@ answers every query the same. Truncated blobs are refused.
 
 from __future__ import annotations
 
+from tidemark.hash_secret import HashSecret
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -243,7 +245,7 @@ def _typical_summary():
 
     config = StreamConfig(max_window="7d", epsilon=0.05, delta=0.05, value_min=0, value_max=10_000,
                           decays=[{"kind": "polynomial", "alpha": 1.5}], resolution=1.0)
-    return StreamSummary.create(config, 0x7D1DE)
+    return StreamSummary.create(config, HashSecret(b"compact-bytes-test-secret"))
 
 
 def _bytes_without_values(summary) -> int:
