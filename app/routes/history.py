@@ -49,7 +49,7 @@ def history(name: StreamName, query: str, request: Request, store: StoreDep, met
     clock = status.get("clock")
     last = parse_window(params, config, clock)  # checks window and at (a 422 when wrong)
     earliest = last.at if clock is None else clock - config.max_window + last.seconds
-    answers = [answer(query, name, config, summary, status, {**params, "at": repr(at)})
+    answers = [answer(query, name, config, summary, status, {**params, "at": repr(float(at))})
                for at in instants(last.at, earliest, points)]
     metrics.query_seconds.labels("history").observe(time.perf_counter() - started)
     return {"stream": name, "query": query, "window": last.seconds, "answers": answers}

@@ -1,9 +1,9 @@
 /* Plotly charts, created on first view.
  *
- * plotly.js loads without blocking the page (the tiles and the status need no chart). A
- * chart's figure is kept until its node comes near the viewport; charts still off screen
- * are created when the browser is next idle, after the visible ones, so scrolling finds
- * them drawn. Once created, a chart is updated in place (Plotly.react). */
+ * plotly.js is loaded once the first numbers are on screen (the tiles and the status need
+ * no chart). A chart's figure is kept until its node comes near the viewport; charts still
+ * off screen are created when the browser is next idle, after the visible ones, so
+ * scrolling finds them drawn. Once created, a chart is updated in place (Plotly.react). */
 import { $ } from './dom.js';
 
 const PLOT_CONFIG = {
@@ -19,14 +19,33 @@ const handlers = new Map();    // id -> [[event, fn]] attached on creation
 const viewed = new Set();        // ids that have been near the viewport
 let eager = false;             // after the first idle moment every chart draws at once
 
-/** Resolves with window.Plotly once the script tag `#plotly-js` has run. */
-export const plotlyReady = new Promise((resolve, reject) => {
-  if (window.Plotly) { resolve(window.Plotly); return; }
-  const tag = document.getElementById('plotly-js');
-  if (!tag) { reject(new Error('no plotly.js script on the page')); return; }
-  tag.addEventListener('load', () => (window.Plotly ? resolve(window.Plotly) : reject(new Error('plotly.js did not load'))));
-  tag.addEventListener('error', () => reject(new Error('plotly.js did not load')));
-});
+let plotly = null;              // the promise of window.Plotly, once asked for
+
+/** Load plotly.js (once) from the URL the page names; resolves with window.Plotly. */
+export function loadPlotly() {
+  if (plotly) return plotly;
+  plotly = new Promise((resolve, reject) => {
+    if (window.Plotly) { resolve(window.Plotly); return; }
+    const tag = document.createElement('script');
+    tag.src = document.querySelector('meta[name="plotly-js"]').dataset.src;
+    tag.addEventListener('load', () => (window.Plotly ? resolve(window.Plotly) : reject(new Error('plotly.js did not load'))));
+    tag.addEventListener('error', () => reject(new Error('plotly.js did not load')));
+    document.head.append(tag);
+  });
+  plotly.then(() => {
+    for (const id of [...pending.keys()]) flush(id);
+    const later = () => { eager = true; for (const id of [...pending.keys()]) flush(id); };
+    if ('requestIdleCallback' in window) window.requestIdleCallback(later, { timeout: IDLE_AFTER_MS });
+    else setTimeout(later, IDLE_AFTER_MS);
+  }, () => {});
+  return plotly;
+}
+
+/** Load plotly.js after the next paint: parsing it holds the page for a moment, so the
+ * numbers (tiles, status) are drawn first. */
+export function loadPlotlyAfterPaint() {
+  if (!plotly) requestAnimationFrame(() => setTimeout(loadPlotly, 0));
+}
 
 const observer = 'IntersectionObserver' in window ? new IntersectionObserver((entries) => {
   for (const e of entries) {
@@ -40,7 +59,7 @@ const observer = 'IntersectionObserver' in window ? new IntersectionObserver((en
 function flush(id) {
   const Plotly = window.Plotly;
   const figure = pending.get(id);
-  if (!Plotly || !figure || !(eager || viewed.has(id) || !observer)) return;
+  if (!Plotly || !figure || !(created.has(id) || eager || viewed.has(id) || !observer)) return;
   pending.delete(id);
   const node = $(id);
   Plotly.react(node, figure[0], figure[1], PLOT_CONFIG);
@@ -49,13 +68,6 @@ function flush(id) {
     for (const [event, fn] of handlers.get(id) || []) node.on(event, fn);
   }
 }
-
-plotlyReady.then(() => {
-  for (const id of [...pending.keys()]) flush(id);
-  const later = () => { eager = true; for (const id of [...pending.keys()]) flush(id); };
-  if ('requestIdleCallback' in window) window.requestIdleCallback(later, { timeout: IDLE_AFTER_MS });
-  else setTimeout(later, IDLE_AFTER_MS);
-}, () => {});
 
 /** Draw (or redraw) chart ``id``; the node keeps its height meanwhile so nothing jumps. */
 export function draw(id, traces, layout) {

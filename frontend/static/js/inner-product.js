@@ -19,7 +19,7 @@ export function renderIpPickers() {
       if (names.includes(keep)) sel.value = keep;
     }
   }
-  if (!state.ip.a && state.selected) {
+  if (!state.ip.a && state.selected && state.listed) {
     // A: the chosen stream; B: another whose sketches have the same shape, if any.
     const sa = state.streams.get(state.selected);
     const same = (n) => {

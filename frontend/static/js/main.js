@@ -13,11 +13,11 @@
  * and the controls. Each panel is a module of its own. */
 import { refreshAlerts } from './alerts.js';
 import { api, discover, missing, onReachable } from './api.js';
-import { emptyPlot } from './charts.js';
+import { emptyPlot, loadPlotly } from './charts.js';
 import { DECAY_KINDS, fillDecayDefaults, refreshDecay, resetDecay } from './decayed.js';
 import { $, el, setBanner } from './dom.js';
 import { refreshFrequency } from './frequency.js';
-import { parseDuration, fmtDuration } from './format.js';
+import { enc, fmtDuration, parseDuration } from './format.js';
 import { refreshHeavyHitters } from './heavy-hitters.js';
 import { refreshIp } from './inner-product.js';
 import { connectLive, reachable } from './live.js';
@@ -29,6 +29,8 @@ import {
 import { renderStatus } from './status.js';
 import { readHash, renderHead, renderWindowControl, windowAsked, writeHash } from './stream.js';
 import { refreshFast, refreshTile, renderTile } from './totals.js';
+
+const PLOTLY_AT_LATEST_MS = 1000;
 
 /** Distinct, self-join, heavy hitters, quantiles and frequency: the slower panels. */
 const refreshSlow = throttled(async () => {
@@ -55,6 +57,7 @@ async function loadStreams() {
     fresh.set(state.selected, mine);
   }
   state.streams = fresh;
+  state.listed = true;
   renderPicker();
   if (!state.selected || !state.streams.has(state.selected)) {
     const wanted = readHash().stream;
@@ -215,9 +218,19 @@ function start() {
   wire();
   for (const q of ['count', 'sum', 'distinct', 'self-join']) renderTile(q, null);
   connectLive(onAnnouncement, onReconnected);
-  // The stream list does not wait for the route discovery: the first answers come sooner.
+  // The stream named in the address is shown without waiting for the list of all streams
+  // (hundreds of them take a while), nor for the discovery of the server's routes.
+  if (h.stream) openNamed(h.stream);
   loadStreams();
   discover();
+  setTimeout(loadPlotly, PLOTLY_AT_LATEST_MS); // the charts, even if no answer comes
+}
+
+async function openNamed(name) {
+  const r = await api(`/v1/streams/${enc(name)}`);
+  if (!r.ok || state.selected) return; // the list came first and chose
+  state.streams.set(name, r.body);
+  select(name);
 }
 
 // For tests and for the curious: the dashboard's state, read-only by convention.

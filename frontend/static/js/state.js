@@ -21,6 +21,7 @@ export const TITLES = { count: 'Count', sum: 'Sum of weight', distinct: 'Distinc
 
 export const state = {
   streams: new Map(),     // name -> {name, settings, status}
+  listed: false,          // whether `streams` holds the whole list yet
   selected: null,
   windowWanted: null,     // seconds asked by the user (kept across streams when it fits)
   window: null,           // seconds in use for the selected stream

@@ -3,7 +3,7 @@
  * max_window, one request) and then adds each live answer. Distinct and self-join tiles
  * are drawn here too. */
 import { api, ask, askHistory, problemText } from './api.js';
-import { bandTraces, baseLayout, draw, emptyPlot } from './charts.js';
+import { bandTraces, baseLayout, draw, emptyPlot, loadPlotlyAfterPaint } from './charts.js';
 import { $, el, setBanner } from './dom.js';
 import { enc, finite, fmtDuration, fmtExact, fmtGuarantee, fmtInt, fmtInterval, fmtShort, isoUtc } from './format.js';
 import { renderPickerSoon } from './picker.js';
@@ -102,8 +102,12 @@ function renderHistory(query) {
     hovermode: 'closest',
   }));
   const last = list[list.length - 1];
+  // A window as long as max_window reaches back to the oldest events kept: no earlier `at`
+  // can be answered, so its line starts when the page opens.
+  const noPast = state.window >= s.settings.max_window;
   caption.textContent = `${list.length} answer${list.length === 1 ? '' : 's'} kept (up to ${HISTORY_MAX}); `
-    + `shaded: the bound (${fmtGuarantee(last.bound)}).`;
+    + `shaded: the bound (${fmtGuarantee(last.bound)}).`
+    + (noPast ? ' A shorter window than max_window shows its earlier answers too.' : '');
 }
 
 /** The status, the count and the sum: the panels every announcement refreshes. */
@@ -134,6 +138,7 @@ export const refreshFast = throttled(async () => {
     }
     renderHistory(query);
   }
+  loadPlotlyAfterPaint();
   if (hasEvents && state.backfill === null && count.ok) loadHistory(g);
 }, COALESCE_MS);
 
