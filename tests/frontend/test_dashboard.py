@@ -320,6 +320,13 @@ def test_count_and_sum_draw_the_api_answers_and_follow_the_window(pipeline, stre
             _, _, estimate = d.figure(f"{query}-chart")
             assert len(estimate["x"]) > 30 and estimate["x"] == sorted(estimate["x"])
             assert d.text(f"#{query}-caption").startswith(f"{len(estimate['x'])} answers kept")
+            # The line comes from one history request, answered from the same summary.
+            asked = [urlparse(u) for u in d.requests if urlparse(u).path.startswith(f"/v1/streams/{stream_name}/{query}")]
+            assert sum(u.path.endswith("/history") for u in asked) == 1
+            assert not any("at" in parse_qs(u.query) for u in asked)
+            history = c.get(f"/v1/streams/{stream_name}/{query}/history", params={"window": 600, "points": 120}).json()
+            drawn = set(estimate["y"])
+            assert sum(a["estimate"] in drawn for a in history["answers"]) >= 100
         assert d.page.input_value("#window-input") == "10m"
         status = d.text("#status")
         assert "4,000" in status and "EVENTS" in status.upper()
