@@ -8,13 +8,14 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.middleware.gzip import GZipMiddleware
 
 import app.kinds  # noqa: F401  (registers the query kinds)
 from app.alerts.engine import AlertEngine
 from app.alerts.store import AlertNotFound, AlertStore
 from app.answers import QueryError
 from app.metrics import Metrics
-from app.routes import alerts, health, ingest, live, queries, streams
+from app.routes import alerts, health, history, ingest, live, queries, streams
 from app.store import Backpressure, Store, StreamConflict, StreamNotFound
 from sketches.base import CorruptSketchError
 from tidemark import __version__
@@ -84,7 +85,8 @@ def create_app(settings: Settings, redis_url: str) -> FastAPI:
     app.state.alert_engine_wake = lambda: None
     app.state.metrics = Metrics()
     _error_handlers(app)
-    for module in (health, streams, ingest, alerts, queries, live):
+    app.add_middleware(GZipMiddleware, minimum_size=1024, compresslevel=5)  # not SSE, not pre-gzipped assets
+    for module in (health, streams, ingest, alerts, history, queries, live):
         app.include_router(module.router)
     try:
         from frontend import mount

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import http.server
 import json
+import re
 import socketserver
 import threading
 import time
@@ -24,6 +25,7 @@ import numpy as np
 import pytest
 
 ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"
+STATIC = Path(__file__).resolve().parents[2] / "frontend" / "static"
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
@@ -204,17 +206,87 @@ def _close(a: float, b: float) -> bool:
 
 
 # -- no browser needed -------------------------------------------------------------------------
+def _asset_urls(html: str) -> dict[str, str]:
+    """Plain path under /static -> the versioned URL the page uses for it."""
+    return {path: url for url, path in re.findall(r'"(/static/r/[0-9a-f]{16}/([^"]+))"', html)}
+
+
 def test_page_and_assets_are_served_locally(api):
     with httpx.Client(base_url=api.url, timeout=30) as c:
         page = c.get("/")
         assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
         assert "http://" not in page.text and "https://" not in page.text  # nothing from a CDN
+        assert page.headers["cache-control"] == "no-cache"
         plotly_js = c.get("/static/vendor/plotly.min.js")
         assert plotly_js.status_code == 200 and "javascript" in plotly_js.headers["content-type"]
         assert len(plotly_js.content) > 1_000_000 and b"plotly" in plotly_js.content[:2000].lower()
-        for asset in ("dashboard.js", "dashboard.css"):
+        # The partial bundle (scatter and bar): a third of the full one.
+        assert b"(basic - minified)" in plotly_js.content[:400]
+        for asset in ("js/main.js", "js/api.js", "dashboard.css", "vendor/plotly-basic.LICENSE"):
             assert c.get(f"/static/{asset}").status_code == 200
         assert c.get("/static/nothing-here.js").status_code == 404
+        assert c.get("/static/r/0123456789abcdef/nothing-here.js").status_code == 404
+        for escape in ("../../app/main.py", "%2e%2e/%2e%2e/app/main.py", "..%2f..%2fapp/main.py"):
+            assert c.get(f"/static/r/0123456789abcdef/{escape}").status_code == 404, escape
+
+
+def test_assets_have_versioned_urls_long_cache_and_gzip(api):
+    with httpx.Client(base_url=api.url, timeout=30) as c:
+        urls = _asset_urls(c.get("/").text)
+        modules = {p.name for p in (STATIC / "js").glob("*.js")}
+        # Every module is named in the page (preloaded), so none is fetched late or unversioned.
+        assert {f"js/{m}" for m in modules} <= set(urls), sorted(modules)
+        assert {"dashboard.css", "vendor/plotly.min.js"} <= set(urls)
+        versions = {u.split("/")[3] for path, u in urls.items() if path != "vendor/plotly.min.js"}
+        assert len(versions) == 1  # one release hash: relative imports carry it too
+        for path, url in urls.items():
+            r = c.get(url, headers={"Accept-Encoding": "gzip"})
+            assert r.status_code == 200, url
+            assert r.headers["cache-control"] == "public, max-age=31536000, immutable"
+            assert r.content == c.get(f"/static/{path}").content  # the same file (httpx un-gzips)
+            if len(r.content) >= 1024:
+                assert r.headers["content-encoding"] == "gzip"
+            again = c.get(url, headers={"If-None-Match": r.headers["etag"]})
+            assert again.status_code == 304
+        plotly_url = urls["vendor/plotly.min.js"]
+        sent = c.get(plotly_url, headers={"Accept-Encoding": "gzip"}).headers
+        assert sent["content-encoding"] == "gzip"
+        # An outdated version (a page from before a release) gets the file, but not to keep.
+        stale = c.get(plotly_url.replace(plotly_url.split("/")[3], "0" * 16))
+        assert stale.status_code == 200 and stale.headers["cache-control"] == "no-cache"
+        # API answers are compressed too, the live stream is not.
+        streams = c.get("/openapi.json", headers={"Accept-Encoding": "gzip"})
+        assert streams.headers.get("content-encoding") == "gzip"
+
+
+def test_a_changed_file_changes_the_release(tmp_path):
+    import shutil
+
+    from frontend import Assets
+
+    root = tmp_path / "static"
+    shutil.copytree(STATIC, root, ignore=shutil.ignore_patterns("plotly-basic.min.js"))
+    assets = Assets(root)
+    before = assets.release()
+    assert before == Assets(root).release()  # the content decides, nothing else
+    css = root / "dashboard.css"
+    css.write_text(css.read_text() + "\n/* changed */\n")
+    assert assets.release() != before and f"/static/r/{assets.release()}/js/main.js" in assets.page().decode()
+
+
+def test_full_plotly_bundle_when_the_partial_one_is_missing(monkeypatch, tmp_path):
+    import frontend
+
+    monkeypatch.setattr(frontend, "VENDORED_PLOTLY", tmp_path / "absent.min.js")
+    frontend.plotly_js_path.cache_clear()
+    try:
+        path = frontend.plotly_js_path()
+        assert path.name == "plotly.min.js" and "plotly" in str(path.parent)
+        assert path.stat().st_size > 3_000_000
+    finally:
+        monkeypatch.undo()
+        frontend.plotly_js_path.cache_clear()
+    assert frontend.plotly_js_path() == frontend.VENDORED_PLOTLY
 
 
 # -- the pipeline: real events, real sketches ------------------------------------------------------
@@ -248,6 +320,13 @@ def test_count_and_sum_draw_the_api_answers_and_follow_the_window(pipeline, stre
             _, _, estimate = d.figure(f"{query}-chart")
             assert len(estimate["x"]) > 30 and estimate["x"] == sorted(estimate["x"])
             assert d.text(f"#{query}-caption").startswith(f"{len(estimate['x'])} answers kept")
+            # The line comes from one history request, answered from the same summary.
+            asked = [urlparse(u) for u in d.requests if urlparse(u).path.startswith(f"/v1/streams/{stream_name}/{query}")]
+            assert sum(u.path.endswith("/history") for u in asked) == 1
+            assert not any("at" in parse_qs(u.query) for u in asked)
+            history = c.get(f"/v1/streams/{stream_name}/{query}/history", params={"window": 600, "points": 120}).json()
+            drawn = set(estimate["y"])
+            assert sum(a["estimate"] in drawn for a in history["answers"]) >= 100
         assert d.page.input_value("#window-input") == "10m"
         status = d.text("#status")
         assert "4,000" in status and "EVENTS" in status.upper()

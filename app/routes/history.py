@@ -1,0 +1,55 @@
+"""A query's history: the window's answers at past instants, from one published summary.
+
+``GET /v1/streams/{name}/{query}/history?window=…&points=…[&at=…]`` answers the query at
+``points`` evenly spaced instants, from the earliest ``at`` whose window is still kept
+(``clock - max_window + window``) to ``at`` (default: the stream's clock). Every answer has
+the contract's shape (§6) and is exactly what ``GET /v1/streams/{name}/{query}?at=…`` would
+give for the same sketch version: all of them are computed from one read of the summary, so
+a chart opened now shows a full line (and one consistent version) in a single request.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Request
+
+from app.answers import answer, parse_window
+from app.deps import MetricsDep, StoreDep
+from app.routes.streams import StreamName
+
+__all__ = ["router", "instants", "MAX_POINTS"]
+
+router = APIRouter(tags=["queries"])
+
+MAX_POINTS = 500      # a long line on any screen; bounds the work of one request
+DEFAULT_POINTS = 120
+
+
+def instants(end: float, earliest: float, points: int) -> list[float]:
+    """``points`` instants evenly from ``earliest`` to ``end`` (both included); only ``end``
+    when there is no room before it. The last one is ``end`` exactly, so the newest point
+    of a history is the answer a plain query gives."""
+    if points == 1 or not earliest < end:
+        return [end]
+    step = (end - earliest) / (points - 1)
+    return [earliest + i * step for i in range(points - 1)] + [end]
+
+
+@router.get("/v1/streams/{name}/{query}/history")
+def history(name: StreamName, query: str, request: Request, store: StoreDep, metrics: MetricsDep,
+            points: Annotated[int, Query(ge=1, le=MAX_POINTS,
+                                         description="number of instants (answers)")] = DEFAULT_POINTS,
+            ) -> dict:
+    started = time.perf_counter()
+    params = {k: v for k, v in request.query_params.items() if k != "points"}
+    config = store.config(name)
+    summary, status = store.summary(name)  # one read: every answer below is of this version
+    clock = status.get("clock")
+    last = parse_window(params, config, clock)  # checks window and at (a 422 when wrong)
+    earliest = last.at if clock is None else clock - config.max_window + last.seconds
+    answers = [answer(query, name, config, summary, status, {**params, "at": repr(float(at))})
+               for at in instants(last.at, earliest, points)]
+    metrics.query_seconds.labels("history").observe(time.perf_counter() - started)
+    return {"stream": name, "query": query, "window": last.seconds, "answers": answers}

@@ -1,0 +1,128 @@
+"""``GET /v1/streams/{name}/{query}/history``: the window's answers at past instants.
+
+Summaries are built and published the way the worker does (no Spark): each history answer
+must be the plain query's answer at the same ``at`` and bracket the brute-force truth.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import httpx
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from app.routes.history import MAX_POINTS, instants
+from tidemark.chunks import decode_chunk, encode_chunk
+from tidemark.streams import StreamConfig
+from tidemark.summary import StreamSummary
+from workers.publish import Publisher
+from workers.state import StreamState
+
+T0 = 1_700_000_000.0
+MAX_WINDOW = 600.0
+_names = (f"hist-{i}" for i in itertools.count())
+
+
+def _publish(redis_url: str, name: str, ts: np.ndarray, weights: np.ndarray) -> StreamConfig:
+    config = StreamConfig(max_window=MAX_WINDOW, epsilon=0.05)
+    summary = StreamSummary.create(config, 1)
+    n = len(ts)
+    if n:
+        summary.update_table(decode_chunk(encode_chunk(ts, [None] * n, np.full(n, np.nan), weights)))
+    state = StreamState(config.model_dump(), events=n, clock=float(ts.max()) if n else None, version=1)
+    Publisher(redis_url).publish(name, state, summary.to_bytes(), summary.sizes())
+    return config
+
+
+@st.composite
+def streams(draw):
+    """Out of order, bursts on one instant, duplicates, fractional times; all within max_window."""
+    n = draw(st.integers(0, 300))
+    base = draw(st.lists(st.floats(0, MAX_WINDOW * 0.95, allow_nan=False), min_size=n, max_size=n))
+    bursts = draw(st.lists(st.sampled_from(base), max_size=60)) if base else []
+    ts = T0 + np.array(base + bursts, dtype=float)
+    weights = np.array(draw(st.lists(st.sampled_from([0.0, 1.0, 2.5, 1000.0]),
+                                     min_size=len(ts), max_size=len(ts))), dtype=float)
+    return ts, weights
+
+
+def test_instants_end_at_the_last_and_are_even():
+    assert instants(10.0, 10.0, 5) == [10.0]
+    assert instants(10.0, 0.0, 1) == [10.0]
+    got = instants(10.0, 0.0, 5)
+    assert got == [0.0, 2.5, 5.0, 7.5, 10.0]
+    got = instants(T0 + 0.1, T0 - 3599.7, 7)
+    assert got[-1] == T0 + 0.1 and got == sorted(got) and len(got) == 7
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=streams(), window=st.sampled_from([1.0, 30.0, 95.5, MAX_WINDOW]),
+       points=st.integers(1, 40))
+def test_history_answers_are_the_plain_answers_and_hold_the_truth(api, redis_url, data, window, points):
+    ts, weights = data
+    name = next(_names)
+    _publish(redis_url, name, ts, weights)
+    with httpx.Client(base_url=api.url, timeout=30) as c:
+        for query, truth_of in (("count", lambda m: float(m.sum())), ("sum", lambda m: float(weights[m].sum()))):
+            r = c.get(f"/v1/streams/{name}/{query}/history", params={"window": window, "points": points})
+            assert r.status_code == 200, r.text
+            body = r.json()
+            answers = body["answers"]
+            assert body["window"] == window and body["query"] == query
+            ats = [a["at"] for a in answers]
+            assert ats == sorted(ats)
+            if len(ts) == 0:
+                assert len(answers) == 1 and answers[0]["estimate"] == 0
+                continue
+            clock = float(ts.max())
+            assert ats[-1] == clock
+            room = MAX_WINDOW - window
+            assert len(answers) == (points if room > 0 else 1)
+            if room > 0 and points > 1:
+                assert math.isclose(ats[0], clock - room, rel_tol=0, abs_tol=1e-6)
+            for a in answers:
+                plain = c.get(f"/v1/streams/{name}/{query}", params={"window": window, "at": repr(a["at"])}).json()
+                assert a == plain
+                inside = (ts >= a["at"] - window) & (ts <= a["at"])
+                truth = truth_of(inside)
+                b = a["bound"]
+                assert b["confidence"] == 1.0 and b["lower"] <= truth <= b["upper"], (a, truth)
+
+
+@pytest.mark.parametrize("params, status, words", [
+    ({"window": "2h"}, 422, "max_window"),
+    ({"window": "nonsense"}, 422, "not a duration"),
+    ({"points": 0}, 422, "points"),
+    ({"points": MAX_POINTS + 1}, 422, "points"),
+    ({"points": "many"}, 422, "points"),
+    ({"at": "soon"}, 422, "not a number"),
+    ({"at": T0 - 10 * MAX_WINDOW}, 422, "no longer kept"),
+])
+def test_bad_parameters_are_4xx_with_a_reason(api, redis_url, params, status, words):
+    name = next(_names)
+    _publish(redis_url, name, T0 + np.arange(10.0), np.ones(10))
+    r = httpx.get(f"{api.url}/v1/streams/{name}/count/history", params=params)
+    assert r.status_code == status and words in r.json()["detail"], r.text
+
+
+def test_unknown_stream_and_query_are_4xx(api, redis_url):
+    assert httpx.get(f"{api.url}/v1/streams/nowhere/count/history").status_code == 404
+    name = next(_names)
+    _publish(redis_url, name, T0 + np.arange(3.0), np.ones(3))
+    r = httpx.get(f"{api.url}/v1/streams/{name}/median/history")
+    assert r.status_code == 422 and "unknown query" in r.json()["detail"]
+
+
+def test_history_of_a_list_query_and_of_a_stream_never_published(api, redis_url):
+    name = next(_names)
+    httpx.put(f"{api.url}/v1/streams/{name}", json={"max_window": "10m"}).raise_for_status()
+    r = httpx.get(f"{api.url}/v1/streams/{name}/count/history", params={"points": 50})
+    assert r.status_code == 200 and [a["estimate"] for a in r.json()["answers"]] == [0.0]
+    _publish(redis_url, name, T0 + np.arange(100.0), np.ones(100))
+    r = httpx.get(f"{api.url}/v1/streams/{name}/heavy-hitters/history", params={"window": 60, "points": 5, "phi": 0.5})
+    assert r.status_code == 200 and len(r.json()["answers"]) == 5
+    assert all("items" in a for a in r.json()["answers"])
