@@ -13,6 +13,7 @@ from tidemark.hash_secret import HashSecret
 SECRET = HashSecret(b"tidemark-bench-secret")
 
 import statistics
+import os
 import subprocess
 import sys
 import tempfile
@@ -28,7 +29,6 @@ from tidemark.redis_server import EmbeddedRedis, free_port
 from tidemark.streams import StreamConfig
 from tidemark.summary import StreamSummary
 from workers.publish import Publisher
-from workers.state import StreamState
 
 STREAMS, RULES = 10, 1000
 
@@ -56,7 +56,8 @@ def main() -> None:
     with EmbeddedRedis(f"{tmp}/redis") as redis_server:
         port = free_port()
         api = subprocess.Popen([sys.executable, "-m", "tidemark.cli", "api", "--redis", redis_server.url,
-                                "--port", str(port)])
+                                "--port", str(port)],
+                               env={**os.environ, "TIDEMARK_HASH_SECRET": SECRET.secret.hex()})
         try:
             base = f"http://127.0.0.1:{port}"
             c = httpx.Client(base_url=base, timeout=30)
@@ -80,8 +81,7 @@ def main() -> None:
             for s in range(STREAMS):
                 summary = StreamSummary.create(config, SECRET)
                 summary.update_table(table)
-                state = StreamState(config.model_dump(), events=1000, clock=float(ts.max()), version=1)
-                publisher.publish(f"b{s}", state, summary.to_bytes(), summary.sizes())
+                publisher.publish_summary(f"b{s}", summary, version=1, events=1000)
             deadline = time.perf_counter() + 60
             while len(received) < RULES and time.perf_counter() < deadline:
                 time.sleep(0.01)

@@ -41,7 +41,6 @@ from tidemark.redis_server import EmbeddedRedis, free_port
 from tidemark.streams import StreamConfig
 from tidemark.summary import StreamSummary
 from workers.publish import Publisher
-from workers.state import StreamState
 
 ROOT = Path(__file__).resolve().parents[1]
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -55,8 +54,7 @@ def publish(publisher, name, config, n, version):
     table = decode_chunk(encode_chunk(ts, [None] * n, np.full(n, np.nan), np.ones(n)))
     summary = StreamSummary.create(config, SECRET)
     summary.update_table(table)
-    state = StreamState(config.model_dump(), events=n, clock=float(ts.max()), version=version)
-    publisher.publish(name, state, summary.to_bytes(), summary.sizes())
+    publisher.publish_summary(name, summary, version=version, events=n)
 
 
 def old_frontend(rev: str) -> Path:
@@ -88,7 +86,8 @@ uvicorn.run(app, host='127.0.0.1', port=int(sys.argv[2]), log_level='warning')
 def start_api(redis_url: str, cwd: Path, mode: str) -> tuple[subprocess.Popen, str]:
     """The API; ``python -c`` puts ``cwd`` first on sys.path, so its ``frontend`` wins."""
     port = free_port()
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+           "TIDEMARK_HASH_SECRET": SECRET.secret.hex()}
     proc = subprocess.Popen([sys.executable, "-c", LAUNCH, redis_url, str(port), mode], cwd=cwd, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     base = f"http://127.0.0.1:{port}"

@@ -21,6 +21,14 @@ from tidemark.redis_server import EmbeddedRedis, free_port
 TEST_SECRET = HashSecret(bytes(range(32)))
 
 
+@pytest.fixture(scope="session", autouse=True)
+def compiled_kernels():
+    """Numba's cache filled once, before any Spark worker would compile the kernels itself."""
+    from tidemark.summary import warm_up
+
+    warm_up()
+
+
 @pytest.fixture(scope="session")
 def redis_server(tmp_path_factory):
     server = EmbeddedRedis(tmp_path_factory.mktemp("redis")).start()

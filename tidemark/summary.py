@@ -348,3 +348,21 @@ class StreamSummary:
 
     def __repr__(self) -> str:
         return f"StreamSummary(parts={list(self.parts)}, clock={self.clock_seconds}, bytes={self.sizes()})"
+
+
+def warm_up() -> None:
+    """Compile (or load from Numba's cache) every kernel a worker's update runs.
+
+    Kernels are compiled with ``cache=True``: the first process writes the cache and every
+    later one (each Spark Python worker) loads it instead of compiling during a batch."""
+    from tidemark.chunks import decode_chunk, encode_chunk
+    from tidemark.hash_secret import HashSecret
+
+    config = StreamConfig(max_window=60.0, value_min=0.0, value_max=10.0,
+                          decays=[{"kind": "polynomial", "alpha": 1.5}, {"kind": "none"}])
+    secret = HashSecret(b"tidemark-warm-up-secret")
+    summary = StreamSummary.create(config, secret)
+    ts = np.array([1.0, 2.5, 2.0])
+    summary.update_table(decode_chunk(encode_chunk(ts, ["a", "b", None], np.array([1.0, 2.0, np.nan]),
+                                                   np.ones(3))))
+    StreamSummary.from_bytes(summary.to_bytes(), secret)

@@ -267,6 +267,9 @@ def main(redis_url: str, checkpoint: str, master: str | None = None, partitions:
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s worker %(message)s")
     logging.getLogger("py4j").setLevel(logging.WARNING)
+    from tidemark.summary import warm_up
+
+    warm_up()  # fills Numba's cache, so executors load kernels instead of compiling them
     spark = build_spark(master, partitions)
     spark.sparkContext.setLogLevel("WARN")
     query, driver = start(spark, redis_url, checkpoint, trigger, secret)

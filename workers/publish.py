@@ -58,6 +58,18 @@ class Publisher:
                   keys.ANNOUNCE],
         ))
 
+    def publish_summary(self, name: str, summary, version: int, events: int,
+                        late_dropped: int = 0, shard: int = 0) -> bool:
+        """Publish a whole summary as one shard (benches and tests that build summaries
+        without Spark publish them the way the worker does)."""
+        import datetime as dt
+
+        status = ShardStatus(version=version, events=events, late_dropped=late_dropped,
+                             clock=summary.clock_seconds, sizes=summary.sizes(), failed=None,
+                             failed_events=0,
+                             updated_at=dt.datetime.now(dt.timezone.utc).isoformat())
+        return self.publish(name, shard, status, summary.to_bytes(), summary.config.model_dump())
+
     def heartbeat(self, beat: dict, ttl: int = 15) -> None:
         beat = {"host": socket.gethostname(), "pid": os.getpid(), "time": time.time(), **beat}
         self.redis.set(keys.HEARTBEAT, json.dumps(beat), ex=ttl)

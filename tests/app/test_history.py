@@ -20,7 +20,7 @@ from tidemark.chunks import decode_chunk, encode_chunk
 from tidemark.streams import StreamConfig
 from tidemark.summary import StreamSummary
 from workers.publish import Publisher
-from workers.state import StreamState
+from tests.conftest import TEST_SECRET
 
 T0 = 1_700_000_000.0
 MAX_WINDOW = 600.0
@@ -29,12 +29,11 @@ _names = (f"hist-{i}" for i in itertools.count())
 
 def _publish(redis_url: str, name: str, ts: np.ndarray, weights: np.ndarray) -> StreamConfig:
     config = StreamConfig(max_window=MAX_WINDOW, epsilon=0.05)
-    summary = StreamSummary.create(config, 1)
+    summary = StreamSummary.create(config, TEST_SECRET)
     n = len(ts)
     if n:
         summary.update_table(decode_chunk(encode_chunk(ts, [None] * n, np.full(n, np.nan), weights)))
-    state = StreamState(config.model_dump(), events=n, clock=float(ts.max()) if n else None, version=1)
-    Publisher(redis_url).publish(name, state, summary.to_bytes(), summary.sizes())
+    Publisher(redis_url).publish_summary(name, summary, version=1, events=n)
     return config
 
 
