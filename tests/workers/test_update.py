@@ -97,3 +97,29 @@ def test_summary_from_another_secret_is_refused():
     blob = update_shard(None, CONFIG, TEST_SECRET, _chunks([[1.0, 2.0]])).blob
     with pytest.raises(IncompatibleSketchError, match="another hash secret"):
         StreamSummary.from_bytes(blob, HashSecret(b"another-secret-of-16"))
+
+
+def test_a_failing_stream_keeps_its_state_and_says_why():
+    import pandas as pd
+
+    from workers.job import apply_chunks
+
+    good = _chunks([[1.0, 2.0, 3.0]])[0]
+    rows = pd.DataFrame({"entry": ["1-0"], "payload": [good.payload], "clock_before": [-math.inf]})
+    state = apply_chunks("s", None, rows, TEST_SECRET, lambda name: CONFIG)
+    assert state["events"] == 3 and not state["failed"] and state["version"] == 1
+    corrupt = pd.DataFrame({"entry": ["2-0"], "payload": [b"not a chunk"], "clock_before": [3.0]})
+    after = apply_chunks("s", state, corrupt, TEST_SECRET, lambda name: CONFIG)
+    assert after["blob"] == state["blob"] and after["events"] == 3
+    assert "ChunkError" in after["failed"] and after["version"] == 2
+    # An undeclared stream fails alone, with the reason.
+    lost = apply_chunks("gone", None, rows, TEST_SECRET, lambda name: None)
+    assert "not declared" in lost["failed"] and lost["failed_events"] == 3 and lost["blob"] is None
+
+
+def test_settings_that_need_a_huge_summary_are_refused_with_what_fits():
+    from tidemark.capacity import CapacityError, check
+
+    with pytest.raises(CapacityError, match="finest epsilon these settings can take is"):
+        check(StreamConfig(max_window="7d", epsilon=1e-6))
+    assert check(StreamConfig(max_window="7d", epsilon=0.05)) < 256 * 2**20
