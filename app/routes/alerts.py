@@ -8,10 +8,11 @@ import uuid
 from fastapi import APIRouter, HTTPException, Request
 
 from app.alerts.engine import NoAnswerYet, evaluate, rule_answer
-from app.alerts.rules import AlertCreate, AlertRule, check_webhook
-from app.deps import SettingsDep, StoreDep
+from app.alerts.rules import AlertCreate, AlertRule
+from app.alerts.webhooks import WebhookRefused, check_webhook
+from app.deps import ADMIN, SettingsDep, StoreDep
 
-router = APIRouter(prefix="/v1/alerts", tags=["alerts"])
+router = APIRouter(prefix="/v1/alerts", tags=["alerts"], dependencies=[ADMIN])
 
 
 def _alerts(request: Request):
@@ -24,10 +25,16 @@ def _describe(request: Request, rule: AlertRule) -> dict:
 
 @router.post("", status_code=201)
 def create_alert(body: AlertCreate, request: Request, store: StoreDep, settings: SettingsDep) -> dict:
+    if len(body.secret) < settings.min_secret_length:
+        raise HTTPException(422, f"secret: at least {settings.min_secret_length} characters "
+                                 "(TIDEMARK_MIN_SECRET_LENGTH)")
     try:
         check_webhook(body.webhook_url, settings.webhook_allow_hosts)
-    except ValueError as e:
+    except WebhookRefused as e:
         raise HTTPException(422, str(e)) from None
+    if _alerts(request).count() >= settings.max_alerts:
+        raise HTTPException(409, f"this deployment already has {settings.max_alerts} alerts, "
+                                 "its limit (TIDEMARK_MAX_ALERTS)")
     if body.query == "quantiles" and len(str(body.params.get("q", "")).split(",")) != 1:
         raise HTTPException(422, "a quantiles alert watches exactly one q (e.g. params.q = '0.99')")
     rule = AlertRule(**body.model_dump(), id=uuid.uuid4().hex[:16],

@@ -6,16 +6,19 @@ import asyncio
 
 from fastapi import APIRouter, HTTPException, Request
 
-from app.deps import MetricsDep, SettingsDep, StoreDep
+from app.deps import INGEST, MetricsDep, SettingsDep, StoreDep
 from app.routes.streams import StreamName
 from tidemark.chunks import encode_chunk
 from tidemark.events import BodyError, EventBatch, parse_body, validate_events, validate_ndjson_fast
 
 router = APIRouter(prefix="/v1/streams", tags=["ingest"])
 
+# Only types a cross-site HTML form cannot send without a CORS preflight (contract §9).
+BODY_TYPES = ("application/json", "application/x-ndjson")
 
-def _validate(body: bytes, config) -> EventBatch:
-    batch = validate_ndjson_fast(body, config)
+
+def _validate(body: bytes, config, max_future: float) -> EventBatch:
+    batch = validate_ndjson_fast(body, config, max_future)
     if batch is not None:
         return batch
     # Irregular NDJSON or a JSON array: event by event, naming each bad one.
@@ -23,23 +26,51 @@ def _validate(body: bytes, config) -> EventBatch:
         items = parse_body(body, None)
     except (BodyError, UnicodeDecodeError) as e:
         raise HTTPException(400, str(e)) from None
-    return validate_events(items, config)
+    return validate_events(items, config, max_future)
 
 
-def _ingest(name: str, body: bytes, store) -> EventBatch:
-    batch = _validate(body, store.config(name))
+def _ingest(name: str, body: bytes, store, max_future: float) -> EventBatch:
+    batch = _validate(body, store.config(name), max_future)
     chunk = encode_chunk(batch.ts, batch.key, batch.value, batch.weight) if len(batch) else None
     store.append(name, chunk, len(batch), len(batch.rejects))
     return batch
 
 
-@router.post("/{name}/events", status_code=202)
+def _check_type(request: Request) -> None:
+    media = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if media not in BODY_TYPES:
+        raise HTTPException(415, "send events as application/json (an array) or "
+                                 "application/x-ndjson (one object per line)")
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The body, refused with 413 as soon as it is known to exceed ``limit``: from its
+    ``Content-Length`` before reading anything, else while counting the bytes streamed."""
+    declared = request.headers.get("content-length")
+    if declared is not None:
+        if not declared.isdigit():
+            raise HTTPException(400, "Content-Length is not a number")
+        if int(declared) > limit:
+            raise HTTPException(413, f"body larger than {limit} bytes; split it")
+    parts, size = [], 0
+    async for part in request.stream():
+        size += len(part)
+        if size > limit:
+            raise HTTPException(413, f"body larger than {limit} bytes; split it")
+        parts.append(part)
+    return b"".join(parts)
+
+
+@router.post("/{name}/events", status_code=202, dependencies=[INGEST],
+             openapi_extra={"requestBody": {"required": True, "content": {
+                 "application/json": {"schema": {"type": "array", "items": {"type": "object"}}},
+                 "application/x-ndjson": {"schema": {"type": "string"}}}}})
 async def ingest(name: StreamName, request: Request, store: StoreDep, settings: SettingsDep,
                  metrics: MetricsDep) -> dict:
-    body = await request.body()
-    if len(body) > settings.max_body_bytes:
-        raise HTTPException(413, f"body larger than {settings.max_body_bytes} bytes; split it")
-    batch = await asyncio.to_thread(_ingest, name, body, store)  # keep the event loop free
+    _check_type(request)
+    body = await read_body(request, settings.max_body_bytes)
+    # keep the event loop free
+    batch = await asyncio.to_thread(_ingest, name, body, store, settings.max_future)
     metrics.events_accepted.labels(name).inc(len(batch))
     metrics.events_rejected.labels(name).inc(len(batch.rejects))
     return {
