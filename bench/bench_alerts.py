@@ -10,6 +10,9 @@ its threshold at once, and measures until the receiver holds every firing messag
 from __future__ import annotations
 
 import statistics
+import json
+import os
+import secrets
 import subprocess
 import sys
 import tempfile
@@ -28,6 +31,10 @@ from workers.publish import Publisher
 from workers.state import StreamState
 
 STREAMS, RULES = 10, 1000
+
+# An admin key for this run only (contract §9).
+KEY = secrets.token_urlsafe(24)
+HEADERS = {"Authorization": f"Bearer {KEY}"}
 
 
 def main() -> None:
@@ -53,10 +60,11 @@ def main() -> None:
     with EmbeddedRedis(f"{tmp}/redis") as redis_server:
         port = free_port()
         api = subprocess.Popen([sys.executable, "-m", "tidemark.cli", "api", "--redis", redis_server.url,
-                                "--port", str(port)])
+                                "--port", str(port)],
+                               env={**os.environ, "TIDEMARK_RUN_DIR": tmp, "TIDEMARK_API_KEYS": json.dumps([{"key": KEY, "scopes": ["admin"]}]), "TIDEMARK_WEBHOOK_ALLOW_HOSTS": '["127.0.0.1"]'})
         try:
             base = f"http://127.0.0.1:{port}"
-            c = httpx.Client(base_url=base, timeout=30)
+            c = httpx.Client(base_url=base, timeout=30, headers=HEADERS)
             while True:
                 try:
                     c.get("/healthz")
@@ -69,7 +77,7 @@ def main() -> None:
             for r in range(RULES):
                 c.post("/v1/alerts", json={"stream": f"b{r % STREAMS}", "query": "count",
                                            "params": {"window": "600"}, "op": ">", "threshold": 10 + r % 50,
-                                           "webhook_url": hook, "secret": "x", "mode": "certain"})
+                                           "webhook_url": hook, "secret": "x" * 16, "mode": "certain"})
             publisher = Publisher(redis_server.url)
             ts = 1e9 + np.arange(1000.0)
             table = decode_chunk(encode_chunk(ts, [None] * ts.size, np.full(ts.size, np.nan), np.ones(ts.size)))

@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import json
+import os
+import secrets
 import subprocess
 import sys
 import tempfile
@@ -29,6 +32,10 @@ from workers.state import StreamState
 
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+# An admin key for this run only (contract §9).
+KEY = secrets.token_urlsafe(24)
+HEADERS = {"Authorization": f"Bearer {KEY}"}
 
 
 def publish(publisher, name, config, n, version):
@@ -49,7 +56,8 @@ def main() -> None:
     with EmbeddedRedis(f"{tmp}/redis") as redis_server:
         port = free_port()
         api = subprocess.Popen([sys.executable, "-m", "tidemark.cli", "api", "--redis", redis_server.url,
-                                "--port", str(port)])
+                                "--port", str(port)],
+                               env={**os.environ, "TIDEMARK_RUN_DIR": tmp, "TIDEMARK_API_KEYS": json.dumps([{"key": KEY, "scopes": ["admin"]}])})
         base = f"http://127.0.0.1:{port}"
         try:
             while True:
@@ -61,12 +69,13 @@ def main() -> None:
             config = StreamConfig(max_window="1h")
             publisher = Publisher(redis_server.url)
             for s in range(args.streams):
-                httpx.put(f"{base}/v1/streams/s{s:03d}", json={"max_window": "1h"})
+                httpx.put(f"{base}/v1/streams/s{s:03d}", json={"max_window": "1h"}, headers=HEADERS)
                 publish(publisher, f"s{s:03d}", config, 100, 1)
             with sync_playwright() as p:
                 browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=ARGS)
                 page = browser.new_page()
                 started = time.perf_counter()
+                page.goto(f"{base}/?key={KEY}")  # signs in (cookie), then the page
                 page.goto(f"{base}/#stream=s000")
                 page.wait_for_function("document.querySelector('#tile-count')?.textContent.includes('100')")
                 ready = time.perf_counter() - started

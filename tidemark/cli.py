@@ -190,10 +190,8 @@ def run_api(args) -> None:
 def run_ingest(args) -> None:
     from tidemark.ingest_client import send_files
 
-    key = args.key or os.environ.get("TIDEMARK_KEY")
-    if not key:
-        raise CliError("ingest needs an API key with the 'ingest' scope: --key KEY or TIDEMARK_KEY")
-    send_files(args.api, args.stream, args.files, args.batch, key=key)
+    send_files(args.api, args.stream, args.files, args.batch,
+               key=args.key or os.environ.get("TIDEMARK_KEY"))
 
 
 # -- argument parsing ----------------------------------------------------------------------

@@ -40,11 +40,13 @@ def send_files(api: str, stream: str, files: list[str], batch: int = 5000,
     for p in paths:
         if not p.is_file():
             raise CliError(f"no such file: {p}")
+    if not key:
+        raise CliError("ingest needs an API key with the 'ingest' scope: --key KEY or TIDEMARK_KEY")
     total_bytes = sum(p.stat().st_size for p in paths)
     accepted, rejected, offset = 0, [], 0
     columns = [TextColumn("[bold]{task.description}"), BarColumn(), TransferSpeedColumn(),
                TimeRemainingColumn()]
-    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    headers = {"Authorization": f"Bearer {key}"}
     with httpx.Client(base_url=api, timeout=60, headers=headers) as client, \
             Progress(*columns, transient=False, disable=not sys.stderr.isatty()) as progress:
         task = progress.add_task(f"ingest → {stream}", total=total_bytes)

@@ -155,9 +155,15 @@
     return limited(async () => {
       let res;
       try {
-        res = await fetch(url, { headers: { Accept: 'application/json' }, cache: 'no-store' });
+        // The sign-in cookie (set by /?key=…) rides every same-origin request.
+        res = await fetch(url, { headers: { Accept: 'application/json' }, cache: 'no-store',
+                                 credentials: 'same-origin' });
       } catch (err) {
         return { ok: false, status: 0, body: null, detail: 'the API is unreachable' };
+      }
+      if (res.status === 401) {
+        setBanner('Not signed in: open the dashboard link printed by "tidemark up" '
+                  + '(it ends in /?key=…), or visit /?key=<a key with the read scope>.');
       }
       let body = null;
       try { body = await res.json(); } catch (err) { body = null; }
