@@ -50,11 +50,11 @@ class LiveHub:
             queue.put_nowait(note)
 
     async def _listen(self) -> None:
-        while self._clients:
+        # Subscribed from the first client to the app's end: one connection, no race
+        # between a last client leaving and a new one arriving.
+        while True:
             try:
                 async for note in announcements(self.redis_url):
-                    if not self._clients:
-                        return
                     if note:
                         self._broadcast(note)
             except asyncio.CancelledError:

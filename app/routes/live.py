@@ -25,9 +25,11 @@ async def live(request: Request) -> StreamingResponse:
         raise HTTPException(429, str(e), headers={"Retry-After": "10"}) from None
 
     async def events():
+        # A client that leaves cancels this generator (Starlette listens for the
+        # disconnect; a keep-alive to a closed socket fails), which frees its slot.
         try:
             yield "retry: 1000\n\n"
-            while not await request.is_disconnected():
+            while True:
                 try:
                     note = await asyncio.wait_for(queue.get(), KEEP_ALIVE)
                 except asyncio.TimeoutError:
