@@ -9,15 +9,21 @@ from fastapi import APIRouter, HTTPException, Request
 from app.deps import INGEST, MetricsDep, SettingsDep, StoreDep
 from app.routes.streams import StreamName
 from tidemark.chunks import encode_chunk
-from tidemark.events import BodyError, EventBatch, parse_body, validate_events, validate_ndjson_fast
+from tidemark.events import (ARROW_STREAM, BodyError, EventBatch, parse_body, validate_arrow,
+                             validate_events, validate_ndjson_fast)
 
 router = APIRouter(prefix="/v1/streams", tags=["ingest"])
 
 # Only types a cross-site HTML form cannot send without a CORS preflight (contract §9).
-BODY_TYPES = ("application/json", "application/x-ndjson")
+BODY_TYPES = ("application/json", "application/x-ndjson", ARROW_STREAM)
 
 
-def _validate(body: bytes, config, max_future: float) -> EventBatch:
+def _validate(body: bytes, config, max_future: float, media: str) -> EventBatch:
+    if media == ARROW_STREAM:  # the fast path: columns in, columns checked
+        try:
+            return validate_arrow(body, config, max_future)
+        except BodyError as e:
+            raise HTTPException(400, str(e)) from None
     batch = validate_ndjson_fast(body, config, max_future)
     if batch is not None:
         return batch
@@ -29,18 +35,20 @@ def _validate(body: bytes, config, max_future: float) -> EventBatch:
     return validate_events(items, config, max_future)
 
 
-def _ingest(name: str, body: bytes, store, max_future: float) -> EventBatch:
-    batch = _validate(body, store.config(name), max_future)
+def _ingest(name: str, body: bytes, store, max_future: float, media: str) -> EventBatch:
+    batch = _validate(body, store.config(name), max_future, media)
     chunk = encode_chunk(batch.ts, batch.key, batch.value, batch.weight) if len(batch) else None
     store.append(name, chunk, len(batch), len(batch.rejects))
     return batch
 
 
-def _check_type(request: Request) -> None:
+def _media_type(request: Request) -> str:
     media = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if media not in BODY_TYPES:
-        raise HTTPException(415, "send events as application/json (an array) or "
-                                 "application/x-ndjson (one object per line)")
+        raise HTTPException(415, "send events as application/json (an array), "
+                                 "application/x-ndjson (one object per line) or "
+                                 f"{ARROW_STREAM} (columns ts, key, value, weight)")
+    return media
 
 
 async def read_body(request: Request, limit: int) -> bytes:
@@ -64,13 +72,14 @@ async def read_body(request: Request, limit: int) -> bytes:
 @router.post("/{name}/events", status_code=202, dependencies=[INGEST],
              openapi_extra={"requestBody": {"required": True, "content": {
                  "application/json": {"schema": {"type": "array", "items": {"type": "object"}}},
-                 "application/x-ndjson": {"schema": {"type": "string"}}}}})
+                 "application/x-ndjson": {"schema": {"type": "string"}},
+                 ARROW_STREAM: {"schema": {"type": "string", "format": "binary"}}}}})
 async def ingest(name: StreamName, request: Request, store: StoreDep, settings: SettingsDep,
                  metrics: MetricsDep) -> dict:
-    _check_type(request)
+    media = _media_type(request)
     body = await read_body(request, settings.max_body_bytes)
     # keep the event loop free
-    batch = await asyncio.to_thread(_ingest, name, body, store, settings.max_future)
+    batch = await asyncio.to_thread(_ingest, name, body, store, settings.max_future, media)
     metrics.events_accepted.labels(name).inc(len(batch))
     metrics.events_rejected.labels(name).inc(len(batch.rejects))
     return {

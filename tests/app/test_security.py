@@ -357,3 +357,38 @@ def test_risky_redis_settings_are_named(tmp_path):
         problems = config_problems(own.url)
         assert any("appendonly" in p for p in problems)
         assert any("allkeys-lru" in p and "noeviction" in p for p in problems)
+
+
+def _arrow(columns: dict) -> bytes:
+    import pyarrow as pa
+
+    table = pa.table(columns)
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return sink.getvalue().to_pybytes()
+
+
+def test_arrow_bodies_are_checked_row_by_row(server):
+    import pyarrow as pa
+
+    body = _arrow({
+        "ts": pa.array([NOW, None, NOW + 86400 * 365, NOW, NOW, NOW, NOW, 1e300], pa.float64()),
+        "key": pa.array(["a", "b", "c", "k" * 300, None, "f", "g", "h"]),
+        "value": pa.array([1.0, 2.0, 3.0, 4.0, float("nan"), 500.0, None, 1.0]),
+        "weight": pa.array([1.0, 1.0, 1.0, 1.0, 1.0, 1.0, -1.0, 1.0]),
+    })
+    with server.client("ingest") as c:
+        r = c.post("/v1/streams/known/events", content=body,
+                   headers={"content-type": "application/vnd.apache.arrow.stream"})
+        assert r.status_code == 202, r.text
+        assert r.json()["accepted"] == 1
+        reasons = {x["index"]: x["error"] for x in r.json()["rejected"]}
+        assert reasons == {1: "missing ts", 2: reasons[2], 3: "key must be 1-256 UTF-8 bytes",
+                           4: "value must be finite", 5: "value outside the stream's declared range [0, 100]",
+                           6: "weight must be >= 0", 7: "ts must be a Unix time between 0 and 9999-12-31"}
+        assert "ahead of the server's clock" in reasons[2]
+        for bad in (b"not arrow at all", _arrow({"when": [1.0]}), _arrow({"ts": ["noon"]})):
+            r = c.post("/v1/streams/known/events", content=bad,
+                       headers={"content-type": "application/vnd.apache.arrow.stream"})
+            assert r.status_code == 400, r.text
