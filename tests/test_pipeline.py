@@ -114,8 +114,6 @@ def test_events_too_old_on_arrival_are_counted_as_late_dropped(pipeline, stream_
     ],
 )
 def test_bad_queries_are_4xx_with_a_reason(api, stream_name, path, params, status, detail):
-    import httpx
-
     with api.client() as c:
         c.put(f"/v1/streams/{stream_name}", json={"max_window": "1h"})
         r = c.get(path.format(s=stream_name), params=params)

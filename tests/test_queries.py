@@ -116,8 +116,6 @@ def test_bad_parameters_are_422(pipeline, loaded, query, params, detail):
 
 
 def test_quantiles_need_a_declared_value_range(api, stream_name):
-    import httpx
-
     with api.client() as c:
         c.put(f"/v1/streams/{stream_name}", json={"max_window": "1h"})
         r = c.get(f"/v1/streams/{stream_name}/quantiles", params={"q": "0.5"})

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import time
 
-import httpx
 import pytest
 import redis
 
@@ -70,7 +69,7 @@ def test_a_crashed_batch_is_applied_exactly_once(spark, tmp_path, after_save):
         api = ApiServer(server.url).start()
         checkpoint = str(tmp_path / "checkpoint")
         try:
-            with httpx.Client(base_url=api.url, timeout=30) as c:
+            with api.client() as c:
                 c.put("/v1/streams/s", json={"max_window": "1h"})
                 _post(c, "s", 0, 500)
                 query, _, stop = start(spark, server.url, checkpoint, 2, "200 milliseconds",
