@@ -296,7 +296,7 @@ def test_redirects_are_not_followed(local):
         attempt = _attempts(local, alert_id)[0]
         assert attempt["status"] == 302 and attempt["error"] is None
         time.sleep(0.5)
-        assert target.received == [] and len(redirect.received) == 1
+        assert target.received == [] and redirect.received  # retried later, never followed
     finally:
         local.app.state.alerts.delete(alert_id)
         target.close()
