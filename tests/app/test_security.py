@@ -392,3 +392,39 @@ def test_arrow_bodies_are_checked_row_by_row(server):
             r = c.post("/v1/streams/known/events", content=bad,
                        headers={"content-type": "application/vnd.apache.arrow.stream"})
             assert r.status_code == 400, r.text
+
+
+def test_a_full_redis_is_a_503_without_its_bytes(tmp_path):
+    own = EmbeddedRedis(tmp_path / "redis").start()
+    s = ApiServer(own.url, max_body_bytes=1 << 20).start()
+    try:
+        with s.client() as c:
+            assert c.put("/v1/streams/full", json={"max_window": "1h"}).status_code == 201
+            client = redis.Redis.from_url(own.url)
+            client.config_set("maxmemory-policy", "noeviction")
+            client.config_set("maxmemory", str(client.info("memory")["used_memory"] + 200_000))
+            body = "\n".join('{"ts": %s, "key": "k-%06d-%s"}' % (NOW, i, "x" * 100) for i in range(5000))
+            statuses = []
+            for _ in range(5):
+                r = c.post("/v1/streams/full/events", content=body, headers={"content-type": "application/x-ndjson"})
+                statuses.append(r.status_code)
+                if r.status_code == 503:
+                    assert r.json() == {"detail": "storage unavailable; retry shortly"}
+                    assert r.headers["retry-after"]
+            assert 503 in statuses and all(code in (202, 503) for code in statuses), statuses
+    finally:
+        s.stop()
+        own.stop()
+
+
+def test_stream_names_from_yaml_are_checked_like_path_names(tmp_path):
+    from tidemark.cli import load_streams
+    from tidemark.errors import CliError
+
+    for bad in ("../etc", "a b", "x" * 65, "-lead", "ünï"):
+        path = tmp_path / "streams.yaml"
+        path.write_text(json.dumps({"streams": {bad: {"max_window": "1h"}}}))
+        with pytest.raises(CliError, match="is not valid"):
+            load_streams(str(path))
+    path.write_text(json.dumps({"streams": {"web.v2_a-b": {"max_window": "1h"}}}))
+    assert list(load_streams(str(path))) == ["web.v2_a-b"]
