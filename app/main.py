@@ -124,12 +124,14 @@ def create_app(settings: Settings, redis_url: str) -> FastAPI:
     app.state.keychain = keychain = Keychain(settings.api_keys)
     if not keychain:
         log.warning("no API key configured (TIDEMARK_API_KEYS): every /v1 request is refused")
-    logging.getLogger("uvicorn.access").addFilter(RedactKeys())
+    access_log = logging.getLogger("uvicorn.access")
+    if not any(isinstance(f, RedactKeys) for f in access_log.filters):
+        access_log.addFilter(RedactKeys())
     _error_handlers(app)
     for module in (health, streams, ingest, alerts, queries, live):
         app.include_router(module.router)
-    # Outermost first: a request for a Host we do not answer for (DNS rebinding) is
-    # refused before anything else, then the dashboard's sign-in link is handled.
+    # The last added runs first: a request for a Host we do not answer for (DNS
+    # rebinding) is refused before anything else, then the dashboard's sign-in link.
     app.add_middleware(SignInMiddleware, keychain=keychain)
     app.add_middleware(TrustedHostMiddleware, allowed_hosts=settings.answered_hosts())
     try:

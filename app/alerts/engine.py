@@ -116,6 +116,7 @@ class AlertEngine:
         self.max_in_flight = max_in_flight
         self._tasks: list[asyncio.Task] = []
         self._in_flight: set[asyncio.Task] = set()
+        self._outcomes: list[dict] = []  # finished sends, recorded together each round
         self._wake = asyncio.Event()
 
     def wake(self) -> None:
@@ -150,7 +151,7 @@ class AlertEngine:
             except asyncio.CancelledError:
                 raise
             except Exception as e:  # Redis restarting: listen again shortly
-                log.warning("alert evaluation paused: %s", e)
+                log.warning("alert evaluation paused: %s", type(e).__name__)
                 await asyncio.sleep(1.0)
 
     async def _deliver_loop(self) -> None:
@@ -159,6 +160,7 @@ class AlertEngine:
                                      follow_redirects=False) as client:
             while True:
                 try:
+                    await self._settle_finished()
                     await self._deliver_due(client)
                 except asyncio.CancelledError:
                     raise
@@ -169,6 +171,14 @@ class AlertEngine:
                 except asyncio.TimeoutError:
                     pass
                 self._wake.clear()
+
+    async def _settle_finished(self) -> None:
+        """Record the finished sends in one round trip. If Redis is away they stay queued
+        here; their leases may run out meanwhile and they are sent again (same id)."""
+        if self._outcomes:
+            outcomes = list(self._outcomes)  # sends finishing meanwhile wait for the next round
+            await asyncio.to_thread(self.alerts.settle, outcomes, self.retry_for)
+            del self._outcomes[:len(outcomes)]
 
     async def _deliver_due(self, client: httpx.AsyncClient) -> None:
         """Lease the due deliveries and start each as its own task."""
@@ -198,10 +208,8 @@ class AlertEngine:
                        "attempt": {"delivery_id": lease["delivery_id"], "time": _now_iso(),
                                    "attempt": lease["attempts"] + 1, "status": None,
                                    "error": _error_class(e), "latency_ms": None}}
-        try:
-            await asyncio.to_thread(self.alerts.settle, [outcome], self.retry_for)
-        except Exception as e:  # Redis away: the lease runs out and it is sent again
-            log.warning("delivery outcome not recorded: %s", type(e).__name__)
+        self._outcomes.append(outcome)
+        self._wake.set()
 
     async def _send(self, client: httpx.AsyncClient, rule: AlertRule | None, lease: dict) -> dict:
         if rule is None:  # deleted meanwhile: nothing is sent
