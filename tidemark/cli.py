@@ -13,6 +13,7 @@ from pathlib import Path
 
 import httpx
 import yaml
+from pydantic import ValidationError
 
 from tidemark.errors import CliError
 from tidemark.settings import Settings
@@ -233,6 +234,13 @@ def main(argv: list[str] | None = None) -> int:
          "worker": run_worker, "api": run_api}[args.command](args)
     except CliError as e:
         print(f"tidemark: error: {e}", file=sys.stderr)
+        return 1
+    except ValidationError as e:  # a TIDEMARK_* setting that does not validate
+        err = e.errors()[0]
+        where = ".".join(str(x) for x in err.get("loc", ())) or "settings"
+        msg = err.get('msg', 'invalid').removeprefix('Value error, ')
+        print(f"tidemark: error: setting {where}: {msg} "
+              "(see the Security and Configuration sections of the README)", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130
