@@ -1,12 +1,13 @@
-"""Dependencies shared by the routers, as ``Annotated`` aliases."""
+"""Dependencies shared by the routers, as ``Annotated`` aliases and access guards."""
 
 from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import Depends, Request
+from fastapi import Depends, Request, Security
 
 from app.metrics import Metrics
+from app.security import authorize
 from app.store import Store
 from tidemark.settings import Settings
 
@@ -26,3 +27,8 @@ def get_metrics(request: Request) -> Metrics:
 StoreDep = Annotated[Store, Depends(get_store)]
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 MetricsDep = Annotated[Metrics, Depends(get_metrics)]
+
+# Access guards (contract §9), for a route's or router's ``dependencies=[…]``.
+READ = Security(authorize, scopes=["read"])
+INGEST = Security(authorize, scopes=["ingest"])
+ADMIN = Security(authorize, scopes=["admin"])

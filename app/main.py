@@ -2,28 +2,39 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from contextlib import asynccontextmanager
 
+import redis
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.gzip import GZipMiddleware
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 
 import app.kinds  # noqa: F401  (registers the query kinds)
 from app.alerts.engine import AlertEngine
+from app.alerts.secrets import SecretBox
 from app.alerts.store import AlertNotFound, AlertStore
 from app.answers import QueryError
+from app.live_hub import LiveHub
 from app.metrics import Metrics
 from app.routes import alerts, health, history, ingest, live, queries, streams
+from app.security import PUBLIC_PATHS, Keychain, RedactKeys, SignInMiddleware, api_routes, required_scope
 from app.store import Backpressure, Store, StreamConflict, StreamNotFound
 from sketches.base import CorruptSketchError
 from tidemark import __version__
 from tidemark.capacity import CapacityError
+from tidemark.credentials import secret_key
 from tidemark.hash_secret import load_or_create
+from tidemark.redis_server import config_problems
 from tidemark.settings import Settings
 
 __all__ = ["create_app"]
+
+log = logging.getLogger("tidemark.api")
 
 
 def _validation_message(exc: RequestValidationError) -> str:
@@ -54,6 +65,13 @@ def _error_handlers(app: FastAPI) -> None:
     # whole and reported as unavailable until the worker publishes again.
     app.add_exception_handler(CorruptSketchError, handler(503))
 
+    @app.exception_handler(redis.RedisError)
+    async def storage_down(request: Request, exc: redis.RedisError) -> JSONResponse:
+        # Redis' own words may quote stored bytes or addresses: log the class only.
+        log.warning("Redis error on %s %s: %s", request.method, request.url.path, type(exc).__name__)
+        return JSONResponse({"detail": "storage unavailable; retry shortly"}, status_code=503,
+                            headers={"Retry-After": "5"})
+
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
         return JSONResponse({"detail": _validation_message(exc)}, status_code=422)
@@ -64,14 +82,37 @@ def _error_handlers(app: FastAPI) -> None:
                             headers=getattr(exc, "headers", None))
 
 
+async def _check_redis(redis_url: str) -> None:
+    """Say at start what in the Redis configuration could lose accepted events."""
+    try:
+        problems = await asyncio.to_thread(config_problems, redis_url)
+    except redis.RedisError as e:
+        log.warning("cannot check the Redis configuration now: %s", type(e).__name__)
+        return
+    for problem in problems:
+        log.warning("Redis configuration: %s", problem)
+
+
 @asynccontextmanager
 async def _lifespan(app: FastAPI):
+    settings = app.state.settings
+    await _check_redis(app.state.redis_url)
     engine = AlertEngine(app.state.store, app.state.alerts, app.state.redis_url,
-                         app.state.settings.webhook_retry_for)
+                         settings.webhook_retry_for, settings.webhook_allow_hosts)
     engine.start()
     app.state.alert_engine_wake = engine.wake
     yield
+    await app.state.live_hub.stop()
     await engine.stop()
+
+
+def _check_guarded(app: FastAPI) -> None:
+    """Fail fast if an API route was added without an access guard (contract §9)."""
+    for path, route in api_routes(app.routes):
+        if path in PUBLIC_PATHS or not (path.startswith("/v1/") or path == "/metrics"):
+            continue
+        if required_scope(route) is None:
+            raise RuntimeError(f"route {path} has no access guard")
 
 
 def create_app(settings: Settings, redis_url: str) -> FastAPI:
@@ -81,17 +122,29 @@ def create_app(settings: Settings, redis_url: str) -> FastAPI:
     app.state.redis_url = redis_url
     secret = load_or_create(settings.checkpoint, settings.hash_secret)
     app.state.store = Store(redis_url, secret, settings.max_pending_chunks, settings.max_pending_events)
-    app.state.alerts = AlertStore(redis_url)
+    app.state.alerts = AlertStore(redis_url, SecretBox(secret_key(settings)))
     app.state.alert_engine_wake = lambda: None
     app.state.metrics = Metrics()
+    app.state.live_hub = LiveHub(redis_url, settings.max_sse_clients)
+    app.state.keychain = keychain = Keychain(settings.api_keys)
+    if not keychain:
+        log.warning("no API key configured (TIDEMARK_API_KEYS): every /v1 request is refused")
+    access_log = logging.getLogger("uvicorn.access")
+    if not any(isinstance(f, RedactKeys) for f in access_log.filters):
+        access_log.addFilter(RedactKeys())
     _error_handlers(app)
     app.add_middleware(GZipMiddleware, minimum_size=1024, compresslevel=5)  # not SSE, not pre-gzipped assets
     for module in (health, streams, ingest, alerts, history, queries, live):
         app.include_router(module.router)
+    # The last added runs first: a request for a Host we do not answer for (DNS
+    # rebinding) is refused before anything else, then the dashboard's sign-in link.
+    app.add_middleware(SignInMiddleware, keychain=keychain)
+    app.add_middleware(TrustedHostMiddleware, allowed_hosts=settings.answered_hosts())
     try:
         from frontend import mount
     except ImportError:  # the dashboard is optional for an API-only deployment
         pass
     else:
         mount(app)
+    _check_guarded(app)
     return app

@@ -13,7 +13,9 @@ from tidemark.hash_secret import HashSecret
 SECRET = HashSecret(b"tidemark-bench-secret")
 
 import statistics
+import json
 import os
+import secrets
 import subprocess
 import sys
 import tempfile
@@ -31,6 +33,10 @@ from tidemark.summary import StreamSummary
 from workers.publish import Publisher
 
 STREAMS, RULES = 10, 1000
+
+# An admin key for this run only (contract §9).
+KEY = secrets.token_urlsafe(24)
+HEADERS = {"Authorization": f"Bearer {KEY}"}
 
 
 def main() -> None:
@@ -57,10 +63,13 @@ def main() -> None:
         port = free_port()
         api = subprocess.Popen([sys.executable, "-m", "tidemark.cli", "api", "--redis", redis_server.url,
                                 "--port", str(port)],
-                               env={**os.environ, "TIDEMARK_HASH_SECRET": SECRET.secret.hex()})
+                               env={**os.environ, "TIDEMARK_HASH_SECRET": SECRET.secret.hex(),
+                                    "TIDEMARK_RUN_DIR": tmp,
+                                    "TIDEMARK_API_KEYS": json.dumps([{"key": KEY, "scopes": ["admin"]}]),
+                                    "TIDEMARK_WEBHOOK_ALLOW_HOSTS": '["127.0.0.1"]'})
         try:
             base = f"http://127.0.0.1:{port}"
-            c = httpx.Client(base_url=base, timeout=30)
+            c = httpx.Client(base_url=base, timeout=30, headers=HEADERS)
             while True:
                 try:
                     c.get("/healthz")
@@ -73,7 +82,7 @@ def main() -> None:
             for r in range(RULES):
                 c.post("/v1/alerts", json={"stream": f"b{r % STREAMS}", "query": "count",
                                            "params": {"window": "600"}, "op": ">", "threshold": 10 + r % 50,
-                                           "webhook_url": hook, "secret": "x", "mode": "certain"})
+                                           "webhook_url": hook, "secret": "x" * 16, "mode": "certain"})
             publisher = Publisher(redis_server.url)
             ts = 1e9 + np.arange(1000.0)
             table = decode_chunk(encode_chunk(ts, [None] * ts.size, np.full(ts.size, np.nan), np.ones(ts.size)))

@@ -18,10 +18,10 @@ Cold is a fresh browser context (empty cache), warm a second load in the same co
 
 from __future__ import annotations
 
-from tidemark.hash_secret import HashSecret
-SECRET = HashSecret(b"tidemark-bench-secret")
 
 import argparse
+import json
+import secrets
 import io
 import os
 import statistics
@@ -38,11 +38,15 @@ from playwright.sync_api import sync_playwright
 
 from tidemark.chunks import decode_chunk, encode_chunk
 from tidemark.redis_server import EmbeddedRedis, free_port
+from tidemark.hash_secret import HashSecret
 from tidemark.streams import StreamConfig
 from tidemark.summary import StreamSummary
 from workers.publish import Publisher
 
 ROOT = Path(__file__).resolve().parents[1]
+SECRET = HashSecret(b"tidemark-bench-secret")
+KEY = secrets.token_urlsafe(24)
+HEADERS = {"Authorization": f"Bearer {KEY}"}
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 BEFORE = "93b49dc"  # the last revision with the one-script dashboard and the full plotly.js
@@ -78,6 +82,7 @@ if sys.argv[3] == 'plain':
     gzip_middleware.GZipMiddleware = NoGzip
 from app.main import create_app
 from tidemark.settings import Settings
+
 app = create_app(Settings(redis_url=sys.argv[1]), sys.argv[1])
 uvicorn.run(app, host='127.0.0.1', port=int(sys.argv[2]), log_level='warning')
 """
@@ -87,7 +92,8 @@ def start_api(redis_url: str, cwd: Path, mode: str) -> tuple[subprocess.Popen, s
     """The API; ``python -c`` puts ``cwd`` first on sys.path, so its ``frontend`` wins."""
     port = free_port()
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
-           "TIDEMARK_HASH_SECRET": SECRET.secret.hex()}
+           "TIDEMARK_HASH_SECRET": SECRET.secret.hex(), "TIDEMARK_RUN_DIR": tempfile.mkdtemp(),
+           "TIDEMARK_API_KEYS": json.dumps([{"key": KEY, "scopes": ["admin"]}])}
     proc = subprocess.Popen([sys.executable, "-c", LAUNCH, redis_url, str(port), mode], cwd=cwd, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     base = f"http://127.0.0.1:{port}"
@@ -127,6 +133,7 @@ def page_ready(browser, base: str, runs: int, version: int, window: str) -> dict
     for _ in range(runs):
         context = browser.new_context(viewport={"width": 1400, "height": 1000})
         page = context.new_page()
+        page.goto(f"{base}/?key={KEY}")  # signs in (the cookie); the page is loaded again below
         for kind in ("cold", "warm"):
             for k, v in load(page, f"{base}/#stream=s000&window={window}", version).items():
                 out[kind].setdefault(k, []).append(v)
@@ -168,7 +175,7 @@ def main() -> None:
             config = StreamConfig(max_window="1h")
             publisher = Publisher(redis_server.url)
             for s in range(args.streams):
-                httpx.put(f"{base}/v1/streams/s{s:03d}", json={"max_window": "1h"})
+                httpx.put(f"{base}/v1/streams/s{s:03d}", json={"max_window": "1h"}, headers=HEADERS)
                 publish(publisher, f"s{s:03d}", config, EVENTS, 1)
             results = {}
             with sync_playwright() as p:
@@ -181,6 +188,7 @@ def main() -> None:
                             for k, v in marks.items():
                                 results.setdefault(side, {}).setdefault(kind, {}).setdefault(k, []).extend(v)
                 page = browser.new_page()
+                page.goto(f"{base}/?key={KEY}")
                 load(page, f"{base}/#stream=s000&window={args.window}", 1)
                 delays = []
                 for i in range(args.updates):

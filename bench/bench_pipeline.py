@@ -13,6 +13,8 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import os
+import secrets
 import subprocess
 import sys
 import tempfile
@@ -25,6 +27,10 @@ import numpy as np
 from tidemark.redis_server import EmbeddedRedis, free_port
 
 T0 = 1_700_000_000.0
+
+# An admin key for this run only (contract §9).
+KEY = secrets.token_urlsafe(24)
+HEADERS = {"Authorization": f"Bearer {KEY}"}
 
 
 def _body(rng, start: float, n: int) -> bytes:
@@ -47,7 +53,8 @@ def main() -> None:
     with EmbeddedRedis(f"{tmp}/redis") as redis_server:
         port = free_port()
         api = subprocess.Popen([sys.executable, "-m", "tidemark.cli", "api", "--redis", redis_server.url,
-                                "--port", str(port)])
+                                "--port", str(port)],
+                               env={**os.environ, "TIDEMARK_RUN_DIR": tmp, "TIDEMARK_API_KEYS": json.dumps([{"key": KEY, "scopes": ["admin"]}])})
         worker = subprocess.Popen([sys.executable, "-m", "tidemark.cli", "worker", "--redis",
                                    redis_server.url, "--checkpoint", f"{tmp}/ckpt"],
                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -61,7 +68,7 @@ def main() -> None:
 
 
 def run(base: str, args) -> None:
-    client = httpx.Client(base_url=base, timeout=60)
+    client = httpx.Client(base_url=base, timeout=60, headers=HEADERS)
     deadline = time.monotonic() + 120
     while True:
         try:
@@ -80,14 +87,15 @@ def run(base: str, args) -> None:
     def post_loop(seed: int) -> None:
         rng = np.random.default_rng(seed)
         bodies = [_body(rng, T0 + i * 60, args.batch) for i in range(8)]
-        with httpx.Client(base_url=base, timeout=60) as c:
+        with httpx.Client(base_url=base, timeout=60, headers=HEADERS) as c:
             i = 0
             t_start = time.monotonic()
             while time.monotonic() < stop_at:
                 if args.rate:  # pace this client to its share of the offered rate
                     due = t_start + i * args.batch * args.clients / args.rate
                     time.sleep(max(0.0, due - time.monotonic()))
-                r = c.post("/v1/streams/bench/events", content=bodies[i % len(bodies)])
+                r = c.post("/v1/streams/bench/events", content=bodies[i % len(bodies)],
+                           headers={"content-type": "application/x-ndjson"})
                 i += 1
                 if r.status_code == 429:
                     time.sleep(0.2)
@@ -99,7 +107,7 @@ def run(base: str, args) -> None:
     seen_log: list[tuple[float, int]] = []
 
     def watch() -> None:
-        with httpx.Client(base_url=base, timeout=60) as c:
+        with httpx.Client(base_url=base, timeout=60, headers=HEADERS) as c:
             while time.monotonic() < stop_at + 60:
                 ev = c.get("/v1/streams/bench").json()["status"]["events"]
                 seen_log.append((time.monotonic(), ev))

@@ -35,6 +35,7 @@ from tidemark.streams import StreamConfig  # noqa: E402
 from workers.job import build_spark, start  # noqa: E402
 
 SECRET = HashSecret(b"tidemark-bench-scale-secret")
+KEY = "bench-scale-admin-key-0123456789"
 RATE = 1000  # events/s per active stream
 REQUEST = 500
 CONFIG = StreamConfig(max_window="1h", epsilon=0.05, delta=0.05)
@@ -63,7 +64,9 @@ def run(spark, declared: int, active: int, seconds: float) -> dict:
         api = subprocess.Popen(
             [sys.executable, "-m", "tidemark.cli", "api", "--redis", server.url, "--port", str(port)],
             env={**os.environ, "TIDEMARK_HASH_SECRET": SECRET.secret.hex(),
-                 "TIDEMARK_MAX_PENDING_CHUNKS": "100000"},
+                 "TIDEMARK_MAX_PENDING_CHUNKS": "100000", "TIDEMARK_RUN_DIR": tmp,
+                 "TIDEMARK_MAX_STREAMS": "100000",
+                 "TIDEMARK_API_KEYS": f'[{{"key": "{KEY}", "scopes": ["admin"]}}]'},
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         base = f"http://127.0.0.1:{port}"
         store = Store(server.url, SECRET)
@@ -89,14 +92,16 @@ def run(spark, declared: int, active: int, seconds: float) -> dict:
             ts = t0 + (time.time() - t0) - rng.uniform(0, 5, REQUEST)
             body = "\n".join(f'{{"ts":{t:.3f},"key":"k{k}"}}' for t, k in
                              zip(ts, rng.integers(0, 1000, REQUEST)))
-            r = client.post(f"/v1/streams/{name}/events", content=body)
+            r = client.post(f"/v1/streams/{name}/events", content=body,
+                            headers={"Content-Type": "application/x-ndjson"})
             if r.status_code == 202:
                 with lock:
                     totals[name] += r.json()["accepted"]
                     sent[name].append((time.time(), totals[name]))
 
         def producer():
-            with httpx.Client(base_url=base, timeout=60) as client, ThreadPoolExecutor(8) as pool:
+            with httpx.Client(base_url=base, timeout=60, headers={"Authorization": f"Bearer {KEY}"}) \
+                    as client, ThreadPoolExecutor(8) as pool:
                 tick = 0
                 while not stop.is_set():
                     due = t0 + tick * REQUEST / RATE

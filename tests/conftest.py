@@ -6,6 +6,7 @@ Everything a test needs is started here, on free ports, and stopped after.
 from __future__ import annotations
 
 import os
+import tempfile
 import threading
 import time
 import uuid
@@ -53,8 +54,25 @@ def spark():
     session.stop()
 
 
+# One key per scope (contract §9), configured on every ApiServer unless a test says otherwise.
+KEYS = {scope: f"test-{scope}-key-{uuid.uuid4().hex}" for scope in ("read", "ingest", "admin")}
+API_KEYS = [{"key": key, "scopes": [scope]} for scope, key in KEYS.items()]
+# Shared by every ApiServer of the run, so replicas share the key sealing webhook secrets.
+RUN_DIR = tempfile.mkdtemp(prefix="tidemark-test-run-")
+
+
+def auth(scope: str = "admin") -> dict:
+    """Headers carrying the test key of ``scope``."""
+    return {"Authorization": f"Bearer {KEYS[scope]}"}
+
+
 class ApiServer:
-    """The real FastAPI app under uvicorn, in a thread, on a free port."""
+    """The real FastAPI app under uvicorn, in a thread, on a free port.
+
+    Configured with one API key per scope (``KEYS``); ``client()`` and ``headers`` carry
+    the admin key unless asked for another scope. Webhooks may go to 127.0.0.1 (the
+    tests' receivers) unless ``webhook_allow_hosts`` says otherwise.
+    """
 
     def __init__(self, redis_url: str, **settings):
         import uvicorn
@@ -62,8 +80,13 @@ class ApiServer:
         from app.main import create_app
         from tidemark.settings import Settings
 
+        settings.setdefault("api_keys", API_KEYS)
+        settings.setdefault("run_dir", RUN_DIR)
+        settings.setdefault("webhook_allow_hosts", ["127.0.0.1"])
         self.port = free_port()
         settings.setdefault("hash_secret", TEST_SECRET.secret.hex())
+        self.headers = auth("admin")
+        self.keys = KEYS
         self.app = create_app(Settings(redis_url=redis_url, **settings), redis_url)
         config = uvicorn.Config(self.app, host="127.0.0.1", port=self.port, log_level="warning",
                                 timeout_graceful_shutdown=2)
@@ -73,6 +96,12 @@ class ApiServer:
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
+
+    def client(self, scope: str | None = "admin", **kwargs) -> httpx.Client:
+        """An HTTP client for this server with the key of ``scope`` (None: no key)."""
+        headers = {**(auth(scope) if scope else {}), **kwargs.pop("headers", {})}
+        return httpx.Client(base_url=self.url, headers=headers, timeout=kwargs.pop("timeout", 30),
+                            **kwargs)
 
     def start(self) -> "ApiServer":
         self.thread.start()
@@ -103,8 +132,8 @@ class Pipeline:
     query: object
     checkpoint: str
 
-    def client(self) -> httpx.Client:
-        return httpx.Client(base_url=self.api, timeout=30)
+    def client(self, scope: str = "admin") -> httpx.Client:
+        return httpx.Client(base_url=self.api, timeout=30, headers=auth(scope))
 
     def wait_events(self, stream: str, n: int, timeout: float = 90.0) -> dict:
         """Block until the published sketches reflect ``n`` events; return the status."""

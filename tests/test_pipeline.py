@@ -81,7 +81,8 @@ def test_malformed_events_are_rejected_and_the_good_ones_counted(pipeline, strea
     body = '{"ts": %f}\n{"ts": "soon"}\n{"ts": %f, "weight": -2}\n{"ts": %f, "weight": 2}\n' % (T0, T0, T0 + 1)
     with pipeline.client() as c:
         c.put(f"/v1/streams/{stream_name}", json={"max_window": "10m"})
-        r = c.post(f"/v1/streams/{stream_name}/events", content=body)
+        r = c.post(f"/v1/streams/{stream_name}/events", content=body,
+                   headers={"content-type": "application/x-ndjson"})
         assert r.status_code == 202
         assert r.json()["accepted"] == 2
         assert [x["index"] for x in r.json()["rejected"]] == [1, 2]
@@ -113,9 +114,7 @@ def test_events_too_old_on_arrival_are_counted_as_late_dropped(pipeline, stream_
     ],
 )
 def test_bad_queries_are_4xx_with_a_reason(api, stream_name, path, params, status, detail):
-    import httpx
-
-    with httpx.Client(base_url=api.url) as c:
+    with api.client() as c:
         c.put(f"/v1/streams/{stream_name}", json={"max_window": "1h"})
         r = c.get(path.format(s=stream_name), params=params)
         assert r.status_code == status, r.text

@@ -116,9 +116,7 @@ def test_bad_parameters_are_422(pipeline, loaded, query, params, detail):
 
 
 def test_quantiles_need_no_declared_value_range(api, stream_name):
-    import httpx
-
-    with httpx.Client(base_url=api.url) as c:
+    with api.client() as c:
         c.put(f"/v1/streams/{stream_name}", json={"max_window": "1h"})
         r = c.get(f"/v1/streams/{stream_name}/quantiles", params={"q": "0.5"})
         assert r.status_code == 200 and r.json()["items"] == [{"q": 0.5, "estimate": None, "bound": None}]

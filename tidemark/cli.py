@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -12,11 +13,12 @@ from pathlib import Path
 
 import httpx
 import yaml
+from pydantic import ValidationError
 
 from tidemark import capacity
 from tidemark.errors import CliError
 from tidemark.settings import Settings
-from tidemark.streams import StreamConfig
+from tidemark.streams import STREAM_NAME_PATTERN, StreamConfig
 
 __all__ = ["main"]
 
@@ -34,6 +36,9 @@ def load_streams(path: str | None) -> dict[str, StreamConfig]:
         raise CliError(f"{path}: 'streams' must be a mapping of name -> settings")
     out = {}
     for name, settings in streams.items():
+        if not re.fullmatch(STREAM_NAME_PATTERN, str(name)):
+            raise CliError(f"{path}: stream name {str(name)[:80]!r} is not valid: letters, digits, "
+                           "'_', '.', '-', at most 64, starting with a letter or digit")
         try:
             out[str(name)] = StreamConfig.model_validate(settings or {})
             capacity.check(out[str(name)], Settings().max_summary_bytes)
@@ -92,9 +97,12 @@ def _wait_ready(url: str, procs: list[subprocess.Popen], timeout: float = 180.0)
 
 
 def run_up(args, demo: bool = False) -> None:
+    from tidemark.credentials import ensure_api_keys
     from tidemark.redis_server import EmbeddedRedis
 
     settings = Settings()
+    keys, generated = ensure_api_keys(settings)
+    admin = next((k.key for k in keys if "admin" in k.scopes), None)
     streams = load_streams(args.config)
     redis_url = args.redis or settings.redis_url
     embedded = None
@@ -129,12 +137,20 @@ def run_up(args, demo: bool = False) -> None:
                             env))
         url = f"http://{args.host}:{args.port}"
         _wait_ready(url, procs)
-        print(f"Tidemark is up: dashboard at {url}/  (API docs at {url}/docs)", flush=True)
+        if generated:
+            print(f"Tidemark is up: dashboard at {url}/?key={generated}  (API docs at {url}/docs)\n"
+                  f"  admin API key (kept in {Path(settings.run_dir) / 'api-key'}): "
+                  f"send 'Authorization: Bearer <key>'", flush=True)
+        else:
+            print(f"Tidemark is up: dashboard at {url}/?key=<a read key>  (API docs at {url}/docs)",
+                  flush=True)
         generator = None
         if demo:
             from tidemark.demo import DemoFeeder
 
-            generator = DemoFeeder(url)
+            if admin is None:
+                raise CliError("the demo needs an admin key in TIDEMARK_API_KEYS to declare and feed streams")
+            generator = DemoFeeder(url, admin)
             generator.start()
         while not stopping and all(p.poll() is None for p in procs):
             time.sleep(0.2)
@@ -170,12 +186,18 @@ def run_api(args) -> None:
 
     from app.main import create_app
 
-    settings = Settings()
+    from tidemark.credentials import ensure_api_keys
+
+    settings = Settings(host=args.host, port=args.port)
     redis_url = args.redis or settings.redis_url
     if not redis_url:
         raise CliError("the API needs --redis URL (or REDIS_URL)")
     declare_streams(redis_url, load_streams(args.config))
-    app = create_app(settings, redis_url)
+    keys, generated = ensure_api_keys(settings)
+    if generated:
+        print(f"tidemark api: no TIDEMARK_API_KEYS; using the admin key in "
+              f"{Path(settings.run_dir) / 'api-key'}", file=sys.stderr, flush=True)
+    app = create_app(settings.model_copy(update={"api_keys": keys}), redis_url)
     # Open dashboards hold /v1/live streams: give them 2 s, then stop regardless.
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning", timeout_graceful_shutdown=2)
 
@@ -183,7 +205,8 @@ def run_api(args) -> None:
 def run_ingest(args) -> None:
     from tidemark.ingest_client import send_files
 
-    send_files(args.api, args.stream, args.files, args.batch)
+    send_files(args.api, args.stream, args.files, args.batch,
+               key=args.key or os.environ.get("TIDEMARK_KEY"))
 
 
 # -- argument parsing ----------------------------------------------------------------------
@@ -203,6 +226,7 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--stream", required=True)
     s.add_argument("--api", default="http://127.0.0.1:8000")
     s.add_argument("--batch", type=int, default=5000, help="events per request")
+    s.add_argument("--key", help="API key with the 'ingest' scope (default: $TIDEMARK_KEY)")
     s.add_argument("files", nargs="+")
     s = sub.add_parser("worker", help="run the Spark worker")
     s.add_argument("--redis")
@@ -225,6 +249,13 @@ def main(argv: list[str] | None = None) -> int:
          "worker": run_worker, "api": run_api}[args.command](args)
     except CliError as e:
         print(f"tidemark: error: {e}", file=sys.stderr)
+        return 1
+    except ValidationError as e:  # a TIDEMARK_* setting that does not validate
+        err = e.errors()[0]
+        where = ".".join(str(x) for x in err.get("loc", ())) or "settings"
+        msg = err.get('msg', 'invalid').removeprefix('Value error, ')
+        print(f"tidemark: error: setting {where}: {msg} "
+              "(see the Security and Configuration sections of the README)", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130

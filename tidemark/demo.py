@@ -36,8 +36,8 @@ def generate(rng: np.random.Generator, now: float, n: int, n_keys: int = 2000) -
 class DemoFeeder:
     """Posts generated events to every demo stream about twice a second, with bursts."""
 
-    def __init__(self, api: str, rate: float = 400.0, seed: int = 7):
-        self.api, self.rate = api, rate
+    def __init__(self, api: str, key: str, rate: float = 400.0, seed: int = 7):
+        self.api, self.key, self.rate = api, key, rate
         self.rng = np.random.default_rng(seed)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -50,7 +50,8 @@ class DemoFeeder:
         self._thread.join(5)
 
     def _run(self) -> None:
-        with httpx.Client(base_url=self.api, timeout=10) as client:
+        headers = {"Authorization": f"Bearer {self.key}"}
+        with httpx.Client(base_url=self.api, timeout=10, headers=headers) as client:
             while not self._stop.wait(0.5):
                 burst = 8.0 if self.rng.random() < 0.05 else 1.0
                 for stream in DEMO_STREAMS:

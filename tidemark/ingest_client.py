@@ -34,16 +34,20 @@ def _body(events: list) -> bytes:
     return ("\n".join(lines) + "\n").encode()
 
 
-def send_files(api: str, stream: str, files: list[str], batch: int = 5000) -> tuple[int, int]:
+def send_files(api: str, stream: str, files: list[str], batch: int = 5000,
+               key: str | None = None) -> tuple[int, int]:
     paths = [Path(f) for f in files]
     for p in paths:
         if not p.is_file():
             raise CliError(f"no such file: {p}")
+    if not key:
+        raise CliError("ingest needs an API key with the 'ingest' scope: --key KEY or TIDEMARK_KEY")
     total_bytes = sum(p.stat().st_size for p in paths)
     accepted, rejected, offset = 0, [], 0
     columns = [TextColumn("[bold]{task.description}"), BarColumn(), TransferSpeedColumn(),
                TimeRemainingColumn()]
-    with httpx.Client(base_url=api, timeout=60) as client, \
+    headers = {"Authorization": f"Bearer {key}"}
+    with httpx.Client(base_url=api, timeout=60, headers=headers) as client, \
             Progress(*columns, transient=False, disable=not sys.stderr.isatty()) as progress:
         task = progress.add_task(f"ingest → {stream}", total=total_bytes)
         for path in paths:

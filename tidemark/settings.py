@@ -2,10 +2,30 @@
 
 from __future__ import annotations
 
-from pydantic import AliasChoices, Field
+import ipaddress
+from pathlib import Path
+from typing import Literal
+
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-__all__ = ["Settings"]
+__all__ = ["Settings", "ApiKey", "SCOPES"]
+
+SCOPES = ("read", "ingest", "admin")
+
+
+class ApiKey(BaseModel):
+    """One API key and what it may do (contract §9); ``admin`` implies the other two."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    key: str = Field(min_length=16, max_length=512)
+    scopes: list[Literal["read", "ingest", "admin"]] = Field(min_length=1)
+
+    def __repr__(self) -> str:  # never print the key itself
+        return f"ApiKey(scopes={self.scopes})"
+
+    __str__ = __repr__
 
 
 class Settings(BaseSettings):
@@ -38,8 +58,59 @@ class Settings(BaseSettings):
     max_pending_events: int = Field(
         default=2_000_000, ge=1, description="events waiting for the worker, per stream, before 429")
     max_body_bytes: int = Field(default=64 * 1024 * 1024, ge=1024)
+
+    # -- access (contract §9) ----------------------------------------------------------
+    api_keys: list[ApiKey] = Field(
+        default_factory=list, repr=False,
+        description="JSON list of {key, scopes}; none = up/demo create an admin key in run_dir")
+    allowed_hosts: list[str] | None = Field(
+        default=None, description="Host headers answered; none = the bind host, localhost, "
+        "127.0.0.1 (and the machine's names when bound to all interfaces)")
+    secret_key_file: str | None = Field(
+        default=None, description="Fernet key encrypting webhook secrets; none = run_dir/secret.key")
+
+    # -- webhooks ----------------------------------------------------------------------
     webhook_allow_hosts: list[str] = Field(
-        default_factory=lambda: ["127.0.0.1", "localhost", "::1"],
-        description="hosts alerts may POST to ('*' allows any)",
+        default_factory=list,
+        description="non-public hosts (names, IPs or CIDRs) alerts may still POST to",
     )
     webhook_retry_for: float = Field(default=86400.0, gt=0, description="seconds to keep retrying")
+    min_secret_length: int = Field(default=16, ge=1, le=512)
+
+    # -- input and quotas --------------------------------------------------------------
+    max_future: float = Field(default=600.0, ge=0, description="seconds an event's ts may be "
+                              "ahead of the server's wall clock")
+    max_streams: int = Field(default=1000, ge=1)
+    max_alerts: int = Field(default=1000, ge=1)
+    max_sse_clients: int = Field(default=100, ge=1)
+
+    @field_validator("webhook_allow_hosts")
+    @classmethod
+    def _explicit_hosts(cls, hosts: list[str]) -> list[str]:
+        out = []
+        for h in hosts:
+            h = h.strip().lower().rstrip(".")
+            if not h or "*" in h:
+                raise ValueError("list hosts, IPs or CIDRs one by one: wildcards are not allowed")
+            if "/" in h:
+                try:
+                    ipaddress.ip_network(h, strict=False)
+                except ValueError:
+                    raise ValueError(f"{h!r} is not a CIDR network") from None
+            out.append(h)
+        return out
+
+    @property
+    def run_path(self) -> Path:
+        return Path(self.run_dir)
+
+    def answered_hosts(self) -> list[str]:
+        """Host header values this server answers (DNS rebinding defence)."""
+        if self.allowed_hosts is not None:
+            return self.allowed_hosts
+        hosts = {self.host, "localhost", "127.0.0.1", "::1", "[::1]", "testserver"}
+        if self.host in ("0.0.0.0", "::", ""):
+            import socket
+
+            hosts |= {socket.gethostname(), socket.getfqdn()}
+        return sorted(h for h in hosts if h)

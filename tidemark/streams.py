@@ -111,6 +111,8 @@ class StreamConfig(BaseModel):
             raise ValueError("value_min and value_max must be given together")
         if self.value_min is not None and not self.value_min < self.value_max:
             raise ValueError("value_min must be less than value_max")
+        if self.value_min is not None and not math.isfinite(self.value_max - self.value_min):
+            raise ValueError("value_max - value_min must be a finite number (the range is too wide)")
         if self.resolution > self.max_window:
             raise ValueError("resolution must not exceed max_window")
         if self.max_window / self.resolution > 2**40:

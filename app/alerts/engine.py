@@ -18,7 +18,8 @@ import time
 import httpx
 
 from app.alerts.rules import AlertRule, crossed
-from app.alerts.store import AlertStore
+from app.alerts.store import UNREADABLE, AlertStore
+from app.alerts.webhooks import PinnedTransport, WebhookRefused
 from app.answers import QueryError, answer_from_store
 from app.store import Store, StreamNotFound, announcements
 
@@ -93,12 +94,29 @@ def _involves(rule: AlertRule, stream: str) -> bool:
     return rule.stream == stream
 
 
+def _error_class(e: BaseException) -> str:
+    """What the deliveries log says about a failure: its class, never the socket's own
+    words (which would turn the log into a port scanner)."""
+    if isinstance(e, WebhookRefused):
+        return "refused: webhook address not allowed"
+    return type(e).__name__
+
+
 class AlertEngine:
+    """Evaluates rules on each announced version and sends due deliveries.
+
+    Every delivery is its own task, settled when it ends: a receiver that hangs or a URL
+    that cannot even be parsed costs only its own delivery, never the others'.
+    """
+
     def __init__(self, store: Store, alerts: AlertStore, redis_url: str, retry_for: float,
-                 timeout: float = 10.0):
+                 allow_hosts: list[str], timeout: float = 10.0, max_in_flight: int = 200):
         self.store, self.alerts, self.redis_url = store, alerts, redis_url
-        self.retry_for, self.timeout = retry_for, timeout
+        self.retry_for, self.timeout, self.allow_hosts = retry_for, timeout, allow_hosts
+        self.max_in_flight = max_in_flight
         self._tasks: list[asyncio.Task] = []
+        self._in_flight: set[asyncio.Task] = set()
+        self._outcomes: list[dict] = []  # finished sends, recorded together each round
         self._wake = asyncio.Event()
 
     def wake(self) -> None:
@@ -111,9 +129,10 @@ class AlertEngine:
                        asyncio.create_task(self._deliver_loop())]
 
     async def stop(self) -> None:
-        for t in self._tasks:
+        tasks = [*self._tasks, *self._in_flight]
+        for t in tasks:
             t.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await asyncio.gather(*tasks, return_exceptions=True)
 
     def evaluate_stream(self, stream: str | None) -> int:
         answers: dict = {}
@@ -132,53 +151,87 @@ class AlertEngine:
             except asyncio.CancelledError:
                 raise
             except Exception as e:  # Redis restarting: listen again shortly
-                log.warning("alert evaluation paused: %s", e)
+                log.warning("alert evaluation paused: %s", type(e).__name__)
                 await asyncio.sleep(1.0)
 
     async def _deliver_loop(self) -> None:
-        limits = httpx.Limits(max_connections=200, max_keepalive_connections=50)
-        async with httpx.AsyncClient(timeout=self.timeout, follow_redirects=False, limits=limits) as client:
+        transport = PinnedTransport(self.allow_hosts)
+        async with httpx.AsyncClient(transport=transport, timeout=self.timeout,
+                                     follow_redirects=False) as client:
             while True:
                 try:
+                    await self._settle_finished()
                     await self._deliver_due(client)
                 except asyncio.CancelledError:
                     raise
                 except Exception as e:
-                    log.warning("alert delivery paused: %s", e)
+                    log.warning("alert delivery paused: %s", type(e).__name__)
                 try:
                     await asyncio.wait_for(self._wake.wait(), timeout=0.25)
                 except asyncio.TimeoutError:
                     pass
                 self._wake.clear()
 
+    async def _settle_finished(self) -> None:
+        """Record the finished sends in one round trip. If Redis is away they stay queued
+        here; their leases may run out meanwhile and they are sent again (same id)."""
+        if self._outcomes:
+            outcomes = list(self._outcomes)  # sends finishing meanwhile wait for the next round
+            await asyncio.to_thread(self.alerts.settle, outcomes, self.retry_for)
+            del self._outcomes[:len(outcomes)]
+
     async def _deliver_due(self, client: httpx.AsyncClient) -> None:
-        """Lease every due delivery at once, send them concurrently, record the outcomes."""
-        leased = await asyncio.to_thread(self.alerts.lease_due, time.time(), self.timeout * 3)
+        """Lease the due deliveries and start each as its own task."""
+        room = self.max_in_flight - len(self._in_flight)
+        if room <= 0:
+            return
+        # The lease outlasts a send (timeout) with room to record it.
+        leased = await asyncio.to_thread(self.alerts.lease_due, time.time(), self.timeout * 3,
+                                         min(room, 500))
         if not leased:
             return
         rules = {r.id: r for r in await asyncio.to_thread(self.alerts.rules)}
-        outcomes = await asyncio.gather(*(self._send(client, rules.get(d["alert_id"]), d) for d in leased))
-        await asyncio.to_thread(self.alerts.settle, outcomes, self.retry_for)
-        if len(leased) >= 500:
+        for lease in leased:
+            task = asyncio.create_task(self._deliver_one(client, rules.get(lease["alert_id"]), lease))
+            self._in_flight.add(task)
+            task.add_done_callback(self._in_flight.discard)
+        if len(leased) >= room:
             self._wake.set()  # more may be due
+
+    async def _deliver_one(self, client: httpx.AsyncClient, rule: AlertRule | None, lease: dict) -> None:
+        try:
+            outcome = await self._send(client, rule, lease)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # whatever went wrong, it is this delivery's alone
+            outcome = {"lease": lease, "ok": False,
+                       "attempt": {"delivery_id": lease["delivery_id"], "time": _now_iso(),
+                                   "attempt": lease["attempts"] + 1, "status": None,
+                                   "error": _error_class(e), "latency_ms": None}}
+        self._outcomes.append(outcome)
+        self._wake.set()
 
     async def _send(self, client: httpx.AsyncClient, rule: AlertRule | None, lease: dict) -> dict:
         if rule is None:  # deleted meanwhile: nothing is sent
             return {"lease": lease, "ok": True, "attempt": None}
         body = json.loads(lease["body"])
         body["sent_at"] = _now_iso()
+        attempt = {"delivery_id": body["delivery_id"], "state": body["state"], "time": body["sent_at"],
+                   "attempt": lease["attempts"] + 1}
+        if rule.secret == UNREADABLE:
+            attempt.update(status=None, latency_ms=None,
+                           error="secret unreadable: TIDEMARK_SECRET_KEY_FILE changed")
+            return {"lease": lease, "ok": False, "attempt": attempt}
         raw = json.dumps(body).encode()
         headers = {"content-type": "application/json", "X-Tidemark-Signature": sign(raw, rule.secret),
                    "X-Tidemark-Delivery": body["delivery_id"]}
-        attempt = {"delivery_id": body["delivery_id"], "state": body["state"], "time": body["sent_at"],
-                   "attempt": lease["attempts"] + 1}
         started = time.perf_counter()
         try:
             resp = await client.post(rule.webhook_url, content=raw, headers=headers)
             attempt.update(status=resp.status_code, error=None)
-            ok = 200 <= resp.status_code < 300
-        except httpx.HTTPError as e:
-            attempt.update(status=None, error=f"{type(e).__name__}: {e}"[:300])
+            ok = 200 <= resp.status_code < 300  # a redirect is not followed: not delivered
+        except Exception as e:
+            attempt.update(status=None, error=_error_class(e))
             ok = False
         attempt["latency_ms"] = round((time.perf_counter() - started) * 1000, 2)
         return {"lease": lease, "ok": ok, "attempt": attempt}

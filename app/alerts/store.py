@@ -20,6 +20,7 @@ import uuid
 import redis
 
 from app.alerts.rules import AlertRule
+from app.alerts.secrets import SecretBox
 from tidemark.keys import PREFIX
 
 __all__ = ["AlertStore", "AlertNotFound"]
@@ -80,24 +81,41 @@ return out
 """
 
 
+UNREADABLE = ""  # the secret of a rule sealed under another key: nothing is sent
+
+
 class AlertStore:
-    def __init__(self, redis_url: str):
+    def __init__(self, redis_url: str, box: SecretBox):
         self.redis = redis.Redis.from_url(redis_url)
+        self.box = box
         self._transition = self.redis.register_script(_TRANSITION)
         self._lease_due = self.redis.register_script(_LEASE_DUE)
 
     # -- rules -------------------------------------------------------------------------
     def add(self, rule: AlertRule) -> None:
-        self.redis.hset(RULES, rule.id, rule.model_dump_json())
+        # The URL too: for Slack-style hooks the URL is the credential.
+        sealed = rule.model_copy(update={"secret": self.box.seal(rule.secret),
+                                         "webhook_url": self.box.seal(rule.webhook_url)})
+        self.redis.hset(RULES, rule.id, sealed.model_dump_json())
+
+    def _load(self, raw: bytes) -> AlertRule:
+        rule = AlertRule.model_validate_json(raw)
+        secret, url = self.box.open(rule.secret), self.box.open(rule.webhook_url)
+        if secret is None or url is None:
+            secret, url = UNREADABLE, "http://unreadable.invalid/"
+        return rule.model_copy(update={"secret": secret, "webhook_url": url})
 
     def rules(self) -> list[AlertRule]:
-        return [AlertRule.model_validate_json(v) for v in self.redis.hvals(RULES)]
+        return [self._load(v) for v in self.redis.hvals(RULES)]
+
+    def count(self) -> int:
+        return int(self.redis.hlen(RULES))
 
     def get(self, alert_id: str) -> AlertRule:
         raw = self.redis.hget(RULES, alert_id)
         if raw is None:
             raise AlertNotFound(alert_id)
-        return AlertRule.model_validate_json(raw)
+        return self._load(raw)
 
     def delete(self, alert_id: str) -> None:
         if not self.redis.hdel(RULES, alert_id):

@@ -8,7 +8,7 @@ from fastapi import APIRouter
 from fastapi.responses import JSONResponse, PlainTextResponse
 from prometheus_client import generate_latest
 
-from app.deps import MetricsDep, SettingsDep, StoreDep
+from app.deps import READ, MetricsDep, SettingsDep, StoreDep
 
 router = APIRouter(tags=["health"])
 
@@ -26,7 +26,7 @@ def readyz(store: StoreDep, settings: SettingsDep):
     return JSONResponse(body, status_code=200 if body["ready"] else 503)
 
 
-@router.get("/metrics")
+@router.get("/metrics", dependencies=[READ])
 def metrics(store: StoreDep, metrics: MetricsDep) -> PlainTextResponse:
     if store.ping():
         for name in store.names():

@@ -16,7 +16,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request
 
 from app.answers import answer, parse_window
-from app.deps import MetricsDep, StoreDep
+from app.deps import READ, MetricsDep, StoreDep
 from app.routes.streams import StreamName
 
 __all__ = ["router", "instants", "MAX_POINTS"]
@@ -37,7 +37,7 @@ def instants(end: float, earliest: float, points: int) -> list[float]:
     return [earliest + i * step for i in range(points - 1)] + [end]
 
 
-@router.get("/v1/streams/{name}/{query}/history")
+@router.get("/v1/streams/{name}/{query}/history", dependencies=[READ])
 def history(name: StreamName, query: str, request: Request, store: StoreDep, metrics: MetricsDep,
             points: Annotated[int, Query(ge=1, le=MAX_POINTS,
                                          description="number of instants (answers)")] = DEFAULT_POINTS,

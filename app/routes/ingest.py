@@ -3,21 +3,29 @@
 from __future__ import annotations
 
 import asyncio
-
 from typing import Annotated
 
 from fastapi import APIRouter, Header, HTTPException, Request, Response
 
-from app.deps import MetricsDep, SettingsDep, StoreDep
+from app.deps import INGEST, MetricsDep, SettingsDep, StoreDep
 from app.routes.streams import StreamName
 from tidemark.chunks import encode_chunk
-from tidemark.events import BodyError, EventBatch, parse_body, validate_events, validate_ndjson_fast
+from tidemark.events import (ARROW_STREAM, BodyError, EventBatch, parse_body, validate_arrow,
+                             validate_events, validate_ndjson_fast)
 
 router = APIRouter(prefix="/v1/streams", tags=["ingest"])
 
+# Only types a cross-site HTML form cannot send without a CORS preflight (contract §9).
+BODY_TYPES = ("application/json", "application/x-ndjson", ARROW_STREAM)
 
-def _validate(body: bytes, config) -> EventBatch:
-    batch = validate_ndjson_fast(body, config)
+
+def _validate(body: bytes, config, max_future: float, media: str) -> EventBatch:
+    if media == ARROW_STREAM:  # the fast path: columns in, columns checked
+        try:
+            return validate_arrow(body, config, max_future)
+        except BodyError as e:
+            raise HTTPException(400, str(e)) from None
+    batch = validate_ndjson_fast(body, config, max_future)
     if batch is not None:
         return batch
     # Irregular NDJSON or a JSON array: event by event, naming each bad one.
@@ -25,11 +33,12 @@ def _validate(body: bytes, config) -> EventBatch:
         items = parse_body(body, None)
     except (BodyError, UnicodeDecodeError) as e:
         raise HTTPException(400, str(e)) from None
-    return validate_events(items, config)
+    return validate_events(items, config, max_future)
 
 
-def _ingest(name: str, body: bytes, store, idempotency_key: str | None) -> tuple[EventBatch, dict]:
-    batch = _validate(body, store.config(name))
+def _ingest(name: str, body: bytes, store, max_future: float, media: str,
+            idempotency_key: str | None) -> tuple[EventBatch, dict]:
+    batch = _validate(body, store.config(name), max_future, media)
     chunk = encode_chunk(batch.ts, batch.key, batch.value, batch.weight) if len(batch) else None
     receipt = {
         "accepted": len(batch),
@@ -41,17 +50,48 @@ def _ingest(name: str, body: bytes, store, idempotency_key: str | None) -> tuple
     return batch, first
 
 
-@router.post("/{name}/events", status_code=202)
+def _media_type(request: Request) -> str:
+    media = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if media not in BODY_TYPES:
+        raise HTTPException(415, "send events as application/json (an array), "
+                                 "application/x-ndjson (one object per line) or "
+                                 f"{ARROW_STREAM} (columns ts, key, value, weight)")
+    return media
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The body, refused with 413 as soon as it is known to exceed ``limit``: from its
+    ``Content-Length`` before reading anything, else while counting the bytes streamed."""
+    declared = request.headers.get("content-length")
+    if declared is not None:
+        if not declared.isdigit():
+            raise HTTPException(400, "Content-Length is not a number")
+        if int(declared) > limit:
+            raise HTTPException(413, f"body larger than {limit} bytes; split it")
+    parts, size = [], 0
+    async for part in request.stream():
+        size += len(part)
+        if size > limit:
+            raise HTTPException(413, f"body larger than {limit} bytes; split it")
+        parts.append(part)
+    return b"".join(parts)
+
+
+@router.post("/{name}/events", status_code=202, dependencies=[INGEST],
+             openapi_extra={"requestBody": {"required": True, "content": {
+                 "application/json": {"schema": {"type": "array", "items": {"type": "object"}}},
+                 "application/x-ndjson": {"schema": {"type": "string"}},
+                 ARROW_STREAM: {"schema": {"type": "string", "format": "binary"}}}}})
 async def ingest(name: StreamName, request: Request, response: Response, store: StoreDep,
                  settings: SettingsDep, metrics: MetricsDep,
                  idempotency_key: Annotated[str | None, Header(
                      max_length=255, description="a retry with the same key within 24 h is "
                      "answered with the first answer and stores nothing again")] = None) -> dict:
-    body = await request.body()
-    if len(body) > settings.max_body_bytes:
-        raise HTTPException(413, f"body larger than {settings.max_body_bytes} bytes; split it")
+    media = _media_type(request)
+    body = await read_body(request, settings.max_body_bytes)
     # Validation and encoding are CPU work: off the event loop.
-    batch, receipt = await asyncio.to_thread(_ingest, name, body, store, idempotency_key)
+    batch, receipt = await asyncio.to_thread(_ingest, name, body, store, settings.max_future,
+                                             media, idempotency_key)
     if receipt.pop("replayed", False):
         response.headers["Idempotent-Replayed"] = "true"
     else:

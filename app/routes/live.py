@@ -2,25 +2,42 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, HTTPException, Request
 from fastapi.responses import StreamingResponse
 
-from app.deps import SettingsDep
-from app.store import announcements
+from app.deps import READ
+from app.live_hub import TooManyClients
 
 router = APIRouter(tags=["live"])
 
+KEEP_ALIVE = 5.0  # seconds between comment lines, so a dead connection is noticed
 
-@router.get("/v1/live")
-async def live(request: Request, settings: SettingsDep) -> StreamingResponse:
+
+@router.get("/v1/live", dependencies=[READ])
+async def live(request: Request) -> StreamingResponse:
+    hub = request.app.state.live_hub
+    try:
+        queue = hub.subscribe()
+    except TooManyClients as e:
+        raise HTTPException(429, str(e), headers={"Retry-After": "10"}) from None
+
     async def events():
-        yield "retry: 1000\n\n"
-        async for note in announcements(request.app.state.redis_url):
-            if await request.is_disconnected():
-                return
-            yield f"data: {json.dumps(note)}\n\n" if note else ": keep-alive\n\n"
+        # A client that leaves cancels this generator (Starlette listens for the
+        # disconnect; a keep-alive to a closed socket fails), which frees its slot.
+        try:
+            yield "retry: 1000\n\n"
+            while True:
+                try:
+                    note = await asyncio.wait_for(queue.get(), KEEP_ALIVE)
+                except asyncio.TimeoutError:
+                    yield ": keep-alive\n\n"
+                else:
+                    yield f"data: {json.dumps(note)}\n\n"
+        finally:
+            hub.unsubscribe(queue)
 
     return StreamingResponse(events(), media_type="text/event-stream",
                              headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})

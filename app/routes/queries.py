@@ -8,10 +8,10 @@ from fastapi import APIRouter, Request
 
 from app.answers import answer_from_store
 from app.kinds.keyed import inner_product_from_store
-from app.deps import MetricsDep, StoreDep
+from app.deps import READ, MetricsDep, StoreDep
 from app.routes.streams import StreamName
 
-router = APIRouter(tags=["queries"])
+router = APIRouter(tags=["queries"], dependencies=[READ])
 
 
 @router.get("/v1/inner-product")

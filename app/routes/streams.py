@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Path, Response
+from fastapi import APIRouter, HTTPException, Path, Query, Response
 
-from app.deps import SettingsDep, StoreDep
+from app.deps import ADMIN, READ, SettingsDep, StoreDep
 from tidemark import capacity
 from tidemark.streams import STREAM_NAME_PATTERN, StreamConfig
 
@@ -18,20 +18,35 @@ def describe(store, name: str) -> dict:
     return {"name": name, "settings": store.config(name).public(), "status": store.status(name)}
 
 
-@router.get("")
-def list_streams(store: StoreDep) -> dict:
-    return {"streams": [describe(store, n) for n in store.names()]}
+@router.get("", dependencies=[READ])
+def list_streams(
+    store: StoreDep,
+    limit: Annotated[int, Query(ge=1, le=1000, description="streams per page")] = 1000,
+    cursor: Annotated[str | None, Query(pattern=STREAM_NAME_PATTERN,
+                                        description="the previous page's next_cursor")] = None,
+) -> dict:
+    """Streams in name order, a page at a time; ``next_cursor`` is null on the last page."""
+    names = store.names()
+    if cursor is not None:
+        names = [n for n in names if n > cursor]
+    page = names[:limit]
+    return {"streams": [describe(store, n) for n in page],
+            "next_cursor": page[-1] if len(names) > limit else None}
 
 
-@router.put("/{name}", status_code=201)
+@router.put("/{name}", status_code=201, dependencies=[ADMIN])
 def declare_stream(name: StreamName, config: StreamConfig, store: StoreDep, settings: SettingsDep,
                    response: Response) -> dict:
     capacity.check(config, settings.max_summary_bytes)  # 422 before anything is stored
+    names = store.names()
+    if name not in names and len(names) >= settings.max_streams:
+        raise HTTPException(409, f"this deployment already has {len(names)} streams, its limit "
+                                 "(TIDEMARK_MAX_STREAMS)")
     if not store.declare(name, config):
         response.status_code = 200
     return describe(store, name)
 
 
-@router.get("/{name}")
+@router.get("/{name}", dependencies=[READ])
 def get_stream(name: StreamName, store: StoreDep) -> dict:
     return describe(store, name)

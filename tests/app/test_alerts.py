@@ -9,7 +9,6 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-import httpx
 import pytest
 
 from tests.conftest import ApiServer
@@ -17,7 +16,7 @@ from tidemark.redis_server import free_port
 
 pytestmark = pytest.mark.spark
 T0 = 1_700_000_000.0
-SECRET = "s3cret"
+SECRET = "s3cret-of-16-chars-or-more"
 
 
 class Receiver:
@@ -166,7 +165,7 @@ def test_a_pending_delivery_survives_an_api_restart(pipeline, stream_name, redis
     # A second API replica queues the message while the receiver is down, then stops.
     replica = ApiServer(redis_url).start()
     try:
-        with httpx.Client(base_url=replica.url) as c:
+        with replica.client() as c:
             alert = c.post("/v1/alerts", json=_rule(stream_name, url)).json()
             assert alert["state"] == "firing"
             time.sleep(1.0)
@@ -209,7 +208,7 @@ def test_a_deleted_rule_sends_nothing(pipeline, stream_name, receiver):
     ],
 )
 def test_bad_rules_are_refused_with_reasons(api, stream_name, change, detail):
-    with httpx.Client(base_url=api.url) as c:
+    with api.client() as c:
         c.put(f"/v1/streams/{stream_name}", json={"max_window": "1h"})
         r = c.post("/v1/alerts", json={**_rule(stream_name, "http://127.0.0.1:9/x"), **change})
         assert r.status_code in (404, 422), r.text
@@ -217,7 +216,7 @@ def test_bad_rules_are_refused_with_reasons(api, stream_name, change, detail):
 
 
 def test_a_quantile_rule_on_an_empty_stream_is_accepted(api, stream_name):
-    with httpx.Client(base_url=api.url) as c:
+    with api.client() as c:
         c.put(f"/v1/streams/{stream_name}", json={"max_window": "1h", "value_min": 0, "value_max": 10})
         rule = {**_rule(stream_name, "http://127.0.0.1:9/x"), "query": "quantiles", "params": {"q": "0.99"}}
         r = c.post("/v1/alerts", json=rule)

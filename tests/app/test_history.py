@@ -65,7 +65,7 @@ def test_history_answers_are_the_plain_answers_and_hold_the_truth(api, redis_url
     ts, weights = data
     name = next(_names)
     _publish(redis_url, name, ts, weights)
-    with httpx.Client(base_url=api.url, timeout=30) as c:
+    with api.client() as c:
         for query, truth_of in (("count", lambda m: float(m.sum())), ("sum", lambda m: float(weights[m].sum()))):
             r = c.get(f"/v1/streams/{name}/{query}/history", params={"window": window, "points": points})
             assert r.status_code == 200, r.text

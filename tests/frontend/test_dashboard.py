@@ -24,6 +24,8 @@ import httpx
 import numpy as np
 import pytest
 
+from tests.conftest import KEYS, auth
+
 ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"
 STATIC = Path(__file__).resolve().parents[2] / "frontend" / "static"
 CHROMIUM = "/usr/bin/chromium"
@@ -54,6 +56,9 @@ class Dashboard:
     def __init__(self, browser, base_url: str):
         self.base = base_url.rstrip("/")
         self.context = browser.new_context(viewport={"width": 1400, "height": 1000})
+        # Signed in as /?key=… would do it: the read key in an HttpOnly SameSite=Strict cookie.
+        self.context.add_cookies([{"name": "tidemark_key", "value": KEYS["read"], "url": self.base,
+                                   "httpOnly": True, "sameSite": "Strict"}])
         self.page = self.context.new_page()
         self.page.set_default_timeout(30_000)
         self.console, self.errors, self.requests, self.failed = [], [], [], []
@@ -212,7 +217,7 @@ def _asset_urls(html: str) -> dict[str, str]:
 
 
 def test_page_and_assets_are_served_locally(api):
-    with httpx.Client(base_url=api.url, timeout=30) as c:
+    with httpx.Client(base_url=api.url, timeout=30, headers=auth("admin")) as c:
         page = c.get("/")
         assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
         assert "http://" not in page.text and "https://" not in page.text  # nothing from a CDN
@@ -406,7 +411,7 @@ def test_key_and_value_panels_show_the_api_answers_or_say_why_not(pipeline, stre
         pipeline.wait_events(twin, 1000)
         rules = [c.post("/v1/alerts", json={"stream": stream_name, "query": "count", "params": {"window": "3600"},
                                             "op": op, "threshold": 1000, "webhook_url": receiver,
-                                            "secret": "s", "mode": "certain"}) for op in (">", "<")]
+                                            "secret": "s" * 16, "mode": "certain"}) for op in (">", "<")]
         assert all(r.status_code == 201 for r in rules), [r.text for r in rules]
         try:
             d = dashboard(pipeline.api).open(f"#stream={stream_name}")
@@ -530,7 +535,7 @@ def _check_decayed_sums(c, d, stream):
 
 
 def _check_alerts(d, stream):
-    listed = httpx.get(f"{d.base}/v1/alerts").json()["alerts"]
+    listed = httpx.get(f"{d.base}/v1/alerts", headers=auth("read")).json()["alerts"]
     mine = [a for a in listed if a["stream"] == stream]
     d.page.wait_for_function("n => document.querySelectorAll('#alerts-table tbody tr').length === n", arg=len(mine))
     rows = d.page.locator("#alerts-table tbody tr")
@@ -573,7 +578,7 @@ def own_api(tmp_path):
 def test_hundreds_of_streams_and_an_empty_one(own_api, dashboard):
     server = own_api()
     names = [f"svc-{i:03d}" for i in range(300)]
-    with httpx.Client(base_url=server.url, timeout=30) as c:
+    with httpx.Client(base_url=server.url, timeout=30, headers=auth("admin")) as c:
         for n in names:
             _declare(c, n, max_window="30m")
         _declare(c, "empty", value_min=0, value_max=10)
@@ -609,7 +614,7 @@ def test_live_updates_resume_after_the_api_restarts(own_api, dashboard):
     from tidemark import keys
 
     server = own_api()
-    with httpx.Client(base_url=server.url, timeout=30) as c:
+    with httpx.Client(base_url=server.url, timeout=30, headers=auth("admin")) as c:
         _declare(c, "restarted")
     d = dashboard(server.url).open("#stream=restarted")
     live = "() => document.getElementById('live-status').dataset.state === 'live'"

@@ -12,6 +12,7 @@ import time
 import httpx
 import pytest
 
+from tests.conftest import KEYS, auth
 from tidemark.redis_server import free_port
 
 
@@ -21,18 +22,18 @@ def _tidemark(*args, **kw):
 
 
 def test_ingest_sends_ndjson_and_csv_and_reports_counts(api, stream_name, tmp_path):
-    httpx.put(f"{api.url}/v1/streams/{stream_name}", json={"max_window": "1h"})
+    httpx.put(f"{api.url}/v1/streams/{stream_name}", json={"max_window": "1h"}, headers=auth("admin"))
     nd = tmp_path / "events.ndjson"
     nd.write_text("\n".join(json.dumps({"ts": 1000 + i, "key": f"k{i % 3}"}) for i in range(25))
                   + '\n{"ts": "never"}\n')
     csv = tmp_path / "events.csv"
     csv.write_text("ts,key,value,weight\n1000,a,,2\n1001,b,,\n1002,c,,-1\n")
     out = _tidemark("ingest", "--stream", stream_name, "--api", api.url, "--batch", "10",
-                    str(nd), str(csv))
+                    "--key", KEYS["ingest"], str(nd), str(csv))
     assert out.returncode == 0, out.stderr
     assert "accepted 27, rejected 2" in out.stdout
     assert "event 25:" in out.stdout and "event 28: weight must be >= 0" in out.stdout
-    status = httpx.get(f"{api.url}/v1/streams/{stream_name}").json()["status"]
+    status = httpx.get(f"{api.url}/v1/streams/{stream_name}", headers=auth("read")).json()["status"]
     assert status["received"] == 27 and status["rejected"] == 2
 
 
@@ -63,16 +64,23 @@ def test_up_serves_the_configured_streams_and_stops_cleanly(tmp_path):
         while "Tidemark is up" not in line:
             assert time.monotonic() < deadline and proc.poll() is None, "up never became ready"
             line = proc.stdout.readline()
-        assert f"http://127.0.0.1:{port}/" in line
-        streams = httpx.get(f"http://127.0.0.1:{port}/v1/streams").json()["streams"]
+        assert f"http://127.0.0.1:{port}/?key=" in line
+        # The first start made an admin key, kept private in the run directory.
+        key_file = tmp_path / "run" / "api-key"
+        assert key_file.stat().st_mode & 0o777 == 0o600
+        key = key_file.read_text().strip()
+        assert f"/?key={key} " in line
+        h = {"Authorization": f"Bearer {key}"}
+        assert httpx.get(f"http://127.0.0.1:{port}/v1/streams").status_code == 401
+        streams = httpx.get(f"http://127.0.0.1:{port}/v1/streams", headers=h).json()["streams"]
         assert [s["name"] for s in streams] == ["web"]
-        r = httpx.post(f"http://127.0.0.1:{port}/v1/streams/web/events", json=[{"ts": 5000.5}])
+        r = httpx.post(f"http://127.0.0.1:{port}/v1/streams/web/events", json=[{"ts": 5000.5}], headers=h)
         assert r.json()["accepted"] == 1
         deadline = time.monotonic() + 60
-        while httpx.get(f"http://127.0.0.1:{port}/v1/streams/web").json()["status"]["events"] < 1:
+        while httpx.get(f"http://127.0.0.1:{port}/v1/streams/web", headers=h).json()["status"]["events"] < 1:
             assert time.monotonic() < deadline
             time.sleep(0.3)
-        count = httpx.get(f"http://127.0.0.1:{port}/v1/streams/web/count", params={"window": 60}).json()
+        count = httpx.get(f"http://127.0.0.1:{port}/v1/streams/web/count", params={"window": 60}, headers=h).json()
         assert count["bound"]["lower"] <= 1 <= count["bound"]["upper"]
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(90) == 0

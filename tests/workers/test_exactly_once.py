@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import time
 
-import httpx
 import pytest
 import redis
 
@@ -43,7 +42,7 @@ def test_restart_and_flush_count_every_event_once(spark, tmp_path):
         api = ApiServer(server.url).start()
         checkpoint = str(tmp_path / "checkpoint")
         try:
-            with httpx.Client(base_url=api.url, timeout=30) as c:
+            with api.client() as c:
                 c.put("/v1/streams/s", json={"max_window": "1h", "shards": 3})
                 _post(c, "s", 0, 500)
                 query, driver = start(spark, server.url, checkpoint, "200 milliseconds", TEST_SECRET)

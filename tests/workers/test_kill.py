@@ -8,7 +8,6 @@ import subprocess
 import sys
 import time
 
-import httpx
 import pytest
 
 from tests.conftest import TEST_SECRET, ApiServer
@@ -46,7 +45,7 @@ def test_kill_9_mid_stream_then_restart_counts_every_event_once(tmp_path):
         worker = _worker(server.url, checkpoint, log)
         sent = 0
         try:
-            with httpx.Client(base_url=api.url, timeout=30) as c:
+            with api.client() as c:
                 c.put("/v1/streams/k", json={"max_window": "1h"})
                 deadline = time.monotonic() + 240
                 # Keep sending until the worker has published some, then kill it mid-stream.

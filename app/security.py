@@ -1,0 +1,143 @@
+"""Access control (contract §9): bearer API keys with scopes, the dashboard's sign-in cookie.
+
+Scopes: ``read`` (queries, status, live updates, metrics), ``ingest`` (POST events) and
+``admin`` (declare streams, manage alerts), which implies the other two. Keys are
+compared in constant time and never logged.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import logging
+import re
+from typing import Annotated
+
+from typing import Iterator
+
+from fastapi import Depends, HTTPException, Request
+from fastapi.routing import APIRoute
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer, SecurityScopes
+from starlette.responses import JSONResponse, RedirectResponse
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from tidemark.settings import ApiKey
+
+__all__ = ["Keychain", "authorize", "api_routes", "required_scope", "SignInMiddleware", "RedactKeys", "COOKIE", "PUBLIC_PATHS"]
+
+COOKIE = "tidemark_key"
+PUBLIC_PATHS = ("/healthz", "/readyz")  # besides the dashboard's page and static files
+
+bearer = HTTPBearer(auto_error=False, description="an API key from TIDEMARK_API_KEYS")
+
+
+def _digest(key: str) -> bytes:
+    return hashlib.sha256(key.encode("utf-8", "surrogatepass")).digest()
+
+
+class Keychain:
+    """The configured keys, held as digests and compared in constant time."""
+
+    def __init__(self, keys: list[ApiKey]):
+        self._keys = [(_digest(k.key), frozenset(k.scopes)) for k in keys]
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def scopes(self, presented: str) -> frozenset[str] | None:
+        """The presented key's scopes, None when it is no key of ours. Every stored key is
+        compared (no early exit), so timing says nothing about which one matched."""
+        digest = _digest(presented)
+        found = None
+        for stored, scopes in self._keys:
+            if hmac.compare_digest(stored, digest):
+                found = scopes
+        return found
+
+
+def allows(scopes: frozenset[str], needed: str) -> bool:
+    return "admin" in scopes or needed in scopes
+
+
+def authorize(security_scopes: SecurityScopes, request: Request,
+              credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]) -> frozenset[str]:
+    """The dependency every protected route declares with ``Security(authorize, scopes=[…])``.
+
+    The sign-in cookie counts for ``read`` only: it is what the dashboard's fetches and
+    its EventSource send, and a SameSite=Strict cookie never rides a cross-site request.
+    """
+    needed = security_scopes.scopes[0] if security_scopes.scopes else "admin"
+    key = credentials.credentials if credentials else None
+    if key is None and needed == "read":
+        key = request.cookies.get(COOKIE)
+    challenge = {"WWW-Authenticate": "Bearer"}
+    if not key:
+        raise HTTPException(401, "missing API key: send 'Authorization: Bearer <key>'", challenge)
+    keychain: Keychain = request.app.state.keychain
+    scopes = keychain.scopes(key)
+    if scopes is None:
+        raise HTTPException(401, "invalid API key", challenge)
+    if not allows(scopes, needed):
+        raise HTTPException(403, f"this API key lacks the {needed!r} scope")
+    return scopes
+
+
+def api_routes(routes, prefix: str = "") -> Iterator[tuple[str, APIRoute]]:
+    """Every API route with its full path, through included routers (flat in older
+    FastAPI, nested include records in newer ones)."""
+    for route in routes:
+        original = getattr(route, "original_router", None)
+        if original is not None:
+            yield from api_routes(original.routes, prefix + route.include_context.prefix)
+        elif isinstance(route, APIRoute):
+            yield prefix + route.path, route
+
+
+def required_scope(route: APIRoute) -> str | None:
+    """The scope a route's access guard asks for, None when it has none."""
+    for dep in route.dependant.dependencies:
+        if dep.call is authorize:
+            scopes = getattr(dep, "own_oauth_scopes", None) or getattr(dep, "security_scopes", None) or []
+            return scopes[0] if scopes else "admin"
+    return None
+
+
+class SignInMiddleware:
+    """``GET /?key=<key>``: check the key, set it as an HttpOnly SameSite=Strict cookie and
+    redirect to ``/``, so the key leaves the address bar and the browser history."""
+
+    def __init__(self, app: ASGIApp, keychain: Keychain):
+        self.app, self.keychain = app, keychain
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] != "/" or b"key=" not in scope.get("query_string", b""):
+            return await self.app(scope, receive, send)
+        from starlette.requests import Request as StarletteRequest
+
+        request = StarletteRequest(scope)
+        key = request.query_params.get("key", "")
+        scopes = self.keychain.scopes(key) if key else None
+        if scopes is None or not allows(scopes, "read"):
+            response = JSONResponse({"detail": "invalid API key for the dashboard"}, status_code=401)
+        else:
+            response = RedirectResponse("/", status_code=303)
+            response.set_cookie(COOKIE, key, httponly=True, samesite="strict", path="/",
+                                secure=request.url.scheme == "https", max_age=30 * 86400)
+        response.headers["Cache-Control"] = "no-store"
+        response.headers["Referrer-Policy"] = "no-referrer"
+        await response(scope, receive, send)
+
+
+_KEY_IN_URL = re.compile(r"([?&]key=)[^&\s\"]*")
+
+
+class RedactKeys(logging.Filter):
+    """Blank out ``key=…`` in logged request lines (uvicorn's access log)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.args, tuple):
+            record.args = tuple(_KEY_IN_URL.sub(r"\1***", a) if isinstance(a, str) else a
+                                for a in record.args)
+        if isinstance(record.msg, str):
+            record.msg = _KEY_IN_URL.sub(r"\1***", record.msg)
+        return True
