@@ -104,24 +104,24 @@ def test_history_answers_are_the_plain_answers_and_hold_the_truth(api, redis_url
 def test_bad_parameters_are_4xx_with_a_reason(api, redis_url, params, status, words):
     name = next(_names)
     _publish(redis_url, name, T0 + np.arange(10.0), np.ones(10))
-    r = httpx.get(f"{api.url}/v1/streams/{name}/count/history", params=params)
+    r = httpx.get(f"{api.url}/v1/streams/{name}/count/history", params=params, headers=api.headers)
     assert r.status_code == status and words in r.json()["detail"], r.text
 
 
 def test_unknown_stream_and_query_are_4xx(api, redis_url):
-    assert httpx.get(f"{api.url}/v1/streams/nowhere/count/history").status_code == 404
+    assert httpx.get(f"{api.url}/v1/streams/nowhere/count/history", headers=api.headers).status_code == 404
     name = next(_names)
     _publish(redis_url, name, T0 + np.arange(3.0), np.ones(3))
-    r = httpx.get(f"{api.url}/v1/streams/{name}/median/history")
+    r = httpx.get(f"{api.url}/v1/streams/{name}/median/history", headers=api.headers)
     assert r.status_code == 422 and "unknown query" in r.json()["detail"]
 
 
 def test_history_of_a_list_query_and_of_a_stream_never_published(api, redis_url):
     name = next(_names)
-    httpx.put(f"{api.url}/v1/streams/{name}", json={"max_window": "10m"}).raise_for_status()
-    r = httpx.get(f"{api.url}/v1/streams/{name}/count/history", params={"points": 50})
+    httpx.put(f"{api.url}/v1/streams/{name}", json={"max_window": "10m"}, headers=api.headers).raise_for_status()
+    r = httpx.get(f"{api.url}/v1/streams/{name}/count/history", params={"points": 50}, headers=api.headers)
     assert r.status_code == 200 and [a["estimate"] for a in r.json()["answers"]] == [0.0]
     _publish(redis_url, name, T0 + np.arange(100.0), np.ones(100))
-    r = httpx.get(f"{api.url}/v1/streams/{name}/heavy-hitters/history", params={"window": 60, "points": 5, "phi": 0.5})
+    r = httpx.get(f"{api.url}/v1/streams/{name}/heavy-hitters/history", params={"window": 60, "points": 5, "phi": 0.5}, headers=api.headers)
     assert r.status_code == 200 and len(r.json()["answers"]) == 5
     assert all("items" in a for a in r.json()["answers"])
