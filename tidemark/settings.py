@@ -43,8 +43,9 @@ class Settings(BaseSettings):
     spark_master: str | None = None
     checkpoint: str = Field(default=".run/checkpoint", description="pyarrow.fs URI of worker state")
     state_partitions: int = Field(
-        default=4, ge=1, le=4096,
-        description="Spark state partitions of the worker (fixed for the life of a checkpoint)")
+        default=2, ge=1, le=4096,
+        description="Spark state partitions of the worker (each commits its state store every "
+        "batch: about one per core) (fixed for the life of a checkpoint)")
     hash_secret: str | None = Field(
         default=None, description="hex secret the key hashes derive from; default: the file "
         "hash-secret beside the worker checkpoint, created on first start")

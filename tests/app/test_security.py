@@ -101,7 +101,7 @@ def test_health_readiness_and_the_dashboard_need_no_key(server):
         assert c.get("/healthz").status_code == 200
         assert c.get("/readyz").status_code in (200, 503)  # no worker here; but never 401
         assert c.get("/").status_code == 200
-        assert c.get("/static/dashboard.js").status_code == 200
+        assert c.get("/static/js/main.js").status_code == 200
 
 
 def test_the_dashboard_signs_in_once_with_a_cookie_good_for_reading_only(server):

@@ -69,7 +69,7 @@ def test_standalone_cluster_survives_losing_a_worker(tmp_path):
         try:
             with httpx.Client(base_url=api.url, timeout=30) as c:
                 c.put("/v1/streams/c", json={"max_window": "1h", "shards": 2})
-                deadline = time.monotonic() + 240
+                deadline = time.monotonic() + 420
                 while _events(c) == 0 or sent < 10_000:
                     assert time.monotonic() < deadline, (tmp_path / "job.log").read_text()[-3000:]
                     batch = [{"ts": T0 + (sent + i) * 0.001} for i in range(1000)]
@@ -81,7 +81,7 @@ def test_standalone_cluster_survives_losing_a_worker(tmp_path):
                     r = c.post("/v1/streams/c/events",
                                json=[{"ts": T0 + (sent + i) * 0.001} for i in range(1000)])
                     sent += r.json()["accepted"] if r.status_code == 202 else 0
-                deadline = time.monotonic() + 240
+                deadline = time.monotonic() + 420
                 while _events(c) < sent:
                     assert time.monotonic() < deadline, f"{_events(c)} of {sent} events"
                     time.sleep(0.5)

@@ -47,7 +47,7 @@ def test_kill_9_mid_stream_then_restart_counts_every_event_once(tmp_path):
         try:
             with api.client() as c:
                 c.put("/v1/streams/k", json={"max_window": "1h"})
-                deadline = time.monotonic() + 240
+                deadline = time.monotonic() + 420
                 # Keep sending until the worker has published some, then kill it mid-stream.
                 while _events(c) == 0 or sent < 20_000:
                     assert time.monotonic() < deadline, log.read_text()[-3000:]
@@ -60,7 +60,7 @@ def test_kill_9_mid_stream_then_restart_counts_every_event_once(tmp_path):
                 for _ in range(5):
                     sent += _post(c, sent)
                 worker = _worker(server.url, checkpoint, log)
-                deadline = time.monotonic() + 240
+                deadline = time.monotonic() + 420
                 while _events(c) < sent:
                     assert time.monotonic() < deadline, f"{_events(c)} of {sent}: " + log.read_text()[-3000:]
                     time.sleep(0.5)
