@@ -38,11 +38,13 @@ def value_keys(values, log_gamma, min_indexed, bias):
         if a < min_indexed:
             out[k] = 0
             continue
-        i = int(math.ceil(math.log(a) * inv))
-        while math.exp(i * log_gamma) < a:
-            i += 1
-        while i - 1 >= 1 - bias and math.exp((i - 1) * log_gamma) >= a:
-            i -= 1
+        x = math.log(a) * inv
+        i = int(math.ceil(x))
+        if i - x < 1e-6 or i - x > 1.0 - 1e-6:  # near an edge: check against exp itself
+            while math.exp(i * log_gamma) < a:
+                i += 1
+            while i - 1 >= 1 - bias and math.exp((i - 1) * log_gamma) >= a:
+                i -= 1
         key = bias + i
         out[k] = key if v > 0 else -key
     return out
@@ -91,14 +93,45 @@ def _sort_small(a, lo, hi):
 
 @njit(cache=True)
 def batch_nodes(ticks, keys):
-    """The batch as single-tick nodes (pre-order): a counting sort by tick when the ticks
-    span little more than the batch, a merge sort otherwise; keys sorted per tick."""
+    """The batch as single-tick nodes (pre-order). Sorted by (tick, key) with two counting
+    sorts when ticks and keys span little more than the batch; else by tick (counting or
+    merge sort), then each tick's keys."""
     n = ticks.shape[0]
     tmin = ticks.min()
     span = ticks.max() - tmin + 1
     st = np.empty(n, np.int64)
     sk = np.empty(n, np.int32)
-    if span <= 4 * n + 4096:
+    kmin = keys.min()
+    kspan = np.int64(keys.max()) - np.int64(kmin) + 1
+    presorted = False
+    if span <= 4 * n + 4096 and kspan <= 4 * n + 4096:
+        # LSD radix: a stable counting sort by key, then one by tick.
+        start = np.zeros(kspan + 1, np.int64)
+        for k in range(n):
+            start[np.int64(keys[k]) - kmin + 1] += 1
+        for s in range(kspan):
+            start[s + 1] += start[s]
+        t1 = np.empty(n, np.int64)
+        k1 = np.empty(n, np.int32)
+        for k in range(n):
+            s = np.int64(keys[k]) - kmin
+            p = start[s]
+            t1[p] = ticks[k]
+            k1[p] = keys[k]
+            start[s] = p + 1
+        start = np.zeros(span + 1, np.int64)
+        for k in range(n):
+            start[t1[k] - tmin + 1] += 1
+        for s in range(span):
+            start[s + 1] += start[s]
+        for k in range(n):
+            s = t1[k] - tmin
+            p = start[s]
+            st[p] = t1[k]
+            sk[p] = k1[k]
+            start[s] = p + 1
+        presorted = True
+    elif span <= 4 * n + 4096:
         start = np.zeros(span + 1, np.int64)
         for k in range(n):
             start[ticks[k] - tmin + 1] += 1
@@ -119,6 +152,7 @@ def batch_nodes(ticks, keys):
     off = np.empty(n + 1, np.int64)
     ok = np.empty(n, np.int32)
     oc = np.empty(n, np.int64)
+    ow = np.empty(n, np.int64)
     m = 0
     e = 0
     a = 0
@@ -126,12 +160,15 @@ def batch_nodes(ticks, keys):
         b = a + 1
         while b < n and st[b] == st[a]:
             b += 1
-        if b - a <= 64:
+        if presorted:
+            pass
+        elif b - a <= 64:
             _sort_small(sk, a, b)
         else:
             sk[a:b] = np.sort(sk[a:b])
         left[m] = st[a]
         off[m] = e
+        ow[m] = b - a
         for k in range(a, b):
             if k > a and sk[k] == ok[e - 1]:
                 oc[e - 1] += 1
@@ -142,7 +179,8 @@ def batch_nodes(ticks, keys):
         m += 1
         a = b
     off[m] = e
-    return left[:m].copy(), np.zeros(m, np.int64), off[: m + 1].copy(), ok[:e].copy(), oc[:e].copy()
+    return (left[:m].copy(), np.zeros(m, np.int64), off[: m + 1].copy(), ok[:e].copy(),
+            oc[:e].copy(), ow[:m].copy())
 
 
 # -- union ---------------------------------------------------------------------------------
@@ -168,7 +206,32 @@ def _merge_runs(ak, ac, a0, a1, bk, bc, b0, b1, ok, oc, o):
 
 
 @njit(cache=True)
-def union(al, ag, ao, ak, ac, bl, bg, bo, bk, bc, live):
+def _copy_nodes(left, lg, off, keys, cnts, wt, i, j, live, ol, og, oo, ok, oc, ow, c, e):
+    """Copy nodes ``i:j`` (less those wholly before ``live``) to the output at node ``c``,
+    entry ``e``, a run of kept nodes at a time; returns the new ``(c, e)``."""
+    while i < j:
+        if left[i] + (np.int64(1) << lg[i]) - 1 < live:
+            i += 1
+            continue
+        k = i + 1
+        while k < j and left[k] + (np.int64(1) << lg[k]) - 1 >= live:
+            k += 1
+        m = k - i
+        e0, e1 = off[i], off[k]
+        ol[c : c + m] = left[i:k]
+        og[c : c + m] = lg[i:k]
+        ow[c : c + m] = wt[i:k]
+        oo[c : c + m] = off[i:k] - e0 + e
+        ok[e : e + e1 - e0] = keys[e0:e1]
+        oc[e : e + e1 - e0] = cnts[e0:e1]
+        c += m
+        e += e1 - e0
+        i = k
+    return c, e
+
+
+@njit(cache=True)
+def union(al, ag, ao, ak, ac, aw, bl, bg, bo, bk, bc, bw, live):
     """The nodes of both lists (a node in both gets the sum of the two histograms), less
     those wholly before tick ``live``. Returns ``(left, lg, off, keys, cnts, wt)``."""
     na = al.shape[0]
@@ -181,35 +244,30 @@ def union(al, ag, ao, ak, ac, bl, bg, bo, bk, bc, live):
     oc = np.empty(ak.shape[0] + bk.shape[0], np.int64)
     i = j = c = e = 0
     while i < na or j < nb:
-        take_a = j >= nb or (i < na and (al[i] < bl[j] or (al[i] == bl[j] and ag[i] > bg[j])))
-        take_b = i >= na or (j < nb and (bl[j] < al[i] or (bl[j] == al[i] and bg[j] > ag[i])))
-        if take_a:
-            lft, g = al[i], ag[i]
-            a0, a1, b0, b1 = ao[i], ao[i + 1], 0, 0
-            i += 1
-        elif take_b:
-            lft, g = bl[j], bg[j]
-            a0, a1, b0, b1 = 0, 0, bo[j], bo[j + 1]
+        if j >= nb:
+            c, e = _copy_nodes(al, ag, ao, ak, ac, aw, i, na, live, ol, og, oo, ok, oc, ow, c, e)
+            break
+        if i >= na:
+            c, e = _copy_nodes(bl, bg, bo, bk, bc, bw, j, nb, live, ol, og, oo, ok, oc, ow, c, e)
+            break
+        if al[i] < bl[j] or (al[i] == bl[j] and ag[i] > bg[j]):
+            k = i + 1  # the run of a's nodes before b's next one
+            while k < na and (al[k] < bl[j] or (al[k] == bl[j] and ag[k] > bg[j])):
+                k += 1
+            c, e = _copy_nodes(al, ag, ao, ak, ac, aw, i, k, live, ol, og, oo, ok, oc, ow, c, e)
+            i = k
+        elif bl[j] < al[i] or (bl[j] == al[i] and bg[j] > ag[i]):
+            c, e = _copy_nodes(bl, bg, bo, bk, bc, bw, j, j + 1, live, ol, og, oo, ok, oc, ow, c, e)
             j += 1
         else:
-            lft, g = al[i], ag[i]
-            a0, a1, b0, b1 = ao[i], ao[i + 1], bo[j], bo[j + 1]
+            if al[i] + (np.int64(1) << ag[i]) - 1 >= live:
+                ol[c], og[c], ow[c], oo[c] = al[i], ag[i], aw[i] + bw[j], e
+                e = _merge_runs(ak, ac, ao[i], ao[i + 1], bk, bc, bo[j], bo[j + 1], ok, oc, e)
+                c += 1
             i += 1
             j += 1
-        if lft + (np.int64(1) << g) - 1 < live:
-            continue  # expired
-        ol[c] = lft
-        og[c] = g
-        oo[c] = e
-        e2 = _merge_runs(ak, ac, a0, a1, bk, bc, b0, b1, ok, oc, e)
-        s = 0
-        for x in range(e, e2):
-            s += oc[x]
-        ow[c] = s
-        e = e2
-        c += 1
     oo[c] = e
-    return ol[:c].copy(), og[:c].copy(), oo[: c + 1].copy(), ok[:e].copy(), oc[:e].copy(), ow[:c].copy()
+    return ol[:c], og[:c], oo[: c + 1], ok[:e], oc[:e], ow[:c]  # views: no second copy
 
 
 # -- collapse ------------------------------------------------------------------------------
@@ -225,6 +283,37 @@ def _first_at_least(left, x):
         else:
             hi = mid
     return lo
+
+
+@njit(cache=True)
+def _sum_by_key(keys, cnts, e0, e1, nk, nc, e):
+    """Entries ``e0:e1`` (several key-sorted runs) summed by key, in key order, written
+    from ``e``; a dense tally when the keys span little more than the entries."""
+    kmin = keys[e0]
+    kmax = keys[e0]
+    for x in range(e0, e1):
+        kmin = min(kmin, keys[x])
+        kmax = max(kmax, keys[x])
+    span = np.int64(kmax) - np.int64(kmin) + 1
+    if span <= 4 * (e1 - e0) + 256:
+        tally = np.zeros(span, np.int64)
+        for x in range(e0, e1):
+            tally[np.int64(keys[x]) - kmin] += cnts[x]
+        for d in range(span):
+            if tally[d]:
+                nk[e], nc[e] = kmin + d, tally[d]
+                e += 1
+        return e
+    order = np.argsort(keys[e0:e1], kind="mergesort")
+    for x in range(order.shape[0]):
+        k = keys[e0 + order[x]]
+        v = cnts[e0 + order[x]]
+        if x > 0 and nk[e - 1] == k:
+            nc[e - 1] += v
+        else:
+            nk[e], nc[e] = k, v
+            e += 1
+    return e
 
 
 @njit(cache=True)
@@ -287,36 +376,41 @@ def collapse(left, lg, off, keys, cnts, wt, top_lg, exact_from, num, shift):
     no = np.empty(n + 1, np.int64)
     nk = np.empty(keys.shape[0], np.int32)
     nc = np.empty(keys.shape[0], np.int64)
+    width = 1
+    for q in range(nops):
+        width = max(width, off[op1[q]] - off[op0[q]])
+    ak = np.empty(width, np.int32)  # scratch for the merges
+    bk = np.empty(width, np.int32)
+    ac = np.empty(width, np.int64)
+    bc = np.empty(width, np.int64)
     c = e = 0
     i = 0
     for q in range(nops + 1):
         stop = op0[q] if q < nops else n
-        for j in range(i, stop):  # untouched nodes
-            nl[c], ng[c], nw[c], no[c] = left[j], lg[j], wt[j], e
-            for x in range(off[j], off[j + 1]):
-                nk[e], nc[e] = keys[x], cnts[x]
-                e += 1
-            c += 1
+        c, e = _copy_nodes(left, lg, off, keys, cnts, wt, i, stop, -(2**62), nl, ng, no, nk, nc, nw, c, e)
         if q == nops:
             break
         e0, e1 = off[op0[q]], off[op1[q]]
-        order = np.argsort(keys[e0:e1], kind="mergesort")
         nl[c], ng[c], no[c] = opl[q], opg[q], e
-        s = 0
-        for x in range(order.shape[0]):
-            k = keys[e0 + order[x]]
-            v = cnts[e0 + order[x]]
-            if x > 0 and nk[e - 1] == k:
-                nc[e - 1] += v
-            else:
-                nk[e], nc[e] = k, v
-                e += 1
-            s += v
-        nw[c] = s
+        if op1[q] - op0[q] <= 6:  # a few sorted runs: merge them one by one (no allocation)
+            m0 = op0[q]
+            z = off[m0 + 1] - off[m0]
+            ak[:z] = keys[off[m0] : off[m0 + 1]]
+            ac[:z] = cnts[off[m0] : off[m0 + 1]]
+            for r in range(m0 + 1, op1[q]):
+                z = _merge_runs(ak, ac, 0, z, keys, cnts, off[r], off[r + 1], bk, bc, 0)
+                ak, bk = bk, ak
+                ac, bc = bc, ac
+            nk[e : e + z] = ak[:z]
+            nc[e : e + z] = ac[:z]
+            e += z
+        else:
+            e = _sum_by_key(keys, cnts, e0, e1, nk, nc, e)
+        nw[c] = cw[op1[q]] - cw[op0[q]]
         c += 1
         i = op1[q]
     no[c] = e
-    return nl[:c].copy(), ng[:c].copy(), no[: c + 1].copy(), nk[:e].copy(), nc[:e].copy(), nw[:c].copy()
+    return nl[:c], ng[:c], no[: c + 1], nk[:e], nc[:e], nw[:c]
 
 
 @njit(cache=True)

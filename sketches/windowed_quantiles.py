@@ -282,14 +282,14 @@ class WindowedQuantiles:
         self._clock = clock
         if t.size:
             batch = K.batch_nodes(np.ascontiguousarray(t), self.keys_of(v))
-            self._set(*K.union(*self._lists()[:5], *batch, live))
+            self._set(*K.union(*self._lists(), *batch, live))
         else:
             self._expire()
         self._collapse()
 
     def _expire(self) -> None:
         live = self._clock - self.window + 1
-        self._set(*K.union(*self._lists()[:5], *self._empty_lists()[:5], live))
+        self._set(*K.union(*self._lists(), *self._empty_lists(), live))
 
     def _collapse(self) -> None:
         self._set(*K.collapse(*self._lists(), self.log_w, self._exact_from(), self._num, SHIFT))
@@ -504,7 +504,7 @@ class WindowedQuantiles:
             raise SketchError("too many events in one windowed quantile sketch")
         self._clock = max(self._clock, other._clock)
         live = self._clock - self.window + 1
-        self._set(*K.union(*self._lists()[:5], *other._lists()[:5], live))
+        self._set(*K.union(*self._lists(), *other._lists(), live))
         self._collapse()
         return self
 
