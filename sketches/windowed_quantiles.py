@@ -69,7 +69,8 @@ C ≥ q·N_u ≥ q·n_w. When Δ = 0 the bracket is one value bucket, γ − 1 �
 the invariant holds for the union (above), so any number of parts in any merge tree keep
 Δ ≤ ε·n_w. **Space** follows the data, not a declared range: one node per recent tick and
 about ln(n)/ε' collapsed nodes behind them on an orderly stream (measured in
-``bench/bench_quantiles.py``); at worst one node per live tick.
+``bench/bench_quantiles.py``); at worst one node per dyadic range meeting the window
+(under 4·Wp), a bound of ticks, not of events (B–T Theorem 2 bounds buckets by events).
 
 Byte layout (format 2, after the common 16-byte header, family WINDOWED_QUANTILES)::
 
