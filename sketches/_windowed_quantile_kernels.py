@@ -1,13 +1,14 @@
-"""Compiled kernels of the windowed quantile sketch (Busch & Tirthapura 2007, §2-3, with a
-value histogram in every bucket).
+"""Compiled kernels of the windowed quantile sketch (``sketches/windowed_quantiles.py``).
 
-One level of one interval is six arrays: ``left[n]`` (bucket left ends, increasing; local
-ticks in ``[0, Wp - 1]``), ``wt[n]`` (bucket counts), ``off[n + 1]`` (bucket ``j`` owns
-entries ``off[j]:off[j + 1]``), ``keys`` (int32 value-bucket keys, strictly increasing
-inside a bucket) and ``cnts`` (int64 counts, >= 1), plus ``T`` (largest discarded tick,
--1 if none). Level 0 holds single ticks; at levels >= 1 the buckets tile ``[T + 1, Wp - 1]``.
+The state is one list of *nodes* in pre-order: ``left[n]`` (first tick), ``lg[n]`` (the
+node covers the ``2^lg`` ticks from ``left``, aligned: ``left % 2^lg == 0``), sorted by
+``left`` and, for equal ``left``, by decreasing ``lg`` (an enclosing node comes first);
+``wt[n]`` (the node's event count), ``off[n + 1]`` (node ``j`` owns entries
+``off[j]:off[j + 1]``), ``keys`` (int32 value keys, strictly increasing inside a node)
+and ``cnts`` (int64, >= 1). Dyadic aligned ranges nest or are disjoint, so the nodes
+inside a range form one contiguous run of the list.
 
-Counts are integers, so no operation rounds: the state is exactly Algorithm 4's.
+Counts are integers and the collapse test is integer arithmetic: nothing rounds.
 """
 
 from __future__ import annotations
@@ -30,17 +31,20 @@ def value_keys(values, log_gamma, min_indexed, bias):
     """
     n = values.shape[0]
     out = np.empty(n, np.int32)
+    inv = 1.0 / log_gamma
     for k in range(n):
         v = values[k]
         a = abs(v)
         if a < min_indexed:
             out[k] = 0
             continue
-        i = int(math.ceil(math.log(a) / log_gamma))
-        while math.exp(i * log_gamma) < a:
-            i += 1
-        while i - 1 >= 1 - bias and math.exp((i - 1) * log_gamma) >= a:
-            i -= 1
+        x = math.log(a) * inv
+        i = int(math.ceil(x))
+        if i - x < 1e-6 or i - x > 1.0 - 1e-6:  # near an edge: check against exp itself
+            while math.exp(i * log_gamma) < a:
+                i += 1
+            while i - 1 >= 1 - bias and math.exp((i - 1) * log_gamma) >= a:
+                i -= 1
         key = bias + i
         out[k] = key if v > 0 else -key
     return out
@@ -72,44 +76,119 @@ def key_edges(keys, log_gamma, min_indexed, bias):
     return lo, hi
 
 
-# -- batches -------------------------------------------------------------------------------
+# -- a batch becomes single-tick nodes -----------------------------------------------------
 
 
 @njit(cache=True)
-def group_cells(ticks, keys):
-    """A batch sorted by (tick, key) becomes cells: distinct ticks with offsets into the
-    distinct keys of each tick and their counts."""
+def _sort_small(a, lo, hi):
+    """Insertion sort of ``a[lo:hi]`` (the keys of one tick: a few dozen)."""
+    for i in range(lo + 1, hi):
+        x = a[i]
+        j = i - 1
+        while j >= lo and a[j] > x:
+            a[j + 1] = a[j]
+            j -= 1
+        a[j + 1] = x
+
+
+@njit(cache=True)
+def batch_nodes(ticks, keys):
+    """The batch as single-tick nodes (pre-order). Sorted by (tick, key) with two counting
+    sorts when ticks and keys span little more than the batch; else by tick (counting or
+    merge sort), then each tick's keys."""
     n = ticks.shape[0]
-    ut = np.empty(n, np.int64)
-    uoff = np.empty(n + 1, np.int64)
-    ck = np.empty(n, np.int32)
-    cc = np.empty(n, np.int64)
+    tmin = ticks.min()
+    span = ticks.max() - tmin + 1
+    st = np.empty(n, np.int64)
+    sk = np.empty(n, np.int32)
+    kmin = keys.min()
+    kspan = np.int64(keys.max()) - np.int64(kmin) + 1
+    presorted = False
+    if span <= 4 * n + 4096 and kspan <= 4 * n + 4096:
+        # LSD radix: a stable counting sort by key, then one by tick.
+        start = np.zeros(kspan + 1, np.int64)
+        for k in range(n):
+            start[np.int64(keys[k]) - kmin + 1] += 1
+        for s in range(kspan):
+            start[s + 1] += start[s]
+        t1 = np.empty(n, np.int64)
+        k1 = np.empty(n, np.int32)
+        for k in range(n):
+            s = np.int64(keys[k]) - kmin
+            p = start[s]
+            t1[p] = ticks[k]
+            k1[p] = keys[k]
+            start[s] = p + 1
+        start = np.zeros(span + 1, np.int64)
+        for k in range(n):
+            start[t1[k] - tmin + 1] += 1
+        for s in range(span):
+            start[s + 1] += start[s]
+        for k in range(n):
+            s = t1[k] - tmin
+            p = start[s]
+            st[p] = t1[k]
+            sk[p] = k1[k]
+            start[s] = p + 1
+        presorted = True
+    elif span <= 4 * n + 4096:
+        start = np.zeros(span + 1, np.int64)
+        for k in range(n):
+            start[ticks[k] - tmin + 1] += 1
+        for s in range(span):
+            start[s + 1] += start[s]
+        for k in range(n):
+            s = ticks[k] - tmin
+            p = start[s]
+            st[p] = ticks[k]
+            sk[p] = keys[k]
+            start[s] = p + 1
+    else:
+        order = np.argsort(ticks, kind="mergesort")
+        for k in range(n):
+            st[k] = ticks[order[k]]
+            sk[k] = keys[order[k]]
+    left = np.empty(n, np.int64)
+    off = np.empty(n + 1, np.int64)
+    ok = np.empty(n, np.int32)
+    oc = np.empty(n, np.int64)
+    ow = np.empty(n, np.int64)
     m = 0
-    c = 0
-    for k in range(n):
-        if m == 0 or ut[m - 1] != ticks[k]:
-            ut[m] = ticks[k]
-            uoff[m] = c
-            m += 1
-            ck[c] = keys[k]
-            cc[c] = 1
-            c += 1
-        elif ck[c - 1] == keys[k]:
-            cc[c - 1] += 1
+    e = 0
+    a = 0
+    while a < n:
+        b = a + 1
+        while b < n and st[b] == st[a]:
+            b += 1
+        if presorted:
+            pass
+        elif b - a <= 64:
+            _sort_small(sk, a, b)
         else:
-            ck[c] = keys[k]
-            cc[c] = 1
-            c += 1
-    uoff[m] = c
-    return ut[:m], uoff[: m + 1], ck[:c], cc[:c]
+            sk[a:b] = np.sort(sk[a:b])
+        left[m] = st[a]
+        off[m] = e
+        ow[m] = b - a
+        for k in range(a, b):
+            if k > a and sk[k] == ok[e - 1]:
+                oc[e - 1] += 1
+            else:
+                ok[e] = sk[k]
+                oc[e] = 1
+                e += 1
+        m += 1
+        a = b
+    off[m] = e
+    return (left[:m].copy(), np.zeros(m, np.int64), off[: m + 1].copy(), ok[:e].copy(),
+            oc[:e].copy(), ow[:m].copy())
 
 
-# -- level 0 -------------------------------------------------------------------------------
+# -- union ---------------------------------------------------------------------------------
 
 
 @njit(cache=True)
-def _merge_sorted(ak, ac, a0, a1, bk, bc, b0, b1, ok, oc, o):
-    """Merge two key-sorted runs into ok/oc from ``o``; returns the new end."""
+def _merge_runs(ak, ac, a0, a1, bk, bc, b0, b1, ok, oc, o):
+    """Merge two key-sorted runs into ``ok``/``oc`` from ``o``; returns the new end."""
     i, j = a0, b0
     while i < a1 or j < b1:
         if j >= b1 or (i < a1 and ak[i] < bk[j]):
@@ -127,303 +206,276 @@ def _merge_sorted(ak, ac, a0, a1, bk, bc, b0, b1, ok, oc, o):
 
 
 @njit(cache=True)
-def insert_level0(left, wt, off, keys, cnts, T, bt, boff, bk, bc, alpha):
-    """Algorithm 4, lines 1-5 and 39-45, at level 0: the batch's ticks merge into the
-    exact singletons; at 2·alpha ticks the oldest are discarded down to alpha (a deferred
-    discard: alpha ticks after ``T`` remain, all Lemma 3 uses). Returns the new level."""
-    n = left.shape[0]
-    m = bt.shape[0]
-    nl = np.empty(n + m, np.int64)
-    nw = np.empty(n + m, np.int64)
-    no = np.empty(n + m + 1, np.int64)
-    nk = np.empty(keys.shape[0] + bk.shape[0], np.int32)
-    nc = np.empty(keys.shape[0] + bk.shape[0], np.int64)
-    i = j = c = o = 0
-    while i < n or j < m:
-        if j < m and bt[j] <= T:
-            j += 1  # a tick this level no longer covers
+def _copy_nodes(left, lg, off, keys, cnts, wt, i, j, live, ol, og, oo, ok, oc, ow, c, e):
+    """Copy nodes ``i:j`` (less those wholly before ``live``) to the output at node ``c``,
+    entry ``e``, a run of kept nodes at a time; returns the new ``(c, e)``."""
+    while i < j:
+        if left[i] + (np.int64(1) << lg[i]) - 1 < live:
+            i += 1
             continue
-        no[c] = o
-        if j >= m or (i < n and left[i] < bt[j]):
-            nl[c] = left[i]
-            o = _merge_sorted(keys, cnts, off[i], off[i + 1], bk, bc, 0, 0, nk, nc, o)
-            i += 1
-        elif i >= n or bt[j] < left[i]:
-            nl[c] = bt[j]
-            o = _merge_sorted(keys, cnts, 0, 0, bk, bc, boff[j], boff[j + 1], nk, nc, o)
-            j += 1
-        else:
-            nl[c] = left[i]
-            o = _merge_sorted(keys, cnts, off[i], off[i + 1], bk, bc, boff[j], boff[j + 1], nk, nc, o)
-            i += 1
-            j += 1
-        s = 0
-        for e in range(no[c], o):
-            s += nc[e]
-        nw[c] = s
-        c += 1
-    no[c] = o
-    start = 0
-    if c >= 2 * alpha:
-        start = c - alpha
-        T = nl[start - 1]
-    e0 = no[start]
-    return (nl[start:c].copy(), nw[start:c].copy(), no[start : c + 1] - e0,
-            nk[e0:o].copy(), nc[e0:o].copy(), T)
-
-
-# -- levels >= 1 -----------------------------------------------------------------------------
+        k = i + 1
+        while k < j and left[k] + (np.int64(1) << lg[k]) - 1 >= live:
+            k += 1
+        m = k - i
+        e0, e1 = off[i], off[k]
+        ol[c : c + m] = left[i:k]
+        og[c : c + m] = lg[i:k]
+        ow[c : c + m] = wt[i:k]
+        oo[c : c + m] = off[i:k] - e0 + e
+        ok[e : e + e1 - e0] = keys[e0:e1]
+        oc[e : e + e1 - e0] = cnts[e0:e1]
+        c += m
+        e += e1 - e0
+        i = k
+    return c, e
 
 
 @njit(cache=True)
-def _compact(ck, cc, n):
-    """Sort the accumulator's entries by key and add equal keys; returns the new length."""
-    if n <= 1:
-        return n
-    sorted_ = True
-    for k in range(1, n):
-        if ck[k] <= ck[k - 1]:
-            sorted_ = False
+def union(al, ag, ao, ak, ac, aw, bl, bg, bo, bk, bc, bw, live):
+    """The nodes of both lists (a node in both gets the sum of the two histograms), less
+    those wholly before tick ``live``. Returns ``(left, lg, off, keys, cnts, wt)``."""
+    na = al.shape[0]
+    nb = bl.shape[0]
+    ol = np.empty(na + nb, np.int64)
+    og = np.empty(na + nb, np.int64)
+    ow = np.empty(na + nb, np.int64)
+    oo = np.empty(na + nb + 1, np.int64)
+    ok = np.empty(ak.shape[0] + bk.shape[0], np.int32)
+    oc = np.empty(ak.shape[0] + bk.shape[0], np.int64)
+    i = j = c = e = 0
+    while i < na or j < nb:
+        if j >= nb:
+            c, e = _copy_nodes(al, ag, ao, ak, ac, aw, i, na, live, ol, og, oo, ok, oc, ow, c, e)
             break
-    if not sorted_:
-        order = np.argsort(ck[:n], kind="mergesort")
-        tk = ck[:n][order]
-        tc = cc[:n][order]
-        ck[:n] = tk
-        cc[:n] = tc
-    m = 0
-    for k in range(n):
-        if m > 0 and ck[m - 1] == ck[k]:
-            cc[m - 1] += cc[k]
+        if i >= na:
+            c, e = _copy_nodes(bl, bg, bo, bk, bc, bw, j, nb, live, ol, og, oo, ok, oc, ow, c, e)
+            break
+        if al[i] < bl[j] or (al[i] == bl[j] and ag[i] > bg[j]):
+            k = i + 1  # the run of a's nodes before b's next one
+            while k < na and (al[k] < bl[j] or (al[k] == bl[j] and ag[k] > bg[j])):
+                k += 1
+            c, e = _copy_nodes(al, ag, ao, ak, ac, aw, i, k, live, ol, og, oo, ok, oc, ow, c, e)
+            i = k
+        elif bl[j] < al[i] or (bl[j] == al[i] and bg[j] > ag[i]):
+            c, e = _copy_nodes(bl, bg, bo, bk, bc, bw, j, j + 1, live, ol, og, oo, ok, oc, ow, c, e)
+            j += 1
         else:
-            ck[m] = ck[k]
-            cc[m] = cc[k]
-            m += 1
-    return m
+            if al[i] + (np.int64(1) << ag[i]) - 1 >= live:
+                ol[c], og[c], ow[c], oo[c] = al[i], ag[i], aw[i] + bw[j], e
+                e = _merge_runs(ak, ac, ao[i], ao[i + 1], bk, bc, bo[j], bo[j + 1], ok, oc, e)
+                c += 1
+            i += 1
+            j += 1
+    oo[c] = e
+    return ol[:c], og[:c], oo[: c + 1], ok[:e], oc[:e], ow[:c]  # views: no second copy
+
+
+# -- collapse ------------------------------------------------------------------------------
 
 
 @njit(cache=True)
-def _emit(ol, ow, oo, ok, oc, st, lo, w, ck, cc, c0, c1):
-    """Append bucket (lo, w) with entries ck/cc[c0:c1] to the output. ``st = [buckets, entries]``."""
-    b, e = st[0], st[1]
-    ol[b] = lo
-    ow[b] = w
-    oo[b] = e
-    for k in range(c0, c1):
-        ok[e] = ck[k]
-        oc[e] = cc[k]
-        e += 1
-    oo[b + 1] = e
-    st[0] = b + 1
-    st[1] = e
+def _first_at_least(left, x):
+    lo, hi = 0, left.shape[0]
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if left[mid] < x:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
 
 
 @njit(cache=True)
-def insert_level(left, wt, off, keys, cnts, T, bt, boff, bk, bc, alpha, wp, log_w, half):
-    """Algorithm 4, lines 6-45, at level ``i >= 1`` (``half = 2^i``), for a batch of
-    distinct sorted ticks with their key cells. Returns the new level.
+def _sum_by_key(keys, cnts, e0, e1, nk, nc, e):
+    """Entries ``e0:e1`` (several key-sorted runs) summed by key, in key order, written
+    from ``e``; a dense tally when the keys span little more than the entries."""
+    kmin = keys[e0]
+    kmax = keys[e0]
+    for x in range(e0, e1):
+        kmin = min(kmin, keys[x])
+        kmax = max(kmax, keys[x])
+    span = np.int64(kmax) - np.int64(kmin) + 1
+    if span <= 4 * (e1 - e0) + 256:
+        tally = np.zeros(span, np.int64)
+        for x in range(e0, e1):
+            tally[np.int64(keys[x]) - kmin] += cnts[x]
+        for d in range(span):
+            if tally[d]:
+                nk[e], nc[e] = kmin + d, tally[d]
+                e += 1
+        return e
+    order = np.argsort(keys[e0:e1], kind="mergesort")
+    for x in range(order.shape[0]):
+        k = keys[e0 + order[x]]
+        v = cnts[e0 + order[x]]
+        if x > 0 and nk[e - 1] == k:
+            nc[e - 1] += v
+        else:
+            nk[e], nc[e] = k, v
+            e += 1
+    return e
 
-    A tick's ``r`` events fill the bucket holding it up to ``2·half``; the bucket then
-    splits into two halves of ``half`` events each, and the rest goes on into the half
-    holding the tick. Which ``half`` events each child keeps is free (the proof of Lemma 1
-    assigns elements to children arbitrarily): the left child keeps the ``half`` smallest
-    values, the right child the rest, so children hold narrower value ranges and fewer
-    entries. Only events already in the parent are divided; the tick's remaining events
-    are added to the child afterwards (Theorem 3's batches).
-    """
+
+@njit(cache=True)
+def collapse(left, lg, off, keys, cnts, wt, top_lg, exact_from, num, shift):
+    """Greedy top-down collapse: a dyadic block B = [l, r] (``r < exact_from``) holding two
+    or more nodes becomes one node holding all their events when
+
+        (P_anc + S_B) · 2^shift <= num · R_(r+1)
+
+    (P_anc: events of the nodes strictly enclosing B, S_B: events of the nodes inside B,
+    R_x: events of the nodes that start at or after x). Otherwise its halves are tried.
+    Returns the new lists (the inputs themselves when nothing collapses)."""
     n = left.shape[0]
-    m = bt.shape[0]
-    cap_b = n + m * (log_w + 2) + 2
-    cap_e = keys.shape[0] + bk.shape[0] + cap_b + 2
-    ol = np.empty(cap_b, np.int64)
-    ow = np.empty(cap_b, np.int64)
-    oo = np.empty(cap_b + 1, np.int64)
-    ok = np.empty(cap_e, np.int32)
-    oc = np.empty(cap_e, np.int64)
-    st = np.zeros(2, np.int64)
-    # The current bucket: (clo, chi, cw) and its entries ck/cc[:cl] (maybe unsorted).
-    ck = np.empty(cap_e, np.int32)
-    cc = np.empty(cap_e, np.int64)
-    # Pending right halves: a stack of buckets whose entries are in a pool.
-    depth = log_w + 2
+    cw = np.zeros(n + 1, np.int64)
+    for i in range(n):
+        cw[i + 1] = cw[i] + wt[i]
+    total = cw[n]
+    op0 = np.empty(n, np.int64)
+    op1 = np.empty(n, np.int64)
+    opl = np.empty(n, np.int64)
+    opg = np.empty(n, np.int64)
+    nops = 0
+    depth = 2 * top_lg + 4
     sl = np.empty(depth, np.int64)
-    sh = np.empty(depth, np.int64)
-    sw = np.empty(depth, np.int64)
-    so = np.empty(depth + 1, np.int64)
-    pk = np.empty(cap_e, np.int32)
-    pc = np.empty(cap_e, np.int64)
-    top = 0
-    so[0] = 0
-    cap = 2 * half
-    q = 0  # next untouched bucket of the old level
-    have = False
-    clo = chi = cw = 0
-    cl = 0
-    k = 0
-    while k < m and bt[k] <= T:
-        k += 1
-    for kk in range(k, m):
-        t = bt[kk]
-        while not have or t > chi:
-            if have:
-                cl = _compact(ck, cc, cl)
-                _emit(ol, ow, oo, ok, oc, st, clo, cw, ck, cc, 0, cl)
-            if top > 0:
-                top -= 1
-                clo, chi, cw = sl[top], sh[top], sw[top]
-                cl = 0
-                for e in range(so[top], so[top + 1]):
-                    ck[cl] = pk[e]
-                    cc[cl] = pc[e]
-                    cl += 1
-            else:
-                # Untouched buckets wholly before t are copied as they are.
-                while q + 1 < n and left[q + 1] <= t:
-                    _emit(ol, ow, oo, ok, oc, st, left[q], wt[q], keys, cnts, off[q], off[q + 1])
-                    q += 1
-                clo = left[q]
-                chi = left[q + 1] - 1 if q + 1 < n else wp - 1
-                cw = wt[q]
-                cl = 0
-                for e in range(off[q], off[q + 1]):
-                    ck[cl] = keys[e]
-                    cc[cl] = cnts[e]
-                    cl += 1
-                q += 1
-            have = True
-        # Insert the tick's cells, cell by cell, splitting when the bucket fills.
-        e = boff[kk]
-        e_end = boff[kk + 1]
-        part = 0  # events of cell e already inserted
-        r = 0
-        for x in range(e, e_end):
-            r += bc[x]
-        while r > 0:
-            if clo == chi or cw + r < cap:
-                take = r
-            else:
-                take = cap - cw
-            got = 0
-            while got < take:
-                avail = bc[e] - part
-                use = min(avail, take - got)
-                ck[cl] = bk[e]
-                cc[cl] = use
-                cl += 1
-                got += use
-                part += use
-                if part == bc[e]:
-                    e += 1
-                    part = 0
-            cw += take
-            r -= take
-            if cw < cap or clo == chi:
-                continue
-            # Split: the left child keeps the `half` smallest values.
-            cl = _compact(ck, cc, cl)
-            acc = 0
-            cut = 0
-            while acc + cc[cut] <= half:
-                acc += cc[cut]
-                cut += 1
-                if acc == half:
-                    break
-            # Entries [0, cut) go left, plus `half - acc` of entry `cut`.
-            mid = clo + ((chi - clo + 1) >> 1)
-            rest = half - acc
-            if t >= mid:
-                if rest > 0:
-                    # Emit the left child with a partial entry.
-                    _emit(ol, ow, oo, ok, oc, st, clo, half, ck, cc, 0, cut)
-                    b = st[0] - 1
-                    ok[st[1]] = ck[cut]
-                    oc[st[1]] = rest
-                    st[1] += 1
-                    oo[b + 1] = st[1]
-                    cc[cut] -= rest
-                else:
-                    _emit(ol, ow, oo, ok, oc, st, clo, half, ck, cc, 0, cut)
-                # The right child is the current bucket: entries [cut, cl).
-                nn = 0
-                for x in range(cut, cl):
-                    ck[nn] = ck[x]
-                    cc[nn] = cc[x]
-                    nn += 1
-                cl = nn
-                clo = mid
-                cw = half
-            else:
-                # Push the right child; the left child becomes the current bucket.
-                sl[top], sh[top], sw[top] = mid, chi, half
-                pe = so[top]
-                if rest > 0:
-                    pk[pe] = ck[cut]
-                    pc[pe] = cc[cut] - rest
-                    pe += 1
-                for x in range(cut + 1 if rest > 0 else cut, cl):
-                    pk[pe] = ck[x]
-                    pc[pe] = cc[x]
-                    pe += 1
-                top += 1
-                so[top] = pe
-                if rest > 0:
-                    cc[cut] = rest
-                    cl = cut + 1
-                else:
-                    cl = cut
-                chi = mid - 1
-                cw = half
-    if have:
-        cl = _compact(ck, cc, cl)
-        _emit(ol, ow, oo, ok, oc, st, clo, cw, ck, cc, 0, cl)
+    sg = np.empty(depth, np.int64)
+    sa = np.empty(depth, np.int64)
+    idx = 0
+    while idx < n:
+        tb = (left[idx] >> top_lg) << top_lg
+        top = 1
+        sl[0], sg[0], sa[0] = tb, top_lg, 0
         while top > 0:
             top -= 1
-            _emit(ol, ow, oo, ok, oc, st, sl[top], sw[top], pk, pc, so[top], so[top + 1])
-    while q < n:
-        _emit(ol, ow, oo, ok, oc, st, left[q], wt[q], keys, cnts, off[q], off[q + 1])
-        q += 1
-    c, o = st[0], st[1]
-    start = 0
-    if c >= 2 * alpha:
-        start = c - alpha
-        T = ol[start] - 1
-    e0 = oo[start]
-    return (ol[start:c].copy(), ow[start:c].copy(), oo[start : c + 1] - e0,
-            ok[e0:o].copy(), oc[e0:o].copy(), T)
+            bl, bd, anc = sl[top], sg[top], sa[top]
+            br = bl + (np.int64(1) << bd) - 1
+            i0 = _first_at_least(left, bl)
+            while i0 < n and left[i0] == bl and lg[i0] > bd:
+                i0 += 1  # enclosing nodes that start with B
+            i1 = _first_at_least(left, br + 1)
+            if i1 - i0 < 2 or bl >= exact_from:
+                continue
+            if br < exact_from:
+                need = (anc + cw[i1] - cw[i0]) << shift
+                if need <= num * (total - cw[i1]):
+                    op0[nops], op1[nops], opl[nops], opg[nops] = i0, i1, bl, bd
+                    nops += 1
+                    continue
+            own = wt[i0] if (left[i0] == bl and lg[i0] == bd) else 0
+            half = np.int64(1) << (bd - 1)
+            sl[top], sg[top], sa[top] = bl + half, bd - 1, anc + own
+            top += 1
+            sl[top], sg[top], sa[top] = bl, bd - 1, anc + own
+            top += 1
+        idx = _first_at_least(left, tb + (np.int64(1) << top_lg))
+    if nops == 0:
+        return left, lg, off, keys, cnts, wt
+    nl = np.empty(n, np.int64)
+    ng = np.empty(n, np.int64)
+    nw = np.empty(n, np.int64)
+    no = np.empty(n + 1, np.int64)
+    nk = np.empty(keys.shape[0], np.int32)
+    nc = np.empty(keys.shape[0], np.int64)
+    width = 1
+    for q in range(nops):
+        width = max(width, off[op1[q]] - off[op0[q]])
+    ak = np.empty(width, np.int32)  # scratch for the merges
+    bk = np.empty(width, np.int32)
+    ac = np.empty(width, np.int64)
+    bc = np.empty(width, np.int64)
+    c = e = 0
+    i = 0
+    for q in range(nops + 1):
+        stop = op0[q] if q < nops else n
+        c, e = _copy_nodes(left, lg, off, keys, cnts, wt, i, stop, -(2**62), nl, ng, no, nk, nc, nw, c, e)
+        if q == nops:
+            break
+        e0, e1 = off[op0[q]], off[op1[q]]
+        nl[c], ng[c], no[c] = opl[q], opg[q], e
+        if op1[q] - op0[q] <= 6:  # a few sorted runs: merge them one by one (no allocation)
+            m0 = op0[q]
+            z = off[m0 + 1] - off[m0]
+            ak[:z] = keys[off[m0] : off[m0 + 1]]
+            ac[:z] = cnts[off[m0] : off[m0 + 1]]
+            for r in range(m0 + 1, op1[q]):
+                z = _merge_runs(ak, ac, 0, z, keys, cnts, off[r], off[r + 1], bk, bc, 0)
+                ak, bk = bk, ak
+                ac, bc = bc, ac
+            nk[e : e + z] = ak[:z]
+            nc[e : e + z] = ac[:z]
+            e += z
+        else:
+            e = _sum_by_key(keys, cnts, e0, e1, nk, nc, e)
+        nw[c] = cw[op1[q]] - cw[op0[q]]
+        c += 1
+        i = op1[q]
+    no[c] = e
+    return nl[:c], ng[:c], no[: c + 1], nk[:e], nc[:e], nw[:c]
+
+
+@njit(cache=True)
+def invariant_holds(left, lg, wt, exact_from, num, shift):
+    """Every node X of two or more ticks ends before ``exact_from`` and has
+    ``P_X · 2^shift <= num · R_(r(X)+1)``, P_X the events of X and the nodes enclosing it."""
+    n = left.shape[0]
+    cw = np.zeros(n + 1, np.int64)
+    for i in range(n):
+        cw[i + 1] = cw[i] + wt[i]
+    total = cw[n]
+    sr = np.empty(n + 1, np.int64)
+    sp = np.empty(n + 1, np.int64)
+    top = 0
+    for i in range(n):
+        while top > 0 and sr[top - 1] < left[i]:
+            top -= 1
+        if lg[i] == 0:
+            continue
+        r = left[i] + (np.int64(1) << lg[i]) - 1
+        if r >= exact_from:
+            return False
+        p = wt[i] + (sp[top - 1] if top > 0 else 0)
+        i1 = _first_at_least(left, r + 1)
+        if (p << shift) > num * (total - cw[i1]):
+            return False
+        sr[top], sp[top] = r, p
+        top += 1
+    return True
 
 
 # -- bytes -----------------------------------------------------------------------------------
 
 
 @njit(cache=True)
-def put_varints(values, out, pos):
-    """LEB128 of non-negative int64 values into ``out`` from ``pos``; returns the end."""
-    for k in range(values.shape[0]):
-        v = values[k]
-        while v >= 0x80:
-            out[pos] = (v & 0x7F) | 0x80
-            v >>= 7
-            pos += 1
-        out[pos] = v
-        pos += 1
-    return pos
+def key_gaps(keys, off):
+    """Per node: zig-zag of the first key, then ``key − previous − 1`` (keys increase)."""
+    out = np.empty(keys.shape[0], np.uint64)
+    for j in range(off.shape[0] - 1):
+        for x in range(off[j], off[j + 1]):
+            if x == off[j]:
+                k = np.int64(keys[x])
+                out[x] = np.uint64((k << 1) ^ (k >> 63))
+            else:
+                out[x] = np.uint64(np.int64(keys[x]) - np.int64(keys[x - 1]) - 1)
+    return out
 
 
 @njit(cache=True)
-def get_varints(data, pos, count, out):
-    """Read ``count`` LEB128 values; returns the end, or -1 if truncated or over 62 bits."""
-    n = data.shape[0]
-    for k in range(count):
-        v = 0
-        shift = 0
-        while True:
-            if pos >= n or shift > 56:
-                return -1
-            b = data[pos]
-            pos += 1
-            v |= np.int64(b & 0x7F) << shift
-            shift += 7
-            if b < 0x80:
-                break
-        out[k] = v
-    return pos
+def keys_from_gaps(gaps, off, max_key):
+    """Inverse of :func:`key_gaps`; ``ok`` is False when a key leaves ``[-max_key, max_key]``."""
+    keys = np.empty(gaps.shape[0], np.int32)
+    for j in range(off.shape[0] - 1):
+        prev = np.int64(0)
+        for x in range(off[j], off[j + 1]):
+            g = gaps[x]
+            if g > np.uint64(2 * max_key + 2):
+                return keys, False
+            if x == off[j]:
+                u = np.int64(g)
+                k = (u >> 1) ^ -(u & 1)
+            else:
+                k = prev + np.int64(g) + 1
+            if k > max_key or k < -max_key:
+                return keys, False
+            keys[x] = k
+            prev = k
+    return keys, True

@@ -2,46 +2,60 @@
 sliding window of an out-of-order stream, with rank error ≤ ε·n_w and value error ≤ α.
 
 Busch, C. and Tirthapura, S. (2007). *A deterministic algorithm for summarizing
-asynchronous streams over a sliding window.* STACS. §2.1 (intervals, levels, splitting),
-§2.2 (Lemma 1, Proposition 1, Lemmas 2-3, Theorem 1), §3 (batched insertion, Theorem 3).
+asynchronous streams over a sliding window.* STACS. §2.1 (dyadic time ranges, level 0),
+§2.2 (Lemma 1 and Proposition 1: where the misplaced elements of a boundary come from;
+Lemma 3 and Theorem 1: the relative error), §3 (a batch as one insertion, Theorem 3).
 Values are mapped to logarithmic buckets as in DDSketch (Masson, Rim and Lee, *DDSketch: a
 fast and fully-mergeable quantile sketch with relative-error guarantees*, VLDB 2019, §2).
 
 Design
 ------
-Each bucket ⟨w, l, r⟩ of the splittable histogram carries, instead of its count alone, the
-counts of its events per value bucket (a sparse list of (key, count), keys ordered like the
-values). Everything else is the count structure of ``sketches.splittable_histogram``: time
-intervals of ``Wp`` ticks, levels S_0..S_M of α = ⌈(1 + log₂ Wp)(2 + ε)/ε⌉ buckets, buckets
-of level i split in two halves of 2^i events when they reach 2^(i+1) (Algorithm 4).
+The state is a set of *nodes*: dyadic, aligned tick ranges ``[l, l + 2^g − 1]``
+(``2^g ≤ Wp``, the window rounded up to a power of two), each holding the exact value
+histogram, a sparse list of (key, count), of some events whose ticks lie in its range.
+Every event is in exactly one node. A batch adds each event to the one-tick node of its
+tick (Theorem 3's batching: a tick's events go in at once). Nodes never split; instead a
+*collapse* moves all the events of the nodes inside a dyadic block B into one node B.
 
-**Why the bound carries over.** Lemma 1's proof assigns every element to one leaf bucket
-and lets a split hand the parent's elements to its children *arbitrarily*; it bounds the
-elements counted on the wrong side of a suffix boundary t (the sets X_1 and X_2 ∪ X_3) by
-2^ℓ(1 + log₂ Wp). Those sets do not depend on values, so for every value v the
-sub-stream of events with value ≤ v has at most as many misplaced elements:
+**Why the bracket holds (always).** For a boundary t let A_t(≤v) be the events of value
+≤ v in the nodes with l ≥ t, and U_t(≤v) those in the nodes with l < t ≤ r (the nodes
+that *straddle* t). A node with r < t holds only ticks < t, one with l ≥ t only ticks
+≥ t, so for C_t(≤v), the true number of events with tick ≥ t and value ≤ v,
 
-    |C_t(≤v) − ê_t(≤v)| ≤ Δ_t ≤ 2^ℓ·(1 + log₂ Wp)        for every v at once,
+    A_t(≤v) ≤ C_t(≤v) ≤ A_t(≤v) + U_t(≤v)                 for every v at once.
 
-where C_t(≤v) is the true number of events with tick ≥ t and value ≤ v and ê_t(≤v) the sum
-of the value histograms of the level-ℓ buckets with l ≥ t (Δ_t is read from the state as
-in ``SplittableHistogram``). A split gives the left child the 2^i events of smallest value
-and the right child the rest — an arbitrary assignment the proof allows — so children
-cover narrower value ranges and hold fewer entries. Lemma 3 and Theorem 1 then give, for a
-window [t, clock] holding n_w events (the level is the smallest with T_ℓ < t):
+This is Lemma 1's decomposition e_t = s_t + |X_1| − |X_2 ∪ X_3|: the misplaced elements
+X_1, X_2, X_3 are exactly those *initially assigned* to the path nodes that contain both
+t − 1 and t, and a split then hands them to either side. Here no node splits, so the
+elements of the straddling nodes are the whole error, and the bracket reads it per value.
 
-    |C(≤v) − ê(≤v)| ≤ Δ ≤ ε·n_w                           (rank error, every v)
+**Why the rank error is ≤ ε·n_w.** Write P_X for the events of node X and of the nodes
+enclosing it, and R_x = A_x(≤∞). A collapse into B is made only if
 
-and level 0 (exact ticks) gives Δ = 0 for windows inside its α most recent ticks. A window
-[lo, hi] with hi < clock is a difference of two suffixes: Δ = Δ_lo + Δ_(hi+1) ≤ 2ε·n',
-n' = events in [lo, clock]. Counts are integers: nothing rounds.
+    P_B ≤ ε'·R_(r(B)+1),      ε' = ⌊ε·share·2^24⌋ / 2^24 ≤ ε       (integers: exact)
 
-**Values.** γ = (1 + α)/(1 − α); a value v > 0 has key i with γ^(i−1) < v ≤ γ^i, so every
-point of its bucket is within α of the bucket's centre 2γ^i/(1 + γ) (DDSketch, Lemma 2).
-Negative values use the mirrored keys, and |v| < 1e-300 the zero key. Every event keeps
-its exact key for life: only its time is blurred by splits.
+and this holds for every node of two or more ticks at all times: a one-tick node encloses
+nothing and adding to it only grows R; dropping nodes wholly before the window changes no
+R_x for a live x; a collapse into B leaves P and R outside B's inside unchanged; a merge
+adds P and R part by part (P^a_X ≤ ε'R^a and, through the deepest node of b enclosing X,
+P^b_X ≤ ε'R^b, since R_x does not grow with x). The nodes straddling t are nested; with D
+the deepest, r(D) ≥ t, so
 
-**Bracket.** With rank brackets Cl(v) ≤ C(≤v) ≤ Cu(v) (made monotone) and count bracket
+    U_t = P_D ≤ ε'·R_(r(D)+1) ≤ ε'·A_t ≤ ε·C_t = ε·n_w        (window [t, clock])
+
+— Theorem 1's guarantee, the collapse test playing the part of Lemma 3 (the window holds
+enough events for the error) without its 1 + log₂ W factor. A window [lo, hi] with
+hi < clock has two edges: Δ = U_lo + U_(hi+1) ≤ 2ε·n', n' the events in [lo, clock].
+Nodes of two or more ticks end before ``clock − α + 1`` (α = ⌈(1 + log₂ Wp)(2 + ε)/ε⌉,
+the ticks B–T's level 0 keeps), so a window starting inside the α most recent ticks has
+exact ranks (Δ = 0), as level 0 gives in Theorem 1.
+
+**Values.** γ = (1 + α_v)/(1 − α_v) for value accuracy α_v; a value v > 0 has key i with
+γ^(i−1) < v ≤ γ^i, so every point of its bucket is within α_v of the bucket's centre
+2γ^i/(1 + γ) (DDSketch, Lemma 2). Negative values use the mirrored keys, |v| < 1e-300 the
+zero key. Every event keeps its exact key for life: only its time is blurred.
+
+**Bracket.** With rank brackets Cl(v) ≤ C(≤v) ≤ Cu(v) (monotone) and count bracket
 N_l ≤ n_w ≤ N_u, the true q-quantile v* (the smallest v with C(≤v) ≥ max(q·n_w, 1)) is
 
     lower = lower edge of the first key k with Cu(k) ≥ max(⌈q·N_l⌉, 1)
@@ -49,27 +63,25 @@ N_l ≤ n_w ≤ N_u, the true q-quantile v* (the smallest v with C(≤v) ≥ max
     lower ≤ v* ≤ upper                                      (always; confidence 1)
 
 Keys below lower's have Cu < q·N_l ≤ q·n_w, so they hold no v*; upper's key has
-C ≥ q·N_u ≥ q·n_w. When ranks are exact (Δ = 0) the bracket is one value bucket, at most
-γ − 1 ≈ 2α wide (relative). The keys scanned are those of the top level's root bucket of
-every held interval: it never splits, so it holds every event of its interval.
+C ≥ q·N_u ≥ q·n_w. When Δ = 0 the bracket is one value bucket, γ − 1 ≈ 2α_v wide.
 
-**Merge** (not in the paper): parts are kept side by side, each a sketch of its own
-sub-stream with its own clock (as ``SplittableHistogram``); the rank brackets add, so
-Σ_p Δ_p ≤ Σ_p ε·n_p = ε·n_w for any number of parts and any merge tree.
+**Merge**: the union of the nodes (a node in both adds its histograms), then a collapse:
+the invariant holds for the union (above), so any number of parts in any merge tree keep
+Δ ≤ ε·n_w. **Space** follows the data, not a declared range: one node per recent tick and
+about ln(n)/ε' collapsed nodes behind them on an orderly stream (measured in
+``bench/bench_quantiles.py``); at worst one node per dyadic range meeting the window
+(under 4·Wp), a bound of ticks, not of events (B–T Theorem 2 bounds buckets by events).
 
-Byte layout (after the common 16-byte header, family WINDOWED_QUANTILES, little endian)::
+Byte layout (format 2, after the common 16-byte header, family WINDOWED_QUANTILES)::
 
-    f64 epsilon | i64 window | f64 value_accuracy | u32 parts
-    parts × part:  i64 clock | u8 has_old | [interval old] | interval new
-    interval:      i64 k | u8 levels | levels × level
-    level:         i64 T | u32 buckets | u32 entries | u32 blob bytes | blob
-    blob (LEB128): buckets × (level 0: tick − previous tick − 1, from T; else log₂ width)
-                   | buckets × entries of the bucket
-                   | entries × zigzag(key − previous key in the bucket, first from 0)
-                   | entries × count
+    f64 epsilon | i64 window | f64 value_accuracy | i64 clock | u32 nodes
+    varints (sketches._codec): node lefts (first zig-zag, then gaps)
+                             | node log₂ widths | node entry counts
+                             | per entry: first key of a node zig-zag, then key gap − 1
+                             | per entry: count − 1
 
-Bucket weights are the sums of their counts. Each level keeps its α most recent buckets
-(the deferred discard of Algorithm 4, lines 39-45, done now).
+``from_bytes`` checks every field, the pre-order, the alignment and the collapse invariant,
+and refuses the whole blob otherwise.
 """
 
 from __future__ import annotations
@@ -83,6 +95,7 @@ from fractions import Fraction
 import numpy as np
 
 from sketches import _windowed_quantile_kernels as K
+from sketches._codec import Reader, Writer
 from sketches.base import (
     CorruptSketchError,
     Family,
@@ -95,72 +108,18 @@ from sketches.splittable_histogram import suggest_alpha
 
 __all__ = ["WindowedQuantiles", "QuantileBracket", "RankTable", "DistributionRow"]
 
-METHOD = "splittable-histogram/log-buckets"
+METHOD = "dyadic-histogram/log-buckets"
+FORMAT = 2
 MAX_WINDOW = 2**40
 TICK_LIMIT = 2**61
+EMPTY_CLOCK = -(2**62)
 MIN_INDEXED = 1e-300
-MAX_LEVELS = 63
+MAX_EVENTS = 2**38  # keeps the collapse test's integer products below 2^63
+SHIFT = 24
+COLLAPSE_SHARE = 0.125  # ε' = ε/8: brackets ~8× tighter than promised, for ~1.7× the bytes
 _MSG_SELF = "cannot merge a sketch with itself"
 _MSG_TYPE = "can only merge a WindowedQuantiles with another WindowedQuantiles"
 _MSG_PARAMS = "cannot merge windowed quantile sketches with different epsilon, window or value_accuracy"
-
-
-class _Level:
-    __slots__ = ("left", "wt", "off", "keys", "cnts", "T")
-
-    def __init__(self, left, wt, off, keys, cnts, T):
-        self.left, self.wt, self.off, self.keys, self.cnts, self.T = left, wt, off, keys, cnts, int(T)
-
-    @classmethod
-    def empty(cls) -> "_Level":
-        return cls(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(1, np.int64),
-                   np.zeros(0, np.int32), np.zeros(0, np.int64), -1)
-
-    @classmethod
-    def root(cls, total: int, keys, cnts) -> "_Level":
-        """One bucket ⟨total, 0, Wp − 1⟩: a level that never split (Algorithm 1)."""
-        return cls(np.zeros(1, np.int64), np.array([total], np.int64),
-                   np.array([0, len(keys)], np.int64), keys.copy(), cnts.copy(), -1)
-
-    def copy(self) -> "_Level":
-        return _Level(self.left.copy(), self.wt.copy(), self.off.copy(), self.keys.copy(),
-                      self.cnts.copy(), self.T)
-
-
-class _Interval:
-    """D_k: the levels of the interval [k·Wp, (k + 1)·Wp − 1] (§2.1)."""
-
-    __slots__ = ("k", "levels")
-
-    def __init__(self, k: int, levels: list):
-        self.k, self.levels = k, levels
-
-    @classmethod
-    def new(cls, k: int) -> "_Interval":
-        keys, cnts = np.zeros(0, np.int32), np.zeros(0, np.int64)
-        return cls(k, [_Level.empty(), _Level.root(0, keys, cnts)])
-
-    @property
-    def top(self) -> _Level:
-        return self.levels[-1]
-
-    @property
-    def total(self) -> int:
-        return int(self.top.wt[0])
-
-    def copy(self) -> "_Interval":
-        return _Interval(self.k, [lv.copy() for lv in self.levels])
-
-
-class _Part:
-    __slots__ = ("clock", "old", "new")
-
-    def __init__(self, clock=None, old=None, new=None):
-        self.clock, self.old, self.new = clock, old, new
-
-    def copy(self) -> "_Part":
-        return _Part(self.clock, None if self.old is None else self.old.copy(),
-                     None if self.new is None else self.new.copy())
 
 
 @dataclass(frozen=True)
@@ -224,7 +183,7 @@ class WindowedQuantiles:
     ----------
     epsilon : float
         Rank error target ε in (0, 1): every rank a bracket is read from is within
-        ε·n_w of the truth for a window ending at the clock (Theorem 1).
+        ε·n_w of the truth for a window ending at the clock.
     window : int
         Longest window W in ticks.
     value_accuracy : float
@@ -241,8 +200,8 @@ class WindowedQuantiles:
     >>> other = WindowedQuantiles(0.05, window=100, value_accuracy=0.01)
     >>> other.update(np.array([4]), np.array([-7.0]))
     >>> m = wq.merge(other).quantiles([0.0], 0, 5)[0]
-    >>> m.lower <= -7.0 <= m.upper, wq.parts
-    (True, 2)
+    >>> bool(m.lower <= -7.0 <= m.upper)
+    True
     >>> WindowedQuantiles.from_bytes(wq.to_bytes()).to_bytes() == wq.to_bytes()
     True
     """
@@ -262,15 +221,28 @@ class WindowedQuantiles:
         self.epsilon, self.window, self.value_accuracy = epsilon, window, value_accuracy
         self.log_w = max(0, (window - 1).bit_length())
         self.wp = 1 << self.log_w
-        self.alpha = suggest_alpha(epsilon, window)
+        self.alpha = suggest_alpha(epsilon, window)  # exact ticks, as B–T's level 0
         if self.alpha > 1 << 20:
-            raise SketchError(f"epsilon {epsilon} needs {self.alpha} buckets per level; at most 2^20")
+            raise SketchError(f"epsilon {epsilon} needs {self.alpha} exact ticks; at most 2^20")
+        self._num = int(math.floor(epsilon * COLLAPSE_SHARE * (1 << SHIFT)))
         self.gamma = (1.0 + value_accuracy) / (1.0 - value_accuracy)
         self.log_gamma = math.log(self.gamma)
         # Keys: bias + i for γ^(i−1) < |v| ≤ γ^i, i ≥ 1 − bias covers |v| ≥ MIN_INDEXED.
         self._bias = 1 - math.floor(math.log(MIN_INDEXED) / self.log_gamma)
         self._max_key = self._bias + math.ceil(math.log(1.7976931348623157e308) / self.log_gamma) + 1
-        self._parts: list[_Part] = [_Part()]
+        self._clock = EMPTY_CLOCK
+        self._set(*self._empty_lists())
+
+    @staticmethod
+    def _empty_lists():
+        z = np.zeros(0, np.int64)
+        return z, z, np.zeros(1, np.int64), np.zeros(0, np.int32), z, z
+
+    def _set(self, left, lg, off, keys, cnts, wt) -> None:
+        self._left, self._lg, self._off, self._keys, self._cnts, self._wt = left, lg, off, keys, cnts, wt
+
+    def _lists(self):
+        return self._left, self._lg, self._off, self._keys, self._cnts, self._wt
 
     # -- updates ---------------------------------------------------------------------------
     def keys_of(self, values: np.ndarray) -> np.ndarray:
@@ -295,112 +267,52 @@ class WindowedQuantiles:
             raise SketchError("ticks and values must have the same length")
         if t.size == 0:
             return
-        if not np.all(np.isfinite(v)):
+        if not np.isfinite(v).all():
             raise SketchError("values must be finite")
         tmin, tmax = int(t.min()), int(t.max())
         if tmin <= -TICK_LIMIT or tmax >= TICK_LIMIT:
             raise SketchError("ticks must be in (-2^61, 2^61)")
+        if self.count + t.size >= MAX_EVENTS:
+            raise SketchError("too many events in one windowed quantile sketch")
         t = t.astype(np.int64, copy=False)
-        part = self._parts[0]
-        clock = max(self.clock, tmax)
-        part_clock = tmax if part.clock is None else max(part.clock, tmax)
-        keep = t >= clock - self.window + 1
-        if not keep.all():
+        clock = max(self._clock, tmax)
+        live = clock - self.window + 1
+        if tmin < live:
+            keep = t >= live
             t, v = t[keep], v[keep]
-        keys = self.keys_of(v)
+        self._clock = clock
         if t.size:
-            span = int(t.max()) - int(t.min()) if t.size else 0
-            if span < 2**31:
-                comp = ((t - t.min()) << 32) | (keys.astype(np.int64) + 2**31)
-                order = np.argsort(comp, kind="stable")
-            else:
-                order = np.lexsort((keys, t))
-            t, keys = t[order], keys[order]
-        ut, uoff, ck, cc = K.group_cells(t, keys)
-        wp = self.wp
-        top = part_clock // wp
-        held = {d.k: d for d in (part.old, part.new) if d is not None}
-        old, new = held.get(top - 1), held.get(top)
-        split = int(np.searchsorted(ut, top * wp))
-        for k, lo, hi in ((top - 1, 0, split), (top, split, ut.size)):
-            if hi <= lo:
-                continue
-            d = held.get(k) or _Interval.new(k)
-            e0, e1 = uoff[lo], uoff[hi]
-            self._insert(d, ut[lo:hi] - k * wp, uoff[lo : hi + 1] - e0, ck[e0:e1], cc[e0:e1])
-            if k == top:
-                new = d
-            else:
-                old = d
-        if old is not None and (old.k + 1) * wp - 1 < part_clock - self.window + 1:
-            old = None  # wholly expired
-        part.new, part.old, part.clock = new, old, part_clock
-        self._prune()
+            batch = K.batch_nodes(np.ascontiguousarray(t), self.keys_of(v))
+            self._set(*K.union(*self._lists(), *batch, live))
+        else:
+            self._expire()
+        self._collapse()
 
-    def _insert(self, d: _Interval, bt, boff, bk, bc) -> None:
-        total = d.total + int(bc.sum())
-        m = 1
-        while 2 ** (m + 1) <= total:
-            m += 1
-        if m + 1 > MAX_LEVELS:
-            raise SketchError("too many events in one interval")
-        while len(d.levels) < m + 1:  # Lemma 2: the top level never splits
-            top = d.top
-            d.levels.append(_Level.root(int(top.wt[0]), top.keys, top.cnts))
-        for i, lv in enumerate(d.levels):
-            if i == 0:
-                out = K.insert_level0(lv.left, lv.wt, lv.off, lv.keys, lv.cnts, lv.T,
-                                      bt, boff, bk, bc, self.alpha)
-            else:
-                out = K.insert_level(lv.left, lv.wt, lv.off, lv.keys, lv.cnts, lv.T,
-                                     bt, boff, bk, bc, self.alpha, self.wp, self.log_w, 1 << i)
-            d.levels[i] = _Level(*out)
+    def _expire(self) -> None:
+        live = self._clock - self.window + 1
+        self._set(*K.union(*self._lists(), *self._empty_lists(), live))
 
-    def _prune(self) -> None:
-        live = self.clock - self.window + 1
-        self._parts[1:] = [p for p in self._parts[1:] if p.clock is not None and p.clock >= live]
-        if self._parts[0].clock is not None and self._parts[0].clock < live:
-            self._parts[0] = _Part()
+    def _collapse(self) -> None:
+        self._set(*K.collapse(*self._lists(), self.log_w, self._exact_from(), self._num, SHIFT))
+
+    def _exact_from(self) -> int:
+        return self._clock - self.alpha + 1
 
     @property
     def clock(self) -> int:
         """Largest tick inserted (``-2**62`` when empty)."""
-        clocks = [p.clock for p in self._parts if p.clock is not None]
-        return max(clocks) if clocks else -(2**62)
+        return self._clock
 
-    # -- suffixes --------------------------------------------------------------------------
-    def _level_for(self, d: _Interval, t: int) -> int:
-        for i, lv in enumerate(d.levels):
-            if lv.T < t:
-                return i
-        return len(d.levels) - 1  # Lemma 2: T_M = −1
+    @property
+    def count(self) -> int:
+        """Events held (some may be older than the window, in a node that reaches into it)."""
+        return int(self._wt.sum())
 
-    def _delta(self, lv: _Level, level: int, t: int) -> int:
-        """Δ_t of ``SplittableHistogram._suffix``: events misplaced across boundary t."""
-        if level == 0 or t <= 0 or t >= self.wp:
-            return 0
-        b = int(np.searchsorted(lv.left, t, side="right")) - 1
-        blo = int(lv.left[b])
-        bhi = int(lv.left[b + 1]) - 1 if b + 1 < lv.left.size else self.wp - 1
-        depth = self.log_w - ((bhi - blo + 1).bit_length() - 1)
-        zeros = (t & -t).bit_length() - 1
-        ancestors = min(depth, self.log_w - zeros)
-        unit = 1 << level
-        delta = unit * (ancestors + (1 if ancestors else 0))
-        if t > blo:
-            delta += int(lv.wt[b]) - (unit if depth else 0)
-        return delta
+    @property
+    def nodes(self) -> int:
+        return int(self._left.size)
 
-    def _suffix_entries(self, d: _Interval, t: int, local_clock: int):
-        """(keys, counts, Δ, exact-zero) of the suffix [t, Wp − 1] of interval ``d``."""
-        if t > local_clock or t >= self.wp:
-            return None
-        level = self._level_for(d, t)
-        lv = d.levels[level]
-        first = int(np.searchsorted(lv.left, t, side="left"))
-        e = int(lv.off[first])
-        return lv.keys[e:], lv.cnts[e:], self._delta(lv, level, t)
-
+    # -- ranges ----------------------------------------------------------------------------
     def _check_range(self, lo: int, hi: int) -> tuple[int, int]:
         try:
             lo, hi = operator.index(lo), operator.index(hi)
@@ -410,71 +322,70 @@ class WindowedQuantiles:
             raise SketchError(f"empty range: hi = {hi} < lo = {lo}")
         if hi - lo + 1 > self.window:
             raise SketchError(f"range of {hi - lo + 1} ticks exceeds the window of {self.window}")
-        if not self.is_empty and lo < self.clock - self.window + 1:
+        if not self.is_empty and lo < self._clock - self.window + 1:
             raise SketchError(f"range starts at tick {lo}, before clock - window + 1 = "
-                              f"{self.clock - self.window + 1}: those ticks have expired")
+                              f"{self._clock - self.window + 1}: those ticks have expired")
         return lo, hi
 
-    def _intervals(self):
-        for p in self._parts:
-            if p.clock is None:
-                continue
-            for d in (p.old, p.new):
-                if d is not None:
-                    yield p, d
+    def _spans(self):
+        """(first tick, last tick that can hold an event) of every node."""
+        right = self._left + (np.int64(1) << self._lg) - 1
+        return self._left, np.minimum(right, self._clock)
 
-    def _universe(self) -> np.ndarray:
-        """Every key an event held anywhere can have: the top levels' roots (never split)."""
-        tops = [d.top.keys for _, d in self._intervals()]
-        return np.unique(np.concatenate(tops)) if tops else np.zeros(0, np.int32)
+    def _classify(self, lo: int, hi: int):
+        """Per node: inside [lo, hi] (certain), cut by an edge (uncertain), and the share of
+        its ticks inside (the estimate's guess for a cut node)."""
+        first, last = self._spans()
+        hi = min(hi, self._clock)
+        meets = (last >= lo) & (first <= hi)
+        inside = meets & (first >= lo) & (last <= hi)
+        cut = meets & ~inside
+        share = np.where(inside, 1.0, 0.0)
+        if cut.any():
+            a, b = np.maximum(first[cut], lo), np.minimum(last[cut], hi)
+            share[cut] = (b - a + 1) / (last[cut] - first[cut] + 1)
+        return meets, inside, cut, share
 
-    def _raw(self, lo: int, hi: int, universe: np.ndarray):
-        """(cumulative estimate on ``universe``, total, Δ, to_clock) of ticks [lo, hi]."""
-        est = np.zeros(universe.size, np.int64)
-        delta = 0
-        to_clock = True
-        for p, d in self._intervals():
-            start = d.k * self.wp
-            a, b = max(lo, start), min(hi, start + self.wp - 1, p.clock)
-            if a > b:
-                continue
-            local_clock = min(p.clock, start + self.wp - 1) - start
-            for t, sign in ((a - start, 1), (b + 1 - start, -1)):
-                got = self._suffix_entries(d, t, local_clock)
-                if got is None:
-                    continue
-                keys, cnts, dl = got
-                if sign < 0:
-                    to_clock = False
-                delta += dl
-                np.add.at(est, np.searchsorted(universe, keys), sign * cnts)
-        cum = np.cumsum(est)
-        return cum, int(cum[-1]) if cum.size else 0, delta, to_clock
+    def _entries(self, mask: np.ndarray):
+        """Entry indices of the masked nodes and the node of each."""
+        sizes = np.diff(self._off)[mask]
+        node = np.repeat(np.flatnonzero(mask), sizes)
+        idx = np.arange(node.size) - np.repeat(np.cumsum(sizes) - sizes, sizes) + self._off[node]
+        return idx, node
 
     def rank_table(self, lo: int, hi: int, inner: tuple[int, int] | None = None) -> RankTable:
         """Rank brackets of the events with a tick in ``[lo, hi]``; with ``inner`` (a
         sub-range), the lower brackets count only ``inner`` (the ticks wholly inside a
         window whose edges cut ticks) — so ``cl ≤ C ≤ cu`` for every range in between."""
         lo, hi = self._check_range(lo, hi)
-        universe = self._universe()
-        cum, total, delta, to_clock = self._raw(lo, hi, universe)
+        meets, inside, cut, share = self._classify(lo, hi)
         if inner is None or tuple(inner) == (lo, hi):
-            icum, itotal, idelta = cum, total, delta
+            i_inside, i_cut = inside, cut
         elif inner[0] > inner[1]:
-            icum, itotal, idelta = np.zeros_like(cum), 0, 0
+            i_inside = i_cut = np.zeros_like(inside)
         else:
-            ilo, ihi = self._check_range(*inner)
-            icum, itotal, idelta, _ = self._raw(ilo, ihi, universe)
-        n_upper = total + delta
-        n_lower = max(0, itotal - idelta)
-        cu = np.minimum(cum + delta, n_upper)
-        cu = np.minimum.accumulate(cu[::-1])[::-1] if cu.size else cu
-        cl = np.maximum(icum - idelta, 0)
-        cl = np.maximum.accumulate(cl) if cl.size else cl
+            _, i_inside, i_cut, _ = self._classify(*self._check_range(*inner))
+        idx, node = self._entries(meets)
+        universe, inv = np.unique(self._keys[idx], return_inverse=True)
+        c = self._cnts[idx].astype(np.float64)
+        m = universe.size
+
+        def cum(weights):
+            return np.cumsum(np.bincount(inv, weights=weights, minlength=m)).astype(np.int64)
+
+        certain = cum(c * inside[node])
+        cu = certain + cum(c * cut[node])
+        cl = certain if i_inside is inside else cum(c * i_inside[node])
+        est_f = np.cumsum(np.bincount(inv, weights=c * share[node], minlength=m))
+        est = np.minimum(np.maximum(np.floor(est_f + 0.5).astype(np.int64), certain), cu)
+        n_upper = int(cu[-1]) if m else 0
+        n_lower = int(cl[-1]) if m else 0
+        delta = max(int(self._wt[cut].sum()), int(self._wt[i_cut].sum()))
         lo_edge, hi_edge = self.edges_of(universe)
+        to_clock = hi >= self._clock
         eps = self.epsilon if to_clock else 2 * self.epsilon
-        return RankTable(universe, lo_edge, hi_edge, cum, cl, cu, n_lower, n_upper, total,
-                         max(delta, idelta), eps, to_clock)
+        return RankTable(universe, lo_edge, hi_edge, est, cl, cu, n_lower, n_upper,
+                         int(est[-1]) if m else 0, delta, eps, to_clock)
 
     # -- queries -----------------------------------------------------------------------------
     def quantiles(self, qs, lo: int, hi: int, inner: tuple[int, int] | None = None) -> list:
@@ -499,8 +410,7 @@ class WindowedQuantiles:
         # One ulp outward: the edges are the kernels' own exp(), the reported floats exact.
         lower, upper = math.nextafter(lower, -math.inf), math.nextafter(upper, math.inf)
         if tb.n_est > 0:
-            j = int(np.searchsorted(np.maximum.accumulate(tb.est), max(math.ceil(fq * tb.n_est), 1)))
-            j = min(max(j, 0), last)
+            j = min(int(np.searchsorted(tb.est, max(math.ceil(fq * tb.n_est), 1))), last)
             a, b = float(tb.lo_edge[j]), float(tb.hi_edge[j])
             point = 0.0 if tb.keys[j] == 0 else 2 * a * b / (a + b)  # ±2γ^i/(1 + γ)
         else:
@@ -522,67 +432,47 @@ class WindowedQuantiles:
         """The φ-quantile of values weighted by ``decay(at − tick)`` (a non-increasing
         function of the age in ticks) over the ticks ``[lo, at]`` (default: all kept).
 
-        Per interval, the level of the range's start is read; on each piece between its
-        bucket edges the weight lies in [f(oldest age), f(youngest age)]. By Abel summation
-        over the pieces, Σ g·c = Σ_j (g_j − g_(j−1))·C_(p_j) − g_last·C_(hi+1), and each
-        suffix count C_p is within Δ_p of its reading (Lemma 1), so
+        A node inside the range holds events aged between ``at − r`` and ``at − l``, so
+        each weighs in ``[f(at − l), f(at − r)]``; a node cut by an edge may hold events
+        outside the range, so each weighs in ``[0, f(at − min(r, hi))]``. Hence, for every v,
 
-            Σ_b g_b·h_b(≤v) − D_g ≤ W(≤v) ≤ Σ_b G_b·h_b(≤v) + D_G,
-            D_g = Σ_j (g_j − g_(j−1))·Δ_(p_j) + g_last·Δ_(hi+1)   (D_G likewise with G)
+            Σ_N g_N·h_N(≤v) ≤ W(≤v) ≤ Σ_N G_N·h_N(≤v)
 
-        for every v. Float sums are widened by 1e-9 of the total. The bracket is read
-        like the window quantile's, with weights in place of counts.
+        and the bracket is read like the window quantile's, with weights for counts. Float
+        sums are widened by 1e-9 of the total.
         """
         phi = float(phi)
         if not 0.0 <= phi <= 1.0:
             raise SketchError("phi must be in [0, 1]")
         at = operator.index(at)
-        hi = min(at, self.clock)
-        lo = self.clock - self.window + 1 if lo is None else max(operator.index(lo), self.clock - self.window + 1)
+        live = self._clock - self.window + 1
+        hi = min(at, self._clock)
+        lo = live if lo is None else max(operator.index(lo), live)
         if self.is_empty or hi < lo:
             return None
-        universe = self._universe()
-        wl = np.zeros(universe.size)
-        wu = np.zeros(universe.size)
-        pen_l = pen_u = 0.0
-        for p, d in self._intervals():
-            start = d.k * self.wp
-            a, b = max(lo, start), min(hi, start + self.wp - 1, p.clock)
-            if a > b:
-                continue
-            la, lb = a - start, b - start
-            level = self._level_for(d, la)
-            lv = d.levels[level]
-            first = int(np.searchsorted(lv.left, la, side="left"))
-            last = int(np.searchsorted(lv.left, lb, side="right"))  # buckets with l ≤ b
-            lefts = lv.left[first:last]
-            # Pieces start at la and at each bucket left end in (la, lb].
-            starts = np.concatenate(([la], lefts[lefts > la]))
-            ends = np.concatenate((starts[1:] - 1, [lb]))
-            g = np.asarray(decay(np.asarray(at - (starts + start), np.float64)), np.float64)
-            G = np.asarray(decay(np.asarray(at - (ends + start), np.float64)), np.float64)
-            if np.any(np.diff(g) < 0) or np.any(G < g):
-                raise SketchError("decay must be a non-increasing function of age")
-            deltas = np.array([self._delta(lv, level, int(s)) for s in starts], np.float64)
-            tail = self._delta(lv, level, lb + 1) if lb + 1 < self.wp else 0
-            pen_l += float(np.dot(np.diff(np.concatenate(([0.0], g))), deltas) + g[-1] * tail)
-            pen_u += float(np.dot(np.diff(np.concatenate(([0.0], G))), deltas) + G[-1] * tail)
-            # Bucket j (first ≤ j < last, l ≥ la) lies in the piece that starts at its l.
-            piece = np.searchsorted(starts, lefts, side="right") - 1
-            for j, pc in zip(range(first, last), piece):
-                e0, e1 = int(lv.off[j]), int(lv.off[j + 1])
-                idx = np.searchsorted(universe, lv.keys[e0:e1])
-                wl[idx] += g[pc] * lv.cnts[e0:e1]
-                wu[idx] += G[pc] * lv.cnts[e0:e1]
-        cl, cu = np.cumsum(wl), np.cumsum(wu)
-        slack = 1e-9 * (float(cu[-1]) + pen_u) if cu.size else 0.0
-        n_upper = float(cu[-1]) + pen_u + slack if cu.size else 0.0
-        n_lower = max(0.0, float(cl[-1]) - pen_l - slack) if cl.size else 0.0
-        cu = np.minimum(cu + pen_u + slack, n_upper)
-        cu = np.minimum.accumulate(cu[::-1])[::-1] if cu.size else cu
-        cl = np.maximum.accumulate(np.maximum(cl - pen_l - slack, 0.0)) if cl.size else cl
-        if n_upper <= 0:
+        meets, inside, cut, _ = self._classify(lo, hi)
+        first, last = self._spans()
+        first, last = first[meets], np.minimum(last[meets], hi)
+        ages = np.unique(np.concatenate((at - first, at - last)))
+        weights = np.asarray(decay(ages.astype(np.float64)), np.float64)
+        if weights.shape != ages.shape or np.any(np.diff(weights) > 0) or np.any(weights < 0):
+            raise SketchError("decay must be a non-increasing, non-negative function of age")
+        f_young = weights[np.searchsorted(ages, at - last)]
+        f_old = weights[np.searchsorted(ages, at - first)]
+        g = np.where(inside[meets], f_old, 0.0)
+        G = f_young
+        idx, node = self._entries(meets)
+        rank = np.cumsum(meets) - 1  # node index -> position among the meeting nodes
+        universe, inv = np.unique(self._keys[idx], return_inverse=True)
+        c = self._cnts[idx].astype(np.float64)
+        cl = np.cumsum(np.bincount(inv, weights=c * g[rank[node]], minlength=universe.size))
+        cu = np.cumsum(np.bincount(inv, weights=c * G[rank[node]], minlength=universe.size))
+        if cu.size == 0 or cu[-1] <= 0:
             return None
+        slack = 1e-9 * float(cu[-1])
+        n_upper, n_lower = float(cu[-1]) + slack, max(0.0, float(cl[-1]) - slack)
+        cu = np.minimum(cu + slack, n_upper)
+        cl = np.maximum(cl - slack, 0.0)
         last_key = universe.size - 1
         lo_edge, hi_edge = self.edges_of(universe)
         tiny = 1e-300
@@ -590,27 +480,33 @@ class WindowedQuantiles:
         j_hi = int(np.searchsorted(cl, max(phi * n_upper * (1 + 1e-12), tiny), side="left"))
         lower = math.nextafter(float(lo_edge[min(j_lo, last_key)]), -math.inf)
         upper = math.nextafter(float(hi_edge[min(j_hi, last_key)]), math.inf)
-        mid = (np.cumsum(wl) + np.cumsum(wu)) / 2
+        mid = (cl + cu) / 2
         j = min(int(np.searchsorted(mid, max(phi * mid[-1], tiny), side="left")), last_key)
         a, b = float(lo_edge[j]), float(hi_edge[j])
         point = 0.0 if universe[j] == 0 else 2 * a * b / (a + b)
         point = min(max(point, lower), upper)
-        rank_err = (pen_u + pen_l) / 2
-        return QuantileBracket(phi, point, lower, upper, int(math.ceil(rank_err)), self.epsilon,
+        return QuantileBracket(phi, point, lower, upper, int(self._wt[cut].sum()), self.epsilon,
                                self.value_accuracy, True)
 
     # -- merging ---------------------------------------------------------------------------
     def merge(self, other: "WindowedQuantiles") -> "WindowedQuantiles":
-        """Fold ``other`` in (parts side by side) and return self; refuses itself, another
-        class or other parameters with :class:`IncompatibleSketchError`."""
+        """Fold ``other`` in (the union of the nodes, then a collapse) and return self;
+        refuses itself, another class or other parameters with
+        :class:`IncompatibleSketchError`."""
         if other is self:
             raise IncompatibleSketchError(_MSG_SELF)
         if not isinstance(other, WindowedQuantiles):
             raise IncompatibleSketchError(_MSG_TYPE)
         if self._params() != other._params():
             raise IncompatibleSketchError(_MSG_PARAMS)
-        self._parts.extend(p.copy() for p in other._parts if p.clock is not None)
-        self._prune()
+        if other.is_empty:
+            return self
+        if self.count + other.count >= MAX_EVENTS:
+            raise SketchError("too many events in one windowed quantile sketch")
+        self._clock = max(self._clock, other._clock)
+        live = self._clock - self.window + 1
+        self._set(*K.union(*self._lists(), *other._lists(), live))
+        self._collapse()
         return self
 
     def _params(self) -> tuple:
@@ -619,192 +515,84 @@ class WindowedQuantiles:
     def copy(self) -> "WindowedQuantiles":
         sk = WindowedQuantiles.__new__(WindowedQuantiles)
         sk.__dict__.update(self.__dict__)
-        sk._parts = [p.copy() for p in self._parts]
+        sk._set(*(a.copy() for a in self._lists()))
         return sk
 
     @property
     def parts(self) -> int:
-        return max(1, sum(p.clock is not None for p in self._parts))
+        """Always 1: merging folds the parts into one set of nodes."""
+        return 1
 
     @property
     def is_empty(self) -> bool:
-        return all(p.clock is None for p in self._parts)
+        return self._clock == EMPTY_CLOCK
 
     @property
     def nbytes(self) -> int:
         return len(self.to_bytes())
 
     def __repr__(self) -> str:
-        clock = None if self.is_empty else self.clock
+        clock = None if self.is_empty else self._clock
         return (f"WindowedQuantiles(epsilon={self.epsilon}, window={self.window}, "
-                f"value_accuracy={self.value_accuracy}, alpha={self.alpha}, parts={self.parts}, "
-                f"clock={clock})")
+                f"value_accuracy={self.value_accuracy}, nodes={self.nodes}, "
+                f"entries={self._keys.size}, clock={clock})")
 
     # -- bytes -------------------------------------------------------------------------------
-    _HEAD = struct.Struct("<dqdI")
-    _PART = struct.Struct("<qB")
-    _INTERVAL = struct.Struct("<qB")
-    _LEVEL = struct.Struct("<qIII")
+    _HEAD = struct.Struct("<dqdqI")
 
     def to_bytes(self) -> bytes:
-        parts = [p for p in self._parts if p.clock is not None]
-        out = [self._HEAD.pack(self.epsilon, self.window, self.value_accuracy, len(parts))]
-        for p in parts:
-            live = p.clock - self.window + 1
-            old = p.old if p.old is not None and (p.old.k + 1) * self.wp - 1 >= live else None
-            new = p.new if p.new is not None else _Interval.new(p.clock // self.wp)
-            out.append(self._PART.pack(p.clock, old is not None))
-            for d in (old, new):
-                if d is not None:
-                    out.append(self._INTERVAL.pack(d.k, len(d.levels)))
-                    for i, lv in enumerate(d.levels):
-                        out.append(self._write_level(lv, i))
-        payload = b"".join(out)
-        return pack_header(Family.WINDOWED_QUANTILES, len(payload)) + payload
-
-    def _write_level(self, lv: _Level, i: int) -> bytes:
-        n = lv.left.size
-        first = max(0, n - self.alpha)  # the deferred discard, done now
-        if first == 0:
-            t_mark = lv.T
-        elif i == 0:
-            t_mark = int(lv.left[first - 1])
-        else:
-            t_mark = int(lv.left[first] - 1)
-        left = lv.left[first:]
-        e0 = int(lv.off[first])
-        keys = lv.keys[e0:].astype(np.int64)
-        cnts = lv.cnts[e0:]
-        sizes = np.diff(lv.off[first:])
-        if i == 0:
-            head = np.diff(np.concatenate(([t_mark], left))) - 1
-        else:
-            right = np.append(left[1:], self.wp)
-            head = np.log2(right - left).astype(np.int64)
-        prev = np.zeros(keys.size, np.int64)
-        if keys.size:
-            prev[1:] = keys[:-1]
-            prev[(lv.off[first:-1] - e0)[sizes > 0]] = 0  # first key of a bucket: from 0
-        d = keys - prev
-        zig = (d << 1) ^ (d >> 63)
-        seq = np.concatenate((head, sizes, zig, cnts)).astype(np.int64)
-        buf = np.empty(seq.size * 10, np.uint8)
-        end = K.put_varints(seq, buf, 0)
-        return self._LEVEL.pack(t_mark, n - first, keys.size, end) + buf[:end].tobytes()
+        w = Writer().pack(self._HEAD, self.epsilon, self.window, self.value_accuracy,
+                          self._clock, self._left.size)
+        if self._left.size:
+            w.sorted_ints(self._left).uints(self._lg.view(np.uint64)).uints(np.diff(self._off).view(np.uint64))
+            w.uints(K.key_gaps(self._keys, self._off)).uints((self._cnts - 1).view(np.uint64))
+        payload = w.bytes()
+        return pack_header(Family.WINDOWED_QUANTILES, len(payload), fmt=FORMAT) + payload
 
     @classmethod
     def from_bytes(cls, data) -> "WindowedQuantiles":
         """Read a blob of :meth:`to_bytes`; raises :class:`CorruptSketchError` if invalid."""
-        _, payload = unpack_header(data, Family.WINDOWED_QUANTILES)
-        buf = np.frombuffer(bytes(payload), np.uint8)
-        r = _Reader(buf)
-        epsilon, window, accuracy, nparts = r.unpack(cls._HEAD)
+        _, payload = unpack_header(data, Family.WINDOWED_QUANTILES, fmt=FORMAT)
+        r = Reader(payload, "windowed quantile")
+        epsilon, window, accuracy, clock, n = r.unpack(cls._HEAD)
         try:
             sk = cls(epsilon, window, accuracy)
         except SketchError as e:
             raise CorruptSketchError(f"windowed quantile parameters out of range: {e}") from None
-        if nparts > 1 << 20:
-            raise CorruptSketchError("windowed quantile sketch has too many parts")
-        sk._parts = []
-        for _ in range(nparts):
-            clock, has_old = r.unpack(cls._PART)
-            if not -TICK_LIMIT < clock < TICK_LIMIT or has_old not in (0, 1):
-                raise CorruptSketchError("windowed quantile part header out of range")
-            top = clock // sk.wp
-            old = sk._read_interval(r, top - 1) if has_old else None
-            new = sk._read_interval(r, top)
-            sk._parts.append(_Part(clock, old, new))
-        if r.left():
-            raise CorruptSketchError("trailing bytes after windowed quantile sketch")
-        if not sk._parts:
-            sk._parts = [_Part()]
+        if n == 0:
+            r.done()
+            if clock != EMPTY_CLOCK:
+                raise r.fail("has a clock but no events")
+            return sk
+        if not -TICK_LIMIT < clock < TICK_LIMIT or 3 * n > r.left():
+            raise r.fail("has a header out of range")
+        left = r.sorted_ints(n)
+        lg = r.uints(n)
+        sizes = r.uints(n)
+        if lg.max() > sk.log_w or sizes.min() < 1 or int(sizes.max()) > r.left():
+            raise r.fail("has a node out of range")
+        lg = lg.astype(np.int64)
+        off = np.concatenate(([0], np.cumsum(sizes.astype(np.int64))))
+        ne = int(off[-1])
+        if 2 * ne > r.left():
+            raise r.fail("truncated")
+        keys, ok = K.keys_from_gaps(r.uints(ne), off, sk._max_key)
+        raw = r.uints(ne)
+        r.done()
+        if not ok:
+            raise r.fail("has a value key out of range")
+        if raw.max() >= np.uint64(MAX_EVENTS):
+            raise r.fail("has a count out of range")
+        cnts = raw.astype(np.int64) + 1
+        wt = np.add.reduceat(cnts, off[:-1])
+        live = clock - window + 1
+        right = left + (np.int64(1) << lg) - 1
+        same = left[1:] == left[:-1]
+        if (np.any(left & ((np.int64(1) << lg) - 1)) or np.any(same & (lg[1:] >= lg[:-1]))
+                or left[-1] > clock or right.min() < live or int(wt.sum()) >= MAX_EVENTS):
+            raise r.fail("has nodes out of order, misaligned or outside the window")
+        sk._clock = int(clock)
+        if not K.invariant_holds(left, lg, wt, sk._exact_from(), sk._num, SHIFT):
+            raise r.fail("breaks the collapse invariant (its rank error would exceed epsilon)")
+        sk._set(left, lg, off.astype(np.int64), keys, cnts, wt)
         return sk
-
-    def _read_interval(self, r: "_Reader", k: int) -> _Interval:
-        got_k, nlevels = r.unpack(self._INTERVAL)
-        if got_k != k or not 2 <= nlevels <= MAX_LEVELS:
-            raise CorruptSketchError("windowed quantile interval header out of range")
-        levels = [self._read_level(r, i, i == nlevels - 1) for i in range(nlevels)]
-        d = _Interval(k, levels)
-        # Every level holds a part of the interval's events, all of which its top holds.
-        tk, tc = d.top.keys, d.top.cnts
-        for lv in levels[:-1]:
-            if lv.keys.size == 0:
-                continue
-            u, inv = np.unique(lv.keys, return_inverse=True)
-            c = np.bincount(inv, weights=lv.cnts)
-            at = np.searchsorted(tk, u)
-            if np.any(at >= tk.size) or np.any(tk[np.minimum(at, tk.size - 1)] != u) or np.any(c > tc[np.minimum(at, tk.size - 1)]):
-                raise CorruptSketchError("windowed quantile level holds events its interval does not")
-        if 2**nlevels <= d.total or (nlevels > 2 and 2 ** (nlevels - 1) > d.total):
-            raise CorruptSketchError("windowed quantile interval has the wrong number of levels")
-        return d
-
-    def _read_level(self, r: "_Reader", i: int, top: bool) -> _Level:
-        t_mark, nb, ne, size = r.unpack(self._LEVEL)
-        wp = self.wp
-        if not -1 <= t_mark < wp or nb > self.alpha or (t_mark >= 0 and nb != self.alpha):
-            raise CorruptSketchError("windowed quantile level header out of range")
-        if ne > size or 2 * nb > size or (i > 0 and nb < 1):
-            raise CorruptSketchError("windowed quantile level sizes do not match")
-        blob = r.take(size)
-        seq = np.empty(2 * nb + 2 * ne, np.int64)
-        if K.get_varints(blob, 0, seq.size, seq) != size:
-            raise CorruptSketchError("windowed quantile level blob is not valid")
-        head, sizes, zig, cnts = np.split(seq, [nb, 2 * nb, 2 * nb + ne])
-        if np.any(seq < 0) or int(sizes.sum()) != ne or np.any(cnts < 1) or (nb and np.any(sizes < 1) and i > 0 and not (nb == 1 and t_mark == -1)):
-            raise CorruptSketchError("windowed quantile level entries are not valid")
-        d = (zig >> 1) ^ -(zig & 1)
-        off = np.concatenate(([0], np.cumsum(sizes))).astype(np.int64)
-        starts = off[:-1][sizes > 0]
-        rest = np.ones(ne, bool)
-        rest[starts] = False
-        if np.any(d[rest] <= 0):
-            raise CorruptSketchError("windowed quantile keys are not increasing in a bucket")
-        bucket_of = np.repeat(np.arange(nb), sizes)
-        keys = d.copy()
-        if ne:
-            # Cumulative sum restarted at every bucket.
-            cs = np.cumsum(d)
-            base = np.concatenate(([0], cs))[off[:-1]]
-            keys = cs - base[bucket_of]
-        if ne and (np.any(np.abs(keys) > self._max_key) or np.any((keys != 0) & (np.abs(keys) < 1))):
-            raise CorruptSketchError("windowed quantile key out of range")
-        wt = np.zeros(nb, np.int64)
-        np.add.at(wt, bucket_of, cnts)
-        if i == 0:
-            left = t_mark + 1 + np.cumsum(head + 1) - 1 if nb else np.zeros(0, np.int64)
-            left = left.astype(np.int64)
-            if nb and (left[-1] >= wp or np.any(sizes < 1)):
-                raise CorruptSketchError("windowed quantile level 0 is not valid")
-        else:
-            if np.any(head > self.log_w):
-                raise CorruptSketchError("windowed quantile level has a bad bucket")
-            widths = np.left_shift(1, head)
-            left = (t_mark + 1 + np.concatenate(([0], np.cumsum(widths)[:-1]))).astype(np.int64)
-            half = 1 << i
-            root = nb == 1 and t_mark == -1
-            if (left[-1] + widths[-1] != wp or np.any(left % widths)
-                    or (not root and np.any(wt < half))
-                    or np.any((wt >= 2 * half) & (widths > 1))
-                    or (top and not root)):
-                raise CorruptSketchError("windowed quantile level is not a valid split tiling")
-        return _Level(left, wt, off, keys.astype(np.int32), cnts.astype(np.int64), t_mark)
-
-
-class _Reader:
-    def __init__(self, data: np.ndarray):
-        self.data, self.pos = data, 0
-
-    def take(self, n: int) -> np.ndarray:
-        if n < 0 or self.pos + n > len(self.data):
-            raise CorruptSketchError("windowed quantile blob truncated")
-        chunk = self.data[self.pos : self.pos + n]
-        self.pos += n
-        return chunk
-
-    def unpack(self, s: struct.Struct) -> tuple:
-        return s.unpack(self.take(s.size).tobytes())
-
-    def left(self) -> int:
-        return len(self.data) - self.pos

@@ -302,3 +302,78 @@ def test_bad_header_fields_are_refused():
         WindowedQuantiles.from_bytes(bad_eps)
     with pytest.raises(CorruptSketchError):
         WindowedQuantiles.from_bytes(bytes(blob) + b"\0")
+
+
+# -- the node structure ----------------------------------------------------------------------
+@SETTINGS
+@given(streams(), st.data())
+def test_rank_error_within_the_collapse_share_and_exact_recent_ticks(stream, data):
+    """Δ = U_lo ≤ ε'·A_lo ≤ ε'·n_w (ε' = ε/8, the collapse test), and no node of two or
+    more ticks reaches the α most recent ticks, so windows starting there read exact ranks."""
+    from sketches.windowed_quantiles import COLLAPSE_SHARE
+
+    window, ticks, values, batches, eps = stream
+    sk = WindowedQuantiles(eps, window, 0.01)
+    feed(sk, ticks, values, batches)
+    clock = int(ticks.max())
+    lo = data.draw(st.integers(clock - window + 1, clock))
+    n = int(np.count_nonzero((ticks >= lo) & (ticks <= clock)))
+    table = sk.rank_table(lo, clock)
+    assert table.rank_error <= eps * COLLAPSE_SHARE * n
+    if lo >= clock - sk.alpha + 1:
+        assert table.rank_error == 0
+
+
+@SETTINGS
+@given(streams(), st.integers(2, 5))
+def test_merge_is_a_union_whatever_the_order(stream, k):
+    window, ticks, values, batches, eps = stream
+    shards = np.arange(ticks.size) % k
+
+    def part(s):
+        sk = WindowedQuantiles(eps, window, 0.01)
+        m = shards == s
+        if m.any():
+            feed(sk, ticks[m], values[m], batches)
+        return sk
+
+    forward, backward = part(0), part(k - 1)
+    for s in range(1, k):
+        forward.merge(part(s))
+    for s in range(k - 2, -1, -1):
+        backward.merge(part(s))
+    assert forward.to_bytes() == backward.to_bytes()
+    assert forward.parts == 1
+
+
+def test_a_blob_breaking_the_collapse_invariant_is_refused():
+    rng = np.random.default_rng(2)
+    sk = WindowedQuantiles(0.1, 1000)
+    sk.update(np.sort(rng.integers(0, 3000, 20_000)), rng.lognormal(0, 1, 20_000))
+    wide = np.flatnonzero(sk._lg > 0)
+    assert wide.size  # some nodes were collapsed
+    j = int(wide[0])
+    sk._cnts[sk._off[j]] += 10**6  # a collapsed node far heavier than the events after it
+    sk._wt[j] += 10**6
+    with pytest.raises(CorruptSketchError, match="collapse invariant"):
+        WindowedQuantiles.from_bytes(sk.to_bytes())
+
+
+def test_misaligned_or_unordered_nodes_are_refused():
+    sk = WindowedQuantiles(0.1, 100)
+    sk.update(np.array([10, 11, 12]), np.array([1.0, 2.0, 3.0]))
+    bad = sk.copy()
+    bad._lg = np.array([0, 1, 0], np.int64)  # [11, 12] is not aligned
+    with pytest.raises(CorruptSketchError, match="misaligned"):
+        WindowedQuantiles.from_bytes(bad.to_bytes())
+    bad = sk.copy()
+    bad._left = np.array([10, 10, 12], np.int64)  # a node twice
+    with pytest.raises(CorruptSketchError):
+        WindowedQuantiles.from_bytes(bad.to_bytes())
+
+
+def test_format_1_blobs_are_refused():
+    blob = bytearray(WindowedQuantiles(0.1, 100).to_bytes())
+    blob[4] = 1  # the header's format byte
+    with pytest.raises(CorruptSketchError):
+        WindowedQuantiles.from_bytes(bytes(blob))
