@@ -155,14 +155,14 @@ def test_range_sum_lower_bound_excludes_the_cell_above_hi():
 
 
 def test_sliding_window_edge_is_exact():
-    """Class 5: an event one ulp older than the sliding window never counts."""
+    """Class 5: ``at`` 1e-10 s after a tick once read as on it, so an event just outside
+    the sliding window counted."""
     config = StreamConfig(max_window=60, epsilon=0.1, delta=0.01, value_min=0, value_max=10)
-    at = 100.0
-    edge = at - 10.0
-    case = _case(config, [math.nextafter(edge, 0), 95.0, at], [1.0, 1.0, 1.0], [1000.0, 1.0, 1.0])
+    at = 100.0 + 1e-10
+    case = _case(config, [90.0, 95.0, 100.0], [1.0, 1.0, 1.0], [1000.0, 1.0, 1.0])
     summary = S.summarize(case)
-    r = ask(case, summary, "decayed-sum", decay="sliding", window=10.0, at=at + 0.4 + 1e-10, tau=0.0)
-    truth = S.decayed_truth(case, {"kind": "sliding", "window": 10.0}, at + 0.4 + 1e-10, 0.0, math.inf)
+    r = ask(case, summary, "decayed-sum", decay="sliding", window=10.0, at=at, tau=0.0)
+    truth = S.decayed_truth(case, {"kind": "sliding", "window": 10.0}, at, 0.0, math.inf)
     assert truth == 2.0
     assert r["bound"]["lower"] <= truth <= r["bound"]["upper"], r["bound"]
 
