@@ -51,7 +51,7 @@ class IngestReceipt(dict):
 _APPEND = """
 if KEYS[4] ~= '' then
   local first = redis.call('GET', KEYS[4])
-  if first then return first end
+  if first then return '1' .. first end
 end
 local clock = redis.call('HGET', KEYS[2], 'clock')
 if ARGV[1] ~= '' then
@@ -64,7 +64,7 @@ end
 redis.call('HINCRBY', KEYS[2], 'received', ARGV[2])
 redis.call('HINCRBY', KEYS[2], 'rejected', ARGV[3])
 if KEYS[4] ~= '' then redis.call('SET', KEYS[4], ARGV[5], 'EX', ARGV[6]) end
-return ARGV[5]
+return '0' .. ARGV[5]
 """
 IDEMPOTENCY_TTL = 86400
 
@@ -116,7 +116,9 @@ class Store:
         self.secret = secret
         self.max_pending_chunks = max_pending_chunks
         self.max_pending_events = max_pending_events
-        self._append = self.redis.register_script(_APPEND)
+        # The append is never retried by the client: a reply lost after Redis ran it would
+        # store the chunk twice. The caller gets a 503 and retries with its Idempotency-Key.
+        self._append = redis.Redis.from_url(redis_url, retry=None).register_script(_APPEND)
         # name -> (shard versions, merged summary); shard summaries decoded once per version
         self._merged: OrderedDict[str, tuple[tuple, StreamSummary]] = OrderedDict()
         self._shards: dict[tuple[str, int], tuple[int, bytes, StreamSummary]] = {}
@@ -184,8 +186,8 @@ class Store:
             args=[chunk or b"", accepted, rejected, "" if max_ts is None else repr(float(max_ts)),
                   json.dumps(receipt), IDEMPOTENCY_TTL, name],
         )
-        first = json.loads(out)
-        return IngestReceipt(first, replayed=first != receipt)
+        out = out.decode() if isinstance(out, bytes) else out
+        return IngestReceipt(json.loads(out[1:]), replayed=out[0] == "1")
 
     def pending(self, name: str) -> int:
         return int(self.redis.xlen(keys.ingest(name)))

@@ -67,8 +67,8 @@ def test_standalone_cluster_survives_losing_a_worker(tmp_path):
         procs.append(job)
         sent = 0
         try:
-            with httpx.Client(base_url=api.url, timeout=30) as c:
-                c.put("/v1/streams/c", json={"max_window": "1h", "shards": 2})
+            with api.client() as c:
+                assert c.put("/v1/streams/c", json={"max_window": "1h", "shards": 2}).status_code == 201
                 deadline = time.monotonic() + 420
                 while _events(c) == 0 or sent < 10_000:
                     assert time.monotonic() < deadline, (tmp_path / "job.log").read_text()[-3000:]
