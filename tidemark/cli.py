@@ -234,7 +234,7 @@ def run_ingest(args) -> None:
     from tidemark.ingest_client import send_files
 
     send_files(args.api, args.stream, args.files, args.batch,
-               key=args.key or os.environ.get("TIDEMARK_KEY"))
+               key=args.key or os.environ.get("TIDEMARK_KEY"), retry_for=args.retry_for)
 
 
 # -- argument parsing ----------------------------------------------------------------------
@@ -255,6 +255,8 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--api", default="http://127.0.0.1:8000")
     s.add_argument("--batch", type=int, default=5000, help="events per request")
     s.add_argument("--key", help="API key with the 'ingest' scope (default: $TIDEMARK_KEY)")
+    s.add_argument("--retry-for", type=float, default=300.0, metavar="SECONDS",
+                   help="keep retrying a request on 429, 503 or a dropped connection this long")
     s.add_argument("files", nargs="+")
     s = sub.add_parser("worker", help="run the Spark worker")
     s.add_argument("--redis")
