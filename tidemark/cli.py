@@ -69,14 +69,14 @@ def _stop(proc: subprocess.Popen | None, timeout: float = 30.0) -> None:
     if proc is None:
         return
     if proc.poll() is None:
+        # SIGTERM to the part itself only: the worker stops its query and Spark; a JVM
+        # signalled at the same time would stop its SparkContext under the driver's feet.
+        proc.send_signal(signal.SIGTERM)
         try:
-            os.killpg(proc.pid, signal.SIGTERM)
             proc.wait(timeout)
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
-        except ProcessLookupError:
-            pass
     try:  # anything the child left in its group (Spark's JVM, Python workers)
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
