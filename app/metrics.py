@@ -31,3 +31,6 @@ class Metrics:
         self.pending_chunks = Gauge(
             "tidemark_pending_chunks", "Ingest chunks waiting for the worker", ["stream"],
             registry=self.registry)
+        self.part_restarts = Gauge(
+            "tidemark_part_restarts", "Restarts of a part by `tidemark up` since it started",
+            ["part"], registry=self.registry)

@@ -128,7 +128,9 @@ def test_health_readiness_metrics_and_docs(pipeline, stream_name):
         pipeline.wait_events(stream_name, 2)
         c.get(f"/v1/streams/{stream_name}/count")
         assert c.get("/healthz").json() == {"status": "ok"}
-        assert c.get("/readyz").json() == {"redis": True, "worker": True, "ready": True}
+        ready = c.get("/readyz").json()
+        assert ready["ready"] is ready["redis"] is ready["worker"] is True, ready
+        assert ready["heartbeat"]["run_id"] == str(pipeline.query.runId)
         text = c.get("/metrics").text
         for name in (f'tidemark_events_accepted_total{{stream="{stream_name}"}} 2.0',
                      f'tidemark_sketch_bytes{{part="count",stream="{stream_name}"}}',

@@ -64,56 +64,87 @@ def _spawn(args: list[str], env: dict | None = None) -> subprocess.Popen:
                             start_new_session=True, env={**os.environ, **(env or {})})
 
 
-def _stop(proc: subprocess.Popen, timeout: float = 30.0) -> None:
-    if proc.poll() is not None:
+def _stop(proc: subprocess.Popen | None, timeout: float = 30.0) -> None:
+    """Stop a part and everything in its process group, even when its leader is gone."""
+    if proc is None:
         return
-    try:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-    except ProcessLookupError:
-        pass
+    if proc.poll() is None:
+        # SIGTERM to the part itself only: the worker stops its query and Spark; a JVM
+        # signalled at the same time would stop its SparkContext under the driver's feet.
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
     try:  # anything the child left in its group (Spark's JVM, Python workers)
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
 
 
-def _wait_ready(url: str, procs: list[subprocess.Popen], timeout: float = 180.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        for p in procs:
-            if p.poll() is not None:
-                raise CliError(f"a Tidemark process exited early (status {p.returncode})")
-        try:
-            if httpx.get(f"{url}/readyz", timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.5)
-    raise CliError(f"not ready after {timeout:.0f}s: see the logs above")
+def _ready(url: str) -> bool:
+    try:
+        return httpx.get(f"{url}/readyz", timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def _log(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def _parts(args, settings: Settings, run_dir: Path, env: dict, streams: dict):
+    """The supervised parts of ``up``: embedded Redis (unless --redis), worker, API.
+    The configured streams are declared before the worker and the API start."""
+    from tidemark.redis_server import EmbeddedRedis
+    from tidemark.supervisor import Part
+
+    redis_url = args.redis or settings.redis_url
+    parts = []
+    if redis_url:
+        declare_streams(redis_url, streams)
+    else:
+        embedded = EmbeddedRedis(run_dir / "redis")
+        redis_url = embedded.url  # the same port and password on every restart
+
+        def start_redis():
+            embedded.start()
+            declare_streams(redis_url, streams)  # a no-op once Redis has them
+            return embedded.process
+
+        parts.append(Part("redis", start_redis, lambda _: embedded.stop()))
+    checkpoint = args.checkpoint or settings.checkpoint
+    worker_args = ["worker", "--redis", redis_url, "--checkpoint", checkpoint]
+    if args.master:
+        worker_args += ["--master", args.master]
+    parts.append(Part("worker", lambda: _spawn(worker_args, env), _stop))
+    api_args = ["api", "--redis", redis_url, "--host", args.host, "--port", str(args.port)]
+    parts.append(Part("api", lambda: _spawn(api_args, env), _stop))
+    return parts, redis_url
 
 
 def run_up(args, demo: bool = False) -> None:
     from tidemark.credentials import ensure_api_keys
-    from tidemark.redis_server import EmbeddedRedis
+    from tidemark.hash_secret import load_or_create
+    from tidemark.supervisor import GiveUp, Supervisor
 
     settings = Settings()
     keys, generated = ensure_api_keys(settings)
     admin = next((k.key for k in keys if "admin" in k.scopes), None)
     streams = load_streams(args.config)
-    redis_url = args.redis or settings.redis_url
-    embedded = None
-    if not redis_url:
-        embedded = EmbeddedRedis(Path(settings.run_dir) / "redis").start()
-        redis_url = embedded.url
     if demo:
         from tidemark.demo import DEMO_STREAMS
 
         streams = {**DEMO_STREAMS, **streams}
-    procs: list[subprocess.Popen] = []
+    run_dir = Path(settings.run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    checkpoint = args.checkpoint or settings.checkpoint
+    # One hash secret for both parts, kept beside the worker's checkpoint.
+    env = {"TIDEMARK_HASH_SECRET": load_or_create(checkpoint, settings.hash_secret).secret.hex()}
+    parts, _ = _parts(args, settings, run_dir, env, streams)
+    supervisor = Supervisor(parts, settings.max_restarts, settings.restart_window,
+                            state_file=run_dir / "supervisor.json", log=_log)
     stopping = False
 
     def stop(*_):
@@ -122,29 +153,28 @@ def run_up(args, demo: bool = False) -> None:
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
+    generator = None
     try:
-        declare_streams(redis_url, streams)
-        checkpoint = args.checkpoint or settings.checkpoint
-        # One hash secret for both parts, kept beside the worker's checkpoint.
-        from tidemark.hash_secret import load_or_create
-
-        env = {"TIDEMARK_HASH_SECRET": load_or_create(checkpoint, settings.hash_secret).secret.hex()}
-        worker_args = ["worker", "--redis", redis_url, "--checkpoint", checkpoint]
-        if args.master:
-            worker_args += ["--master", args.master]
-        procs.append(_spawn(worker_args, env))
-        procs.append(_spawn(["api", "--redis", redis_url, "--host", args.host, "--port", str(args.port)],
-                            env))
+        try:
+            supervisor.start()
+        except RuntimeError as e:  # redis-server missing or not starting
+            raise CliError(str(e)) from None
         url = f"http://{args.host}:{args.port}"
-        _wait_ready(url, procs)
+        deadline = time.monotonic() + 180
+        while not stopping and not _ready(url):
+            if time.monotonic() > deadline:
+                raise CliError("not ready after 180 s: see the logs above")
+            supervisor.tick()
+            time.sleep(0.5)
+        if stopping:
+            return
         if generated:
             print(f"Tidemark is up: dashboard at {url}/?key={generated}  (API docs at {url}/docs)\n"
-                  f"  admin API key (kept in {Path(settings.run_dir) / 'api-key'}): "
+                  f"  admin API key (kept in {run_dir / 'api-key'}): "
                   f"send 'Authorization: Bearer <key>'", flush=True)
         else:
             print(f"Tidemark is up: dashboard at {url}/?key=<a read key>  (API docs at {url}/docs)",
                   flush=True)
-        generator = None
         if demo:
             from tidemark.demo import DemoFeeder
 
@@ -152,17 +182,15 @@ def run_up(args, demo: bool = False) -> None:
                 raise CliError("the demo needs an admin key in TIDEMARK_API_KEYS to declare and feed streams")
             generator = DemoFeeder(url, admin)
             generator.start()
-        while not stopping and all(p.poll() is None for p in procs):
+        while not stopping:
+            supervisor.tick()
             time.sleep(0.2)
+    except GiveUp as e:
+        raise CliError(str(e)) from None
+    finally:
         if generator:
             generator.stop()
-        if not stopping:
-            raise CliError("a Tidemark process exited; stopping the others")
-    finally:
-        for p in reversed(procs):
-            _stop(p)
-        if embedded:
-            embedded.stop()
+        supervisor.stop()
         print("Tidemark stopped.", flush=True)
 
 
@@ -206,7 +234,7 @@ def run_ingest(args) -> None:
     from tidemark.ingest_client import send_files
 
     send_files(args.api, args.stream, args.files, args.batch,
-               key=args.key or os.environ.get("TIDEMARK_KEY"))
+               key=args.key or os.environ.get("TIDEMARK_KEY"), retry_for=args.retry_for)
 
 
 # -- argument parsing ----------------------------------------------------------------------
@@ -227,6 +255,8 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--api", default="http://127.0.0.1:8000")
     s.add_argument("--batch", type=int, default=5000, help="events per request")
     s.add_argument("--key", help="API key with the 'ingest' scope (default: $TIDEMARK_KEY)")
+    s.add_argument("--retry-for", type=float, default=300.0, metavar="SECONDS",
+                   help="keep retrying a request on 429, 503 or a dropped connection this long")
     s.add_argument("files", nargs="+")
     s = sub.add_parser("worker", help="run the Spark worker")
     s.add_argument("--redis")

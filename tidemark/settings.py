@@ -50,7 +50,16 @@ class Settings(BaseSettings):
         default=None, description="hex secret the key hashes derive from; default: the file "
         "hash-secret beside the worker checkpoint, created on first start")
     trigger: str = "1 second"
-    worker_stale_after: float = Field(default=15.0, gt=0, description="seconds without heartbeat")
+    worker_stale_after: float = Field(
+        default=3.0, gt=0, description="seconds since the worker's last heartbeat (it beats "
+        "every second) after which /readyz says it is not running")
+    ready_max_wait: float = Field(
+        default=10.0, gt=0, description="seconds an ingest request may wait unread by the "
+        "worker's query before /readyz says the worker is not processing")
+    max_restarts: int = Field(
+        default=5, ge=1, description="failures of one part within restart_window after which "
+        "`tidemark up` stops everything")
+    restart_window: float = Field(default=60.0, gt=0, description="seconds; see max_restarts")
     max_pending_chunks: int = Field(
         default=1000, ge=1, description="chunks waiting for the worker, per stream, before 429")
     max_summary_bytes: int = Field(

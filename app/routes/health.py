@@ -9,25 +9,31 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 from prometheus_client import generate_latest
 
 from app.deps import READ, MetricsDep, SettingsDep, StoreDep
+from app.readiness import readiness
+from tidemark.supervisor import read_state
 
 router = APIRouter(tags=["health"])
 
 
 @router.get("/healthz")
 def healthz() -> dict:
+    """Liveness: this process answers. Nothing else is checked (a restart would not help)."""
     return {"status": "ok"}
 
 
 @router.get("/readyz")
 def readyz(store: StoreDep, settings: SettingsDep):
-    redis_ok = store.ping()
-    worker_ok = redis_ok and store.worker_alive(settings.worker_stale_after)
-    body = {"redis": redis_ok, "worker": worker_ok, "ready": redis_ok and worker_ok}
+    """200 only while Redis answers and the worker's query is processing; else 503 with
+    the reason per part (see ``app.readiness``)."""
+    body = readiness(store, settings.worker_stale_after, settings.ready_max_wait)
     return JSONResponse(body, status_code=200 if body["ready"] else 503)
 
 
 @router.get("/metrics", dependencies=[READ])
-def metrics(store: StoreDep, metrics: MetricsDep) -> PlainTextResponse:
+def metrics(store: StoreDep, metrics: MetricsDep, settings: SettingsDep) -> PlainTextResponse:
+    supervised = read_state(settings.run_path / "supervisor.json")  # under `tidemark up`
+    for part, state in (supervised or {}).get("parts", {}).items():
+        metrics.part_restarts.labels(part).set(state.get("restarts", 0))
     if store.ping():
         for name in store.names():
             status = store.status(name)

@@ -91,3 +91,47 @@ def test_up_serves_the_configured_streams_and_stops_cleanly(tmp_path):
     time.sleep(1)
     left = subprocess.run(["pgrep", "-f", str(tmp_path)], capture_output=True, text=True).stdout.split()
     assert left == [], f"orphan processes: {left}"
+
+
+def test_ingest_retries_a_dropped_connection_and_503_under_one_idempotency_key(api, stream_name, tmp_path):
+    from tidemark.errors import CliError
+    from tidemark.events import ARROW_STREAM
+    from tidemark.ingest_client import NDJSON, batches, post_batch
+
+    httpx.put(f"{api.url}/v1/streams/{stream_name}", json={"max_window": "1h"}, headers=auth("admin"))
+    nd = tmp_path / "events.ndjson"
+    nd.write_text("".join(json.dumps({"ts": 1000 + i, "key": f"k{i}"}) + "\n" for i in range(7))
+                  + '{"ts": "1970-01-01T00:20:00Z"}\n')
+    sent = list(batches(nd, 4))
+    # Arrow when Arrow reads the batch into the contract's columns, else NDJSON as it was.
+    assert [t for t, _, _ in sent] == [ARROW_STREAM, NDJSON]
+    seen = []
+    real = httpx.Client(base_url=api.url, headers=auth("ingest"))
+
+    def flaky(request: httpx.Request) -> httpx.Response:
+        seen.append(request.headers["Idempotency-Key"])
+        if len(seen) == 2:
+            return httpx.Response(503, headers={"Retry-After": "0.25"}, json={"detail": "down"})
+        answer = real.send(real.build_request(request.method, request.url.path,
+                                              content=request.content, headers=request.headers))
+        if len(seen) == 1:  # stored, then the connection drops before the answer arrives
+            raise httpx.RemoteProtocolError("peer closed connection", request=request)
+        return answer
+
+    waits = []
+    with httpx.Client(base_url=api.url, transport=httpx.MockTransport(flaky)) as client:
+        receipts = [post_batch(client, stream_name, body, kind, sleep=waits.append)
+                    for kind, body, _ in sent]
+    assert [r["accepted"] for r in receipts] == [4, 4]
+    assert len(seen) == 4 and seen[0] == seen[1] == seen[2] != seen[3]
+    assert waits[1] == 0.25  # Retry-After honoured; the dropped connection waited a backoff
+    status = httpx.get(f"{api.url}/v1/streams/{stream_name}", headers=auth("read")).json()["status"]
+    assert status["received"] == 8  # the retried first batch was stored once
+
+    def down(request):
+        return httpx.Response(503, headers={"Retry-After": "1"}, json={"detail": "storage unavailable"})
+
+    with httpx.Client(base_url=api.url, transport=httpx.MockTransport(down)) as client, \
+            pytest.raises(CliError, match="the API kept answering 503: storage unavailable; gave up after 2 s"):
+        post_batch(client, stream_name, sent[0][1], sent[0][0], retry_for=2)
+    real.close()
