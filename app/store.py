@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import threading
 import time
 from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
 
 import redis
 
@@ -19,6 +21,8 @@ from tidemark import keys
 from tidemark.hash_secret import HashSecret
 from tidemark.streams import StreamConfig
 from tidemark.summary import StreamSummary
+
+log = logging.getLogger("tidemark.store")
 
 __all__ = ["Store", "StreamNotFound", "StreamConflict", "Backpressure", "Status", "IngestReceipt"]
 
@@ -111,17 +115,23 @@ def _status(shards: dict[int, dict], ingested: dict) -> Status:
 class Store:
     def __init__(self, redis_url: str, secret: HashSecret | None = None,
                  max_pending_chunks: int = 1000, max_pending_events: int = 2_000_000,
-                 cached_streams: int = 256):
+                 cached_streams: int = 256, config_ttl: float = 1.0):
         self.redis = redis.Redis.from_url(redis_url, health_check_interval=30)
         self.secret = secret
         self.max_pending_chunks = max_pending_chunks
         self.max_pending_events = max_pending_events
         self._append = self.redis.register_script(_APPEND)
-        # name -> (shard versions, merged summary); shard summaries decoded once per version
-        self._merged: OrderedDict[str, tuple[tuple, StreamSummary]] = OrderedDict()
+        # name -> (shard versions, merged summary, their shard statuses): the version served;
+        # shard summaries decoded once per version
+        self._merged: OrderedDict[str, tuple[tuple, StreamSummary, dict]] = OrderedDict()
         self._shards: dict[tuple[str, int], tuple[int, bytes, StreamSummary]] = {}
         self.cached_streams = cached_streams  # the cache is bounded, not one entry per stream
         self._lock = threading.Lock()
+        self._decoding: dict[str, threading.Lock] = {}  # one decode per stream at a time
+        self._configs: dict[str, tuple[float, StreamConfig]] = {}
+        self._refreshing: set[str] = set()  # streams being decoded in the background
+        self._decoder: ThreadPoolExecutor | None = None
+        self.config_ttl = config_ttl
 
     # -- declarations --------------------------------------------------------------------
     def declare(self, name: str, config: StreamConfig) -> bool:
@@ -139,10 +149,22 @@ class Store:
         return False
 
     def config(self, name: str) -> StreamConfig:
+        """The stream's declaration. A declaration never changes (re-declaring with other
+        settings is refused), so it is kept for ``config_ttl`` seconds: only a Redis flush
+        can make a kept one wrong, and then only for that long."""
+        now = time.monotonic()
+        kept = self._configs.get(name)
+        if kept and now - kept[0] < self.config_ttl:
+            return kept[1]
         raw = self.redis.hget(keys.STREAMS, name)
         if raw is None:
+            self._configs.pop(name, None)
             raise StreamNotFound(name)
-        return StreamConfig.model_validate_json(raw)
+        config = StreamConfig.model_validate_json(raw)
+        if len(self._configs) >= 4 * self.cached_streams:
+            self._configs.clear()
+        self._configs[name] = (now, config)
+        return config
 
     def names(self) -> list[str]:
         return sorted(n.decode() for n in self.redis.hkeys(keys.STREAMS))
@@ -191,30 +213,75 @@ class Store:
         return int(self.redis.xlen(keys.ingest(name)))
 
     # -- published state ---------------------------------------------------------------------
-    def status(self, name: str) -> Status:
-        self.config(name)
-        with self.redis.pipeline(transaction=True) as p:
-            p.hgetall(keys.shard_status(name))
-            p.hgetall(keys.ingest_stats(name))
-            shards, ingested = p.execute()
-        return _status(_shards(shards), ingested)
-
-    def summary(self, name: str) -> tuple[StreamSummary | None, Status]:
-        """The published summary (None before the first publish) and the status of those
-        very shard versions. Shards are decoded once per version and merged once per set
-        of versions."""
-        self.config(name)
+    def _read(self, name: str) -> tuple[dict[int, dict], dict, tuple]:
+        """The shards' published statuses, the ingest counters and the shard versions."""
         with self.redis.pipeline(transaction=True) as p:
             p.hgetall(keys.shard_status(name))
             p.hgetall(keys.ingest_stats(name))
             raw, ingested = p.execute()
         shards = _shards(raw)
-        versions = tuple(sorted((k, s["version"]) for k, s in shards.items()))
-        cached = self._merged.get(name)
-        if cached and cached[0] == versions:
+        return shards, ingested, tuple(sorted((k, s["version"]) for k, s in shards.items()))
+
+    def status(self, name: str) -> Status:
+        """The status of the version the answers come from now (see ``summary``), with the
+        ingest counters of this moment: ``events`` are exactly what the answers count."""
+        self.config(name)
+        shards, ingested, versions = self._read(name)
+        served = self._merged.get(name)
+        if served and served[0] != versions:
+            self._refresh_later(name)
+            return _status(served[2], ingested)
+        return _status(shards, ingested)
+
+    def summary(self, name: str, fresh: bool = False) -> tuple[StreamSummary | None, Status]:
+        """The published summary (None before the first publish) and the status of those
+        very shard versions. Shards are decoded once per version and merged once per set
+        of versions.
+
+        A new version is decoded off the request path: until it is ready, queries answer
+        from the version decoded before it (its own status says which), so no query waits
+        for a decode and fifty queries after a publish never decode it fifty times. Only a
+        stream with nothing decoded yet, or ``fresh=True`` (alert evaluation), waits.
+        """
+        self.config(name)
+        shards, ingested, versions = self._read(name)
+        served = self._merged.get(name)
+        if served and served[0] == versions:
             with self._lock:
                 self._merged.move_to_end(name)
-            return cached[1], _status(shards, ingested)
+            return served[1], _status(shards, ingested)
+        if served and not fresh:
+            self._refresh_later(name)
+            return served[1], _status(served[2], ingested)
+        with self._lock:
+            decoding = self._decoding.setdefault(name, threading.Lock())
+        with decoding:  # one thread decodes a version; the others asking meanwhile wait
+            served = self._merged.get(name)
+            if served and served[0] == versions:
+                return served[1], _status(shards, ingested)
+            return self._decode(name, shards, ingested, versions)
+
+    def _refresh_later(self, name: str) -> None:
+        with self._lock:
+            if name in self._refreshing:
+                return
+            self._refreshing.add(name)
+            if self._decoder is None:
+                self._decoder = ThreadPoolExecutor(1, thread_name_prefix="tidemark-decode")
+        self._decoder.submit(self._refresh, name)
+
+    def _refresh(self, name: str) -> None:
+        try:
+            self.summary(name, fresh=True)
+        except Exception as e:  # a corrupt blob or Redis away: the next query decodes and says so
+            log.warning("decoding %s in the background failed: %s", name, type(e).__name__)
+            with self._lock:
+                self._merged.pop(name, None)
+        finally:
+            with self._lock:
+                self._refreshing.discard(name)
+
+    def _decode(self, name: str, shards: dict, ingested: dict, versions: tuple):
         stale = [k for k, v in versions if self._shards.get((name, k), (None,))[0] != v]
         if stale:
             # Blobs and statuses in one transaction, so each blob matches its status.
@@ -239,7 +306,7 @@ class Store:
             for _, _, part in parts[1:]:
                 merged.merge(part)
         with self._lock:
-            self._merged[name] = (versions, merged)
+            self._merged[name] = (versions, merged, shards)
             self._merged.move_to_end(name)
             while len(self._merged) > self.cached_streams:
                 old, _ = self._merged.popitem(last=False)

@@ -186,8 +186,16 @@ class AlertEngine:
         distinct query once; record them in one round trip. Returns how many were queued."""
         answers: dict = {}
         now = _now_iso()
-        found = [judge(self.store, rule, answers, now) for rule in self.rule_cache.rules()
+        rules = [rule for rule in self.rule_cache.rules()
                  if streams is None or any(_involves(rule, s) for s in streams)]
+        # The announced versions themselves: queries may still be answered from the
+        # version before while these decode, alerts wait for them.
+        for stream in sorted(streams if streams is not None else {r.stream for r in rules}):
+            try:
+                self.store.summary(stream, fresh=True)
+            except Exception:  # the rules asking it say why, one by one
+                pass
+        found = [judge(self.store, rule, answers, now) for rule in rules]
         found = [f for f in found if f]
         return self.alerts.record(found) if found else 0
 
