@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import threading
 import time
 from collections import OrderedDict
@@ -115,7 +116,7 @@ def _status(shards: dict[int, dict], ingested: dict) -> Status:
 class Store:
     def __init__(self, redis_url: str, secret: HashSecret | None = None,
                  max_pending_chunks: int = 1000, max_pending_events: int = 2_000_000,
-                 cached_streams: int = 256, config_ttl: float = 1.0):
+                 cached_streams: int = 256, config_ttl: float = 1.0, read_ttl: float = 0.25):
         self.redis = redis.Redis.from_url(redis_url, health_check_interval=30)
         self.secret = secret
         self.max_pending_chunks = max_pending_chunks
@@ -131,7 +132,9 @@ class Store:
         self._configs: dict[str, tuple[float, StreamConfig]] = {}
         self._refreshing: set[str] = set()  # streams being decoded in the background
         self._decoder: ThreadPoolExecutor | None = None
-        self.config_ttl = config_ttl
+        self.config_ttl, self.read_ttl = config_ttl, read_ttl
+        self._reads: dict[str, tuple[float, tuple]] = {}
+        self._reading = threading.Lock()
 
     # -- declarations --------------------------------------------------------------------
     def declare(self, name: str, config: StreamConfig) -> bool:
@@ -213,14 +216,54 @@ class Store:
         return int(self.redis.xlen(keys.ingest(name)))
 
     # -- published state ---------------------------------------------------------------------
-    def _read(self, name: str) -> tuple[dict[int, dict], dict, tuple]:
-        """The shards' published statuses, the ingest counters and the shard versions."""
+    def _read(self, name: str, max_age: float = 0.0) -> tuple[dict[int, dict], dict, tuple]:
+        """The shards' published statuses, the ingest counters and the shard versions, as
+        read at most ``max_age`` seconds ago."""
+        now = time.monotonic()
+        kept = self._reads.get(name)
+        if kept and now - kept[0] <= max_age:
+            return kept[1]
+        if kept and max_age > 0:  # one thread reads again; the others keep the last read
+            if not self._reading.acquire(blocking=False):
+                return kept[1]
+            try:
+                return self._fetch(name, now)
+            finally:
+                self._reading.release()
+        return self._fetch(name, now)
+
+    def _fetch(self, name: str, now: float) -> tuple[dict[int, dict], dict, tuple]:
         with self.redis.pipeline(transaction=True) as p:
             p.hgetall(keys.shard_status(name))
             p.hgetall(keys.ingest_stats(name))
             raw, ingested = p.execute()
         shards = _shards(raw)
-        return shards, ingested, tuple(sorted((k, s["version"]) for k, s in shards.items()))
+        read = shards, ingested, tuple(sorted((k, s["version"]) for k, s in shards.items()))
+        if len(self._reads) >= 4 * self.cached_streams:
+            self._reads.clear()
+        self._reads[name] = (now, read)
+        return read
+
+    def forget_reads(self, name: str) -> None:
+        """A new version was announced: the next query reads the statuses again (one
+        query; those arriving meanwhile keep the last read)."""
+        kept = self._reads.get(name)
+        if kept:
+            self._reads[name] = (-math.inf, kept[1])
+
+    def served_versions(self, name: str) -> tuple | None:
+        """The shard versions answers of this stream come from now (None: none decoded).
+        They only move forward, so equal before and after an answer means it is theirs."""
+        served = self._merged.get(name)
+        return served[0] if served else None
+
+    def in_memory(self, name: str) -> bool:
+        """Can a query of this stream be answered now without Redis (its declaration and
+        a recent read kept, a version decoded)? Then it may run on the event loop."""
+        now = time.monotonic()
+        config, read = self._configs.get(name), self._reads.get(name)
+        return bool(config and read and name in self._merged and now - config[0] < self.config_ttl
+                    and now - read[0] <= self.read_ttl)
 
     def status(self, name: str) -> Status:
         """The status of the version the answers come from now (see ``summary``), with the
@@ -244,8 +287,10 @@ class Store:
         stream with nothing decoded yet, or ``fresh=True`` (alert evaluation), waits.
         """
         self.config(name)
-        shards, ingested, versions = self._read(name)
         served = self._merged.get(name)
+        # Serving a decoded version, the statuses read ``read_ttl`` ago only decide when to
+        # decode the next one (an announcement forgets them at once).
+        shards, ingested, versions = self._read(name, self.read_ttl if served and not fresh else 0.0)
         if served and served[0] == versions:
             with self._lock:
                 self._merged.move_to_end(name)

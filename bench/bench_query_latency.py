@@ -163,7 +163,7 @@ async def _single(port: int, repeats: int = 20) -> dict:
     return out
 
 
-def _background(redis_url: str, port: int, stop, counts) -> None:
+def _background(redis_url: str, port: int, key: str, stop, counts) -> None:
     """In its own process (the load generator's event loop must not share a GIL with it):
     publish a new version every second and post 1,000 NDJSON events every 0.2 s."""
     versions = summaries()
@@ -179,13 +179,17 @@ def _background(redis_url: str, port: int, stop, counts) -> None:
     def ingest():
         rng = np.random.default_rng(3)
         with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30,
-                          headers={"Authorization": f"Bearer {KEY}",
+                          headers={"Authorization": f"Bearer {key}",
                                    "content-type": "application/x-ndjson"}) as c:
             while not stop.wait(0.2):
                 body = "\n".join(json.dumps({"ts": T0 + 3600 + rng.uniform(0, 1), "key": f"k{k}",
                                              "value": 5.0}) for k in rng.integers(0, 100, 1000))
-                if c.post(f"/v1/streams/{STREAM}/events", content=body).status_code == 202:
+                r = c.post(f"/v1/streams/{STREAM}/events", content=body)
+                if r.status_code == 202:
                     counts[1] += 1000
+                elif not counts[2]:
+                    counts[2] = r.status_code
+                    print("ingest:", r.status_code, r.text[:200], flush=True)
 
     threads = [threading.Thread(target=publish), threading.Thread(target=ingest)]
     for t in threads:
@@ -216,8 +220,8 @@ def run(src: str, args, versions: list[StreamSummary], profile: str | None) -> d
             Publisher(redis_server.url).publish_summary(STREAM, versions[0], version=2, events=EVENTS)
             single = asyncio.run(_single(port))
             ctx = multiprocessing.get_context("spawn")
-            stop, counts = ctx.Event(), ctx.Array("q", 2)
-            background = ctx.Process(target=_background, args=(redis_server.url, port, stop, counts))
+            stop, counts = ctx.Event(), ctx.Array("q", 3)
+            background = ctx.Process(target=_background, args=(redis_server.url, port, KEY, stop, counts))
             if not args.quiet:
                 background.start()
                 deadline = time.monotonic() + 180

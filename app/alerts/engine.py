@@ -204,6 +204,7 @@ class AlertEngine:
             try:
                 async for note in announcements(self.redis_url):
                     if note:
+                        self.store.forget_reads(note["stream"])
                         self._announced.add(note["stream"])
                         self._announce.set()
             except asyncio.CancelledError:
