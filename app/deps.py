@@ -1,4 +1,7 @@
-"""Dependencies shared by the routers, as ``Annotated`` aliases and access guards."""
+"""Dependencies shared by the routers, as ``Annotated`` aliases and access guards.
+
+The getters are ``async`` (they await nothing): a plain function dependency costs a hop to
+the thread pool on every request."""
 
 from __future__ import annotations
 
@@ -12,15 +15,15 @@ from app.store import Store
 from tidemark.settings import Settings
 
 
-def get_store(request: Request) -> Store:
+async def get_store(request: Request) -> Store:
     return request.app.state.store
 
 
-def get_settings(request: Request) -> Settings:
+async def get_settings(request: Request) -> Settings:
     return request.app.state.settings
 
 
-def get_metrics(request: Request) -> Metrics:
+async def get_metrics(request: Request) -> Metrics:
     return request.app.state.metrics
 
 

@@ -59,9 +59,12 @@ def allows(scopes: frozenset[str], needed: str) -> bool:
     return "admin" in scopes or needed in scopes
 
 
-def authorize(security_scopes: SecurityScopes, request: Request,
-              credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]) -> frozenset[str]:
+async def authorize(security_scopes: SecurityScopes, request: Request,
+                    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]) -> frozenset[str]:
     """The dependency every protected route declares with ``Security(authorize, scopes=[…])``.
+
+    ``async`` although it awaits nothing: it runs on the event loop in microseconds, where a
+    plain function would cost a hop to the thread pool on every request.
 
     The sign-in cookie counts for ``read`` only: it is what the dashboard's fetches and
     its EventSource send, and a SameSite=Strict cookie never rides a cross-site request.

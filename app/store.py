@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
+import math
 import threading
 import time
 from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
 
 import redis
 
@@ -19,6 +22,8 @@ from tidemark import keys
 from tidemark.hash_secret import HashSecret
 from tidemark.streams import StreamConfig
 from tidemark.summary import StreamSummary
+
+log = logging.getLogger("tidemark.store")
 
 __all__ = ["Store", "StreamNotFound", "StreamConflict", "Backpressure", "Status", "IngestReceipt"]
 
@@ -111,7 +116,7 @@ def _status(shards: dict[int, dict], ingested: dict) -> Status:
 class Store:
     def __init__(self, redis_url: str, secret: HashSecret | None = None,
                  max_pending_chunks: int = 1000, max_pending_events: int = 2_000_000,
-                 cached_streams: int = 256):
+                 cached_streams: int = 256, config_ttl: float = 1.0, read_ttl: float = 0.25):
         self.redis = redis.Redis.from_url(redis_url, health_check_interval=30)
         self.secret = secret
         self.max_pending_chunks = max_pending_chunks
@@ -119,11 +124,19 @@ class Store:
         # The append is never retried by the client: a reply lost after Redis ran it would
         # store the chunk twice. The caller gets a 503 and retries with its Idempotency-Key.
         self._append = redis.Redis.from_url(redis_url, retry=None).register_script(_APPEND)
-        # name -> (shard versions, merged summary); shard summaries decoded once per version
-        self._merged: OrderedDict[str, tuple[tuple, StreamSummary]] = OrderedDict()
+        # name -> (shard versions, merged summary, their shard statuses): the version served;
+        # shard summaries decoded once per version
+        self._merged: OrderedDict[str, tuple[tuple, StreamSummary, dict]] = OrderedDict()
         self._shards: dict[tuple[str, int], tuple[int, bytes, StreamSummary]] = {}
         self.cached_streams = cached_streams  # the cache is bounded, not one entry per stream
         self._lock = threading.Lock()
+        self._decoding: dict[str, threading.Lock] = {}  # one decode per stream at a time
+        self._configs: dict[str, tuple[float, StreamConfig]] = {}
+        self._refreshing: set[str] = set()  # streams being decoded in the background
+        self._decoder: ThreadPoolExecutor | None = None
+        self.config_ttl, self.read_ttl = config_ttl, read_ttl
+        self._reads: dict[str, tuple[float, tuple]] = {}
+        self._reading = threading.Lock()
 
     # -- declarations --------------------------------------------------------------------
     def declare(self, name: str, config: StreamConfig) -> bool:
@@ -141,10 +154,22 @@ class Store:
         return False
 
     def config(self, name: str) -> StreamConfig:
+        """The stream's declaration. A declaration never changes (re-declaring with other
+        settings is refused), so it is kept for ``config_ttl`` seconds: only a Redis flush
+        can make a kept one wrong, and then only for that long."""
+        now = time.monotonic()
+        kept = self._configs.get(name)
+        if kept and now - kept[0] < self.config_ttl:
+            return kept[1]
         raw = self.redis.hget(keys.STREAMS, name)
         if raw is None:
+            self._configs.pop(name, None)
             raise StreamNotFound(name)
-        return StreamConfig.model_validate_json(raw)
+        config = StreamConfig.model_validate_json(raw)
+        if len(self._configs) >= 4 * self.cached_streams:
+            self._configs.clear()
+        self._configs[name] = (now, config)
+        return config
 
     def names(self) -> list[str]:
         return sorted(n.decode() for n in self.redis.hkeys(keys.STREAMS))
@@ -193,30 +218,117 @@ class Store:
         return int(self.redis.xlen(keys.ingest(name)))
 
     # -- published state ---------------------------------------------------------------------
-    def status(self, name: str) -> Status:
-        self.config(name)
-        with self.redis.pipeline(transaction=True) as p:
-            p.hgetall(keys.shard_status(name))
-            p.hgetall(keys.ingest_stats(name))
-            shards, ingested = p.execute()
-        return _status(_shards(shards), ingested)
+    def _read(self, name: str, max_age: float = 0.0) -> tuple[dict[int, dict], dict, tuple]:
+        """The shards' published statuses, the ingest counters and the shard versions, as
+        read at most ``max_age`` seconds ago."""
+        now = time.monotonic()
+        kept = self._reads.get(name)
+        if kept and now - kept[0] <= max_age:
+            return kept[1]
+        if kept and max_age > 0:  # one thread reads again; the others keep the last read
+            if not self._reading.acquire(blocking=False):
+                return kept[1]
+            try:
+                return self._fetch(name, now)
+            finally:
+                self._reading.release()
+        return self._fetch(name, now)
 
-    def summary(self, name: str) -> tuple[StreamSummary | None, Status]:
-        """The published summary (None before the first publish) and the status of those
-        very shard versions. Shards are decoded once per version and merged once per set
-        of versions."""
-        self.config(name)
+    def _fetch(self, name: str, now: float) -> tuple[dict[int, dict], dict, tuple]:
         with self.redis.pipeline(transaction=True) as p:
             p.hgetall(keys.shard_status(name))
             p.hgetall(keys.ingest_stats(name))
             raw, ingested = p.execute()
         shards = _shards(raw)
-        versions = tuple(sorted((k, s["version"]) for k, s in shards.items()))
-        cached = self._merged.get(name)
-        if cached and cached[0] == versions:
+        read = shards, ingested, tuple(sorted((k, s["version"]) for k, s in shards.items()))
+        if len(self._reads) >= 4 * self.cached_streams:
+            self._reads.clear()
+        self._reads[name] = (now, read)
+        return read
+
+    def forget_reads(self, name: str) -> None:
+        """A new version was announced: the next query reads the statuses again (one
+        query; those arriving meanwhile keep the last read)."""
+        kept = self._reads.get(name)
+        if kept:
+            self._reads[name] = (-math.inf, kept[1])
+
+    def served_versions(self, name: str) -> tuple | None:
+        """The shard versions answers of this stream come from now (None: none decoded).
+        They only move forward, so equal before and after an answer means it is theirs."""
+        served = self._merged.get(name)
+        return served[0] if served else None
+
+    def in_memory(self, name: str) -> bool:
+        """Can a query of this stream be answered now without Redis (its declaration and
+        a recent read kept, a version decoded)? Then it may run on the event loop."""
+        now = time.monotonic()
+        config, read = self._configs.get(name), self._reads.get(name)
+        return bool(config and read and name in self._merged and now - config[0] < self.config_ttl
+                    and now - read[0] <= self.read_ttl)
+
+    def status(self, name: str) -> Status:
+        """The status of the version the answers come from now (see ``summary``), with the
+        ingest counters of this moment: ``events`` are exactly what the answers count."""
+        self.config(name)
+        shards, ingested, versions = self._read(name)
+        served = self._merged.get(name)
+        if served and served[0] != versions:
+            self._refresh_later(name)
+            return _status(served[2], ingested)
+        return _status(shards, ingested)
+
+    def summary(self, name: str, fresh: bool = False) -> tuple[StreamSummary | None, Status]:
+        """The published summary (None before the first publish) and the status of those
+        very shard versions. Shards are decoded once per version and merged once per set
+        of versions.
+
+        A new version is decoded off the request path: until it is ready, queries answer
+        from the version decoded before it (its own status says which), so no query waits
+        for a decode and fifty queries after a publish never decode it fifty times. Only a
+        stream with nothing decoded yet, or ``fresh=True`` (alert evaluation), waits.
+        """
+        self.config(name)
+        served = self._merged.get(name)
+        # Serving a decoded version, the statuses read ``read_ttl`` ago only decide when to
+        # decode the next one (an announcement forgets them at once).
+        shards, ingested, versions = self._read(name, self.read_ttl if served and not fresh else 0.0)
+        if served and served[0] == versions:
             with self._lock:
                 self._merged.move_to_end(name)
-            return cached[1], _status(shards, ingested)
+            return served[1], _status(shards, ingested)
+        if served and not fresh:
+            self._refresh_later(name)
+            return served[1], _status(served[2], ingested)
+        with self._lock:
+            decoding = self._decoding.setdefault(name, threading.Lock())
+        with decoding:  # one thread decodes a version; the others asking meanwhile wait
+            served = self._merged.get(name)
+            if served and served[0] == versions:
+                return served[1], _status(shards, ingested)
+            return self._decode(name, shards, ingested, versions)
+
+    def _refresh_later(self, name: str) -> None:
+        with self._lock:
+            if name in self._refreshing:
+                return
+            self._refreshing.add(name)
+            if self._decoder is None:
+                self._decoder = ThreadPoolExecutor(1, thread_name_prefix="tidemark-decode")
+        self._decoder.submit(self._refresh, name)
+
+    def _refresh(self, name: str) -> None:
+        try:
+            self.summary(name, fresh=True)
+        except Exception as e:  # a corrupt blob or Redis away: the next query decodes and says so
+            log.warning("decoding %s in the background failed: %s", name, type(e).__name__)
+            with self._lock:
+                self._merged.pop(name, None)
+        finally:
+            with self._lock:
+                self._refreshing.discard(name)
+
+    def _decode(self, name: str, shards: dict, ingested: dict, versions: tuple):
         stale = [k for k, v in versions if self._shards.get((name, k), (None,))[0] != v]
         if stale:
             # Blobs and statuses in one transaction, so each blob matches its status.
@@ -241,7 +353,7 @@ class Store:
             for _, _, part in parts[1:]:
                 merged.merge(part)
         with self._lock:
-            self._merged[name] = (versions, merged)
+            self._merged[name] = (versions, merged, shards)
             self._merged.move_to_end(name)
             while len(self._merged) > self.cached_streams:
                 old, _ = self._merged.popitem(last=False)

@@ -484,6 +484,37 @@ class ECMSketch(CellSketch):
         est = float((0.5 * (lows + highs)).min())
         return self._bracket(est, lower, upper, k * self.eps_sw + self.eps_cm_eff, 1.0 - self.delta)
 
+    def frequency_arrays(self, keys: np.ndarray, lo: int, hi: int):
+        """``frequency`` of each of ``keys`` (uint64) in ``[lo, hi]`` as arrays
+        ``(estimates, lowers, uppers, epsilon, confidence, method)``, the range classified once and
+        every cell's sums taken once: the same numbers as ``frequency``, one call.
+        None when the range holds nothing (every answer is an exact 0)."""
+        keys = np.asarray(keys, np.uint64)
+        r = self._range(lo, hi)
+        if r is None:
+            return None
+        inside, strad, low_tot, high_tot, k = r
+        cells = cells_of(keys, self._tables, self._shift, self._table, self._offset, self._width)
+        lo_vec, hi_vec = self._vectors(inside, strad)  # every cell's sums, then each key's cells
+        lows, highs = lo_vec[cells], hi_vec[cells]
+        uppers = highs.min(axis=1)
+        lowers = np.maximum(0.0, lows.min(axis=1) - self.eps_cm_eff * high_tot)
+        ests = (0.5 * (lows + highs)).min(axis=1)
+        # ``_bracket`` for every key at once (the same float operations).
+        g = self._rounding()
+        lowers, uppers = np.maximum(0.0, lowers * (1 - g)), uppers * (1 + g)
+        ests = np.minimum(np.maximum(ests, lowers), uppers)
+        return ests, lowers, uppers, float(k * self.eps_sw + self.eps_cm_eff), 1.0 - self.delta, self._method
+
+    def frequencies(self, keys: np.ndarray, lo: int, hi: int) -> list[Estimate]:
+        """``frequency`` of each of ``keys``, computed together (``frequency_arrays``)."""
+        found = self.frequency_arrays(keys, lo, hi)
+        if found is None:
+            return [self._zero(self._method) for _ in range(len(keys))]
+        ests, lowers, uppers, kind_eps, conf, method = found
+        return [Estimate(e, lo_, up, "additive", kind_eps, conf, method)
+                for e, lo_, up in zip(ests.tolist(), lowers.tolist(), uppers.tolist())]
+
     def _rows(self, vec: np.ndarray) -> np.ndarray:
         return vec.reshape(self.depth, self.width)
 

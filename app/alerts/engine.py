@@ -1,8 +1,13 @@
 """Alert evaluation and webhook delivery, as background tasks of the API.
 
 Evaluation runs on every announced sketch version of a stream, with the same answer code
-the query endpoints use. Delivery is a loop over due deliveries kept in Redis, so pending
-ones survive an API restart and several replicas share the work (see ``store.py``).
+the query endpoints use: announcements that arrive while an evaluation runs are gathered
+into the next one, and rules asking the same query of the same stream share one answer
+(one decoded summary, one query per distinct stream, kind and parameters). Rules are
+parsed and their secrets opened once per stored form, not once per publish. Delivery is a
+loop over due deliveries kept in Redis, so pending ones survive an API restart and several
+replicas share the work (see ``store.py``); sends go through a bounded pool of kept-alive
+connections, one pool per checked address and name (``webhooks.PinnedTransport``).
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ import time
 import httpx
 
 from app.alerts.rules import AlertRule, crossed
-from app.alerts.store import UNREADABLE, AlertStore
+from app.alerts.store import RULES, UNREADABLE, AlertStore
 from app.alerts.webhooks import PinnedTransport, WebhookRefused
 from app.answers import QueryError, answer_from_store
 from app.store import Store, StreamNotFound, announcements
@@ -64,22 +69,31 @@ def evaluate(store: Store, alerts: AlertStore, rule: AlertRule, answers: dict | 
     return bool(found and alerts.record([found]))
 
 
-def judge(store: Store, rule: AlertRule, answers: dict):
+def query_key(rule: AlertRule) -> tuple:
+    """Rules with equal keys ask the same question: one answer serves them all."""
+    return rule.query, rule.stream, tuple(sorted(rule.params.items()))
+
+
+def judge(store: Store, rule: AlertRule, answers: dict, now_iso: str | None = None):
     """The rule's evaluation ``(rule, version, state, last, body)``, or None when it cannot
-    be evaluated now. ``answers`` shares one computation among rules asking the same query.
+    be evaluated now. ``answers`` shares one computation among rules asking the same query
+    (a failure too: it is the same for all of them).
     """
-    key = (rule.query, rule.stream, tuple(sorted(rule.params.items())))
-    try:
-        if key not in answers:
+    key = query_key(rule)
+    if key not in answers:
+        try:
             answers[key] = rule_answer(store, rule)
-        answer, estimate, lower, upper, version = answers[key]
-    except (QueryError, StreamNotFound) as e:
-        log.info("alert %s cannot be evaluated now: %s", rule.id, e)
+        except (QueryError, StreamNotFound) as e:
+            answers[key] = e
+    found = answers[key]
+    if isinstance(found, Exception):
+        log.info("alert %s cannot be evaluated now: %s", rule.id, found)
         return None
+    answer, estimate, lower, upper, version = found
     state = "firing" if crossed(rule, lower, upper) else "ok"
     bound = answer.get("bound") or answer["items"][0]["bound"]
     last = {"estimate": estimate, "bound": bound, "at": answer["at"], "sketch_version": version,
-            "evaluated_at": _now_iso()}
+            "evaluated_at": now_iso or _now_iso()}
     body = {
         "alert_id": rule.id, "state": "firing" if state == "firing" else "resolved", "stream": rule.stream, "query": rule.query,
         "params": rule.params, "op": rule.op, "threshold": rule.threshold, "mode": rule.mode,
@@ -102,22 +116,54 @@ def _error_class(e: BaseException) -> str:
     return type(e).__name__
 
 
+class RuleCache:
+    """The stored rules, each parsed and its secret and URL opened once per stored form.
+
+    One ``HGETALL`` per read tells which rules exist now (another replica may have added or
+    deleted some); only a rule whose stored bytes changed is parsed again.
+    """
+
+    def __init__(self, alerts: AlertStore):
+        self.alerts = alerts
+        self._parsed: dict[bytes, tuple[bytes, AlertRule]] = {}
+
+    def rules(self) -> list[AlertRule]:
+        stored = self.alerts.redis.hgetall(RULES)
+        parsed = {}
+        for rule_id, raw in stored.items():
+            hit = self._parsed.get(rule_id)
+            parsed[rule_id] = hit if hit and hit[0] == raw else (raw, self.alerts._load(raw))
+        self._parsed = parsed
+        return [rule for _, rule in parsed.values()]
+
+    def outdated(self) -> bool:
+        """Are rules stored that are not parsed yet (or gone)? A hint: ``rules`` is exact."""
+        return self.alerts.count() != len(self._parsed)
+
+
 class AlertEngine:
     """Evaluates rules on each announced version and sends due deliveries.
 
     Every delivery is its own task, settled when it ends: a receiver that hangs or a URL
-    that cannot even be parsed costs only its own delivery, never the others'.
+    that cannot even be parsed costs only its own delivery, never the others'. At most
+    ``max_in_flight`` sends run at once, at most ``per_target`` of them to one address.
     """
 
     def __init__(self, store: Store, alerts: AlertStore, redis_url: str, retry_for: float,
-                 allow_hosts: list[str], timeout: float = 10.0, max_in_flight: int = 200):
+                 allow_hosts: list[str], timeout: float = 10.0, max_in_flight: int = 200,
+                 per_target: int = 100):
         self.store, self.alerts, self.redis_url = store, alerts, redis_url
         self.retry_for, self.timeout, self.allow_hosts = retry_for, timeout, allow_hosts
-        self.max_in_flight = max_in_flight
+        self.max_in_flight, self.per_target = max_in_flight, per_target
+        self.rule_cache = RuleCache(alerts)
+        self._timeouts = httpx.Timeout(timeout).as_dict()
         self._tasks: list[asyncio.Task] = []
         self._in_flight: set[asyncio.Task] = set()
         self._outcomes: list[dict] = []  # finished sends, recorded together each round
         self._wake = asyncio.Event()
+        self._announced: set[str] = set()  # streams published since the last evaluation
+        self._evaluate_all = True  # at start: every rule
+        self._announce = asyncio.Event()
 
     def wake(self) -> None:
         """Look for due deliveries now (called from request threads)."""
@@ -125,7 +171,8 @@ class AlertEngine:
 
     def start(self) -> None:
         self._loop = asyncio.get_running_loop()
-        self._tasks = [asyncio.create_task(self._evaluate_loop()),
+        self._tasks = [asyncio.create_task(self._listen_loop()),
+                       asyncio.create_task(self._evaluate_loop()),
                        asyncio.create_task(self._deliver_loop())]
 
     async def stop(self) -> None:
@@ -134,34 +181,71 @@ class AlertEngine:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
 
-    def evaluate_stream(self, stream: str | None) -> int:
+    def evaluate_streams(self, streams: set[str] | None) -> int:
+        """Evaluate every rule involving one of ``streams`` (all rules for None), each
+        distinct query once; record them in one round trip. Returns how many were queued."""
         answers: dict = {}
-        found = [judge(self.store, rule, answers) for rule in self.alerts.rules()
-                 if stream is None or _involves(rule, stream)]
-        return self.alerts.record([f for f in found if f])
+        now = _now_iso()
+        rules = [rule for rule in self.rule_cache.rules()
+                 if streams is None or any(_involves(rule, s) for s in streams)]
+        # The announced versions themselves: queries may still be answered from the
+        # version before while these decode, alerts wait for them.
+        for stream in sorted(streams if streams is not None else {r.stream for r in rules}):
+            try:
+                self.store.summary(stream, fresh=True)
+            except Exception:  # the rules asking it say why, one by one
+                pass
+        found = [judge(self.store, rule, answers, now) for rule in rules]
+        found = [f for f in found if f]
+        return self.alerts.record(found) if found else 0
 
-    async def _evaluate_loop(self) -> None:
+    async def _listen_loop(self) -> None:
         while True:
             try:
-                if await asyncio.to_thread(self.evaluate_stream, None):
-                    self._wake.set()
                 async for note in announcements(self.redis_url):
-                    if note and await asyncio.to_thread(self.evaluate_stream, note["stream"]):
-                        self._wake.set()
+                    if note:
+                        self.store.forget_reads(note["stream"])
+                        self._announced.add(note["stream"])
+                        self._announce.set()
             except asyncio.CancelledError:
                 raise
-            except Exception as e:  # Redis restarting: listen again shortly
+            except Exception as e:  # Redis restarting: listen again shortly, then look at all
                 log.warning("alert evaluation paused: %s", type(e).__name__)
+                self._evaluate_all = True
+                self._announce.set()
                 await asyncio.sleep(1.0)
 
+    async def _evaluate_loop(self) -> None:
+        """Evaluate the streams announced meanwhile: publishes that arrive during an
+        evaluation are taken together by the next one."""
+        self._announce.set()
+        while True:
+            await self._announce.wait()
+            self._announce.clear()
+            streams, everything = self._announced, self._evaluate_all
+            self._announced, self._evaluate_all = set(), False
+            try:
+                if await asyncio.to_thread(self.evaluate_streams, None if everything else streams):
+                    self._wake.set()
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # Redis restarting: try these again shortly
+                log.warning("alert evaluation paused: %s", type(e).__name__)
+                self._announced |= streams
+                self._evaluate_all |= everything
+                await asyncio.sleep(1.0)
+                self._announce.set()
+
     async def _deliver_loop(self) -> None:
-        transport = PinnedTransport(self.allow_hosts)
-        async with httpx.AsyncClient(transport=transport, timeout=self.timeout,
-                                     follow_redirects=False) as client:
+        # Sends go straight to the transport: no redirect is followed, no cookie kept, and
+        # none of a client's per-request bookkeeping is paid a thousand times per publish.
+        transport = PinnedTransport(self.allow_hosts, per_target=self.per_target)
+        try:
             while True:
                 try:
                     await self._settle_finished()
-                    await self._deliver_due(client)
+                    await self._deliver_due(transport)
+                    await self._prepare_rules()
                 except asyncio.CancelledError:
                     raise
                 except Exception as e:
@@ -171,6 +255,13 @@ class AlertEngine:
                 except asyncio.TimeoutError:
                     pass
                 self._wake.clear()
+        finally:
+            await transport.aclose()
+
+    async def _prepare_rules(self) -> None:
+        """Parse rules created meanwhile before a publish needs them (one HLEN a round)."""
+        if await asyncio.to_thread(self.rule_cache.outdated):
+            await asyncio.to_thread(self.rule_cache.rules)
 
     async def _settle_finished(self) -> None:
         """Record the finished sends in one round trip. If Redis is away they stay queued
@@ -180,7 +271,7 @@ class AlertEngine:
             await asyncio.to_thread(self.alerts.settle, outcomes, self.retry_for)
             del self._outcomes[:len(outcomes)]
 
-    async def _deliver_due(self, client: httpx.AsyncClient) -> None:
+    async def _deliver_due(self, client: PinnedTransport) -> None:
         """Lease the due deliveries and start each as its own task."""
         room = self.max_in_flight - len(self._in_flight)
         if room <= 0:
@@ -190,7 +281,7 @@ class AlertEngine:
                                          min(room, 500))
         if not leased:
             return
-        rules = {r.id: r for r in await asyncio.to_thread(self.alerts.rules)}
+        rules = {r.id: r for r in await asyncio.to_thread(self.rule_cache.rules)}
         for lease in leased:
             task = asyncio.create_task(self._deliver_one(client, rules.get(lease["alert_id"]), lease))
             self._in_flight.add(task)
@@ -198,7 +289,7 @@ class AlertEngine:
         if len(leased) >= room:
             self._wake.set()  # more may be due
 
-    async def _deliver_one(self, client: httpx.AsyncClient, rule: AlertRule | None, lease: dict) -> None:
+    async def _deliver_one(self, client: PinnedTransport, rule: AlertRule | None, lease: dict) -> None:
         try:
             outcome = await self._send(client, rule, lease)
         except asyncio.CancelledError:
@@ -211,7 +302,7 @@ class AlertEngine:
         self._outcomes.append(outcome)
         self._wake.set()
 
-    async def _send(self, client: httpx.AsyncClient, rule: AlertRule | None, lease: dict) -> dict:
+    async def _send(self, client: PinnedTransport, rule: AlertRule | None, lease: dict) -> dict:
         if rule is None:  # deleted meanwhile: nothing is sent
             return {"lease": lease, "ok": True, "attempt": None}
         body = json.loads(lease["body"])
@@ -223,11 +314,14 @@ class AlertEngine:
                            error="secret unreadable: TIDEMARK_SECRET_KEY_FILE changed")
             return {"lease": lease, "ok": False, "attempt": attempt}
         raw = json.dumps(body).encode()
-        headers = {"content-type": "application/json", "X-Tidemark-Signature": sign(raw, rule.secret),
+        headers = {"content-type": "application/json", "user-agent": "tidemark-webhooks",
+                   "X-Tidemark-Signature": sign(raw, rule.secret),
                    "X-Tidemark-Delivery": body["delivery_id"]}
         started = time.perf_counter()
         try:
-            resp = await client.post(rule.webhook_url, content=raw, headers=headers)
+            request = httpx.Request("POST", rule.webhook_url, content=raw, headers=headers,
+                                    extensions={"timeout": self._timeouts})
+            resp = await client.handle_async_request(request)
             attempt.update(status=resp.status_code, error=None)
             ok = 200 <= resp.status_code < 300  # a redirect is not followed: not delivered
         except Exception as e:

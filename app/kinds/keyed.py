@@ -6,7 +6,10 @@ the lower bound from the ticks inside the window, the upper from those touching 
 
 from __future__ import annotations
 
-from app.answers import QueryError, QueryKind, Window, bound_of, parse_window, register, shape, window_estimate
+import numpy as np
+
+from app.answers import (QueryError, QueryKind, Window, _exact_zero, bound_of, bracket, parse_window,
+                         register, shape, window_estimate)
 from sketches.base import Estimate, SketchError
 from tidemark.events import MAX_KEY_BYTES
 from tidemark.streams import StreamConfig
@@ -53,6 +56,34 @@ class HeavyHitters(list):
         self.extra = {"unlisted_max": unlisted_max, "complete": bool(complete)}
 
 
+def _window_uppers(ecm, ids, window: Window) -> tuple[np.ndarray, list | None]:
+    """Each id's window upper bound, as ``window_estimate`` brackets it (the ticks touching
+    the window), and the readings ``[inner, outer]`` (arrays, or None for an exact 0) that
+    ``_estimate`` turns into its full estimate; every range is read once for all ids."""
+    outer = ecm.frequency_arrays(ids, *window.outer)
+    if window.inner == window.outer:
+        inner = outer
+    else:
+        inner = None if window.inner[0] > window.inner[1] else ecm.frequency_arrays(ids, *window.inner)
+    zeros = np.zeros(len(ids))
+    upper_outer = zeros if outer is None else outer[2]
+    lower_inner = zeros if inner is None else inner[1]
+    # ``bracket``: the upper of the touching ticks, never below the lower of those inside
+    return np.maximum(upper_outer, lower_inner), [inner, outer]
+
+
+def _estimate(readings: list, i: int, window: Window) -> Estimate:
+    def reading(r):
+        if r is None:
+            return _exact_zero(METHOD)
+        return Estimate(float(r[0][i]), float(r[1][i]), float(r[2][i]), "additive", r[3], r[4], r[5])
+
+    inner, outer = readings
+    if window.inner == window.outer:
+        return reading(outer)
+    return bracket(reading(inner), reading(outer))
+
+
 def _heavy_hitters(summary, config, window, params):
     """Every key with f ≥ φ·N is listed; what is not listed weighs at most ``unlisted_max``.
 
@@ -76,13 +107,15 @@ def _heavy_hitters(summary, config, window, params):
         raise QueryError(str(e)) from None
     n_low = window_estimate(summary["count"].query, window, "splittable-histogram").lower
     level = params["phi"] * n_low
-    ecm, items, dropped_max = summary["keys"], [], 0.0
-    for key_id, name in zip(found.ids.tolist(), found.keys):
-        e = window_estimate(lambda lo, hi: ecm.frequency(key_id, lo, hi), window, METHOD)
-        if e.upper >= level and e.upper > 0:
-            items.append({"key": name, "estimate": e.estimate, "bound": bound_of(e)})
-        else:
-            dropped_max = max(dropped_max, e.upper)
+    items, dropped_max = [], 0.0
+    if len(found.ids):
+        uppers, readings = _window_uppers(summary["keys"], found.ids, window)
+        listed = (uppers >= level) & (uppers > 0)
+        for i in np.flatnonzero(listed).tolist():
+            e = _estimate(readings, i, window)
+            items.append({"key": found.keys[i], "estimate": e.estimate, "bound": bound_of(e)})
+        if not listed.all():
+            dropped_max = float(uppers[~listed].max())
     items.sort(key=lambda item: -item["estimate"])
     unlisted_max = max(found.threshold, dropped_max)
     complete = found.threshold == 0 or found.threshold < level
