@@ -17,25 +17,13 @@ from typing import NamedTuple, Sequence
 import numba as nb
 import numpy as np
 
-from sketches._codec import Reader, Writer
+from sketches._bytes import Reader, Writer
 from sketches._ecm_kernels import MAX_LEVEL, NO_CLOCK, TimeBuckets
-from sketches.base import (
-    CorruptSketchError,
-    Family,
-    IncompatibleSketchError,
-    SketchError,
-    pack_header,
-    unpack_header,
-)
+from sketches.base import CorruptSketchError, Family, Sketch, SketchError
 from sketches.ecm import FORMAT, _check_unit, _check_window, as_batch
 from sketches.hashing import hash_keys
 
 __all__ = ["KeyDictionary", "Candidates"]
-
-_KIND = 2
-_MERGE_SELF = "cannot merge a sketch with itself"
-_MERGE_TYPE = "can only merge a KeyDictionary with another KeyDictionary"
-_MERGE_PARAMS = "cannot merge key dictionaries with different capacity, window or epsilon"
 
 
 class Candidates(NamedTuple):
@@ -110,7 +98,7 @@ def _mg_rebuild(n_out, k, old_ids, old_cnt, old_dest, ev_dest, ev_ids, ev_w):
     return out_ids, out_cnt
 
 
-class KeyDictionary:
+class KeyDictionary(Sketch):
     """Windowed Misra-Gries summaries over key ids, with the strings of the ids they hold.
 
     Per dyadic time bucket ``b`` of weight ``m_b`` (buckets obey Lemma A of
@@ -265,14 +253,8 @@ class KeyDictionary:
         return out
 
     # -- merging ----------------------------------------------------------------------------
-    def merge(self, other: "KeyDictionary") -> "KeyDictionary":
+    def _merge(self, other: "KeyDictionary") -> "KeyDictionary":
         """Fold ``other`` in (same capacity, window and epsilon); returns self."""
-        if other is self:
-            raise IncompatibleSketchError(_MERGE_SELF)
-        if type(other) is not KeyDictionary:
-            raise IncompatibleSketchError(_MERGE_TYPE)
-        if (self.capacity, self.window, self.epsilon) != (other.capacity, other.window, other.epsilon):
-            raise IncompatibleSketchError(_MERGE_PARAMS)
         d_self, d_other, n_out = self._tb.plan_union(other._tb)
         none = np.zeros(0, np.int64)
         self._ids, self._cnt = _mg_rebuild(
@@ -300,7 +282,15 @@ class KeyDictionary:
     #   varint[B] counters per bucket | varint[E] index of each counter's id in the string
     #   table | float column counts (bucket by bucket) |
     #   string table: u64[S] ids (strictly increasing) | varint[S] UTF-8 lengths | the bytes
-    def to_bytes(self) -> bytes:
+    FAMILY, FORMAT, KIND = Family.ECM, FORMAT, 2  # kind 2 of the ECM family
+    WHAT, NOUN = "key dictionary", "key dictionaries"
+    PARAMS = "capacity, window or epsilon"
+    BATCH = ("ticks", "names", "keys", "weights")
+
+    def _params(self) -> tuple:
+        return (self.capacity, self.window, self.epsilon)
+
+    def _payload(self) -> bytes:
         tb = self._tb
         mask = self._cnt > 0
         per = mask.sum(axis=1)
@@ -316,22 +306,13 @@ class KeyDictionary:
             wr.uints(per.astype(np.uint64)).uints(np.searchsorted(ids, self._ids[mask]).astype(np.uint64))
             wr.floats(self._cnt[mask])
         wr.array(ids, "<u8").uints(np.fromiter(map(len, encoded), np.uint64, len(encoded))).raw(b"".join(encoded))
-        payload = wr.bytes()
-        return pack_header(Family.ECM, len(payload), fmt=FORMAT, flags=_KIND) + payload
-
-    @property
-    def nbytes(self) -> int:
-        """Serialized size in bytes (``len(to_bytes())``)."""
-        return len(self.to_bytes())
+        return wr.bytes()
 
     @classmethod
-    def from_bytes(cls, data) -> "KeyDictionary":
-        flags, payload = unpack_header(data, Family.ECM, fmt=FORMAT)
-        if flags != _KIND:
-            raise CorruptSketchError("blob is not a KeyDictionary")
-        rd = Reader(payload, "key dictionary")
-        cap, window, eps = rd.unpack(cls._PARAMS)
-        if bytes(payload[4:8]) != bytes(4):
+    def _read(cls, rd: Reader) -> "KeyDictionary":
+        raw = rd.take(cls._PARAMS.size)
+        cap, window, eps = cls._PARAMS.unpack(raw)
+        if raw[4:8] != bytes(4):
             raise CorruptSketchError("key dictionary blob has non-zero padding")
         try:
             kd = cls(cap, window, eps)

@@ -295,7 +295,7 @@ def test_merge_refusals_have_fixed_messages():
     a = DecayedAdditiveSketch(0.2, 0.1, VMIN, VMAX, stream=1)
     with pytest.raises(IncompatibleSketchError, match="^cannot merge a sketch with itself$"):
         a.merge(a)
-    with pytest.raises(IncompatibleSketchError, match="^can only merge a DecayedAdditiveSketch$"):
+    with pytest.raises(IncompatibleSketchError, match="^can only merge a DecayedAdditiveSketch with another DecayedAdditiveSketch$"):
         a.merge(DecayedRelativeSketch(0.2, {"kind": "none"}, VMIN, VMAX))
     msg = "^cannot merge decayed additive sketches with different parameters or seed$"
     for other in (DecayedAdditiveSketch(0.3, 0.1, VMIN, VMAX), DecayedAdditiveSketch(0.2, 0.2, VMIN, VMAX),

@@ -265,7 +265,7 @@ def test_merge_refusals_have_fixed_messages():
     a = DecayedRelativeSketch(0.1, Polynomial(1.5), VMIN, VMAX)
     with pytest.raises(IncompatibleSketchError, match="^cannot merge a sketch with itself$"):
         a.merge(a)
-    with pytest.raises(IncompatibleSketchError, match="^can only merge a DecayedRelativeSketch$"):
+    with pytest.raises(IncompatibleSketchError, match="^can only merge a DecayedRelativeSketch with another DecayedRelativeSketch$"):
         a.merge(DecayedAdditiveSketch(0.1, 0.1, VMIN, VMAX))
     msg = "^cannot merge decayed relative sketches with different epsilon, decay or value grid$"
     for other in (DecayedRelativeSketch(0.2, Polynomial(1.5), VMIN, VMAX),

@@ -389,7 +389,7 @@ def test_merge_refusals_have_fixed_messages():
     a = RandomizedWave(0.1, 0.05, 100, seed=1)
     with pytest.raises(IncompatibleSketchError, match="^cannot merge a sketch with itself$"):
         a.merge(a)
-    with pytest.raises(IncompatibleSketchError, match="^can only merge a RandomizedWave$"):
+    with pytest.raises(IncompatibleSketchError, match="^can only merge a RandomizedWave with another RandomizedWave$"):
         a.merge(object())
     msg = "^cannot merge randomized waves with different epsilon, delta, window, seed or max_distinct$"
     for other in [RandomizedWave(0.1, 0.05, 100, seed=2), RandomizedWave(0.2, 0.05, 100, seed=1),

@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sketches.base import CorruptSketchError, IncompatibleSketchError, SketchError
-from sketches.deterministic_wave import DeterministicWave, suggest_max_window_weight, wave_levels
+from sketches.extra.deterministic_wave import DeterministicWave, suggest_max_window_weight, wave_levels
 
 SETTINGS = settings(max_examples=250, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -337,7 +337,7 @@ def test_merge_refusals_have_fixed_messages():
     a = DeterministicWave(0.1, 100, 1000)
     with pytest.raises(IncompatibleSketchError, match="^cannot merge a sketch with itself$"):
         a.merge(a)
-    with pytest.raises(IncompatibleSketchError, match="^can only merge a DeterministicWave$"):
+    with pytest.raises(IncompatibleSketchError, match="^can only merge a DeterministicWave with another DeterministicWave$"):
         a.merge(object())
     msg = "^cannot merge deterministic waves with different epsilon, window or max_window_weight$"
     for other in (DeterministicWave(0.2, 100, 1000), DeterministicWave(0.1, 99, 1000),
