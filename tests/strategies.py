@@ -120,22 +120,28 @@ def secret_of(seed: int) -> HashSecret:
     return HashSecret(seed.to_bytes(8, "little") + b"tidemark-tests!!")
 
 
-def summarize(case: Case, seed: int = SEED) -> StreamSummary | None:
-    """Shard summaries fed in two out-of-order batches each, merged as the publisher does."""
-    if not case.ts:
-        return None
-    parts = []
+def shard_summaries(case: Case, seed: int = SEED, secret: HashSecret | None = None) -> dict[int, StreamSummary]:
+    """Each shard's summary, fed in two out-of-order batches, as a worker task builds it
+    (under ``secret``, else the secret of ``seed``)."""
+    parts = {}
     for shard in sorted(set(case.shards)):
         idx = [i for i, s in enumerate(case.shards) if s == shard]
-        s = StreamSummary.create(case.config, secret_of(seed))
+        s = StreamSummary.create(case.config, secret or secret_of(seed))
         half = len(idx) // 2
         s.update_table(table(case, idx[half:]))
         s.update_table(table(case, idx[:half]))
-        parts.append(s)
-    merged = parts[0]
-    for other in parts[1:]:
-        merged.merge(other)
-    return merged
+        parts[shard] = s
+    return parts
+
+
+def summarize(case: Case, seed: int = SEED) -> StreamSummary | None:
+    """The shard summaries merged in shard order, as the API merges them at read."""
+    if not case.ts:
+        return None
+    first, *rest = shard_summaries(case, seed).values()
+    for other in rest:
+        first.merge(other)
+    return first
 
 
 def status(case: Case) -> dict:
