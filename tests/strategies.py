@@ -174,6 +174,27 @@ def windows(draw, case: Case) -> tuple[float, float]:
     return w, at
 
 
+def merge_tree(parts, shape: str, rng):
+    """Merge sketches in a tree of the given shape and return the root: ``chain`` (one
+    after another), ``balanced`` (pairs, level by level), ``random`` (random pairs) or
+    ``flat`` (one ``merge_many``). ``rng``: a NumPy generator."""
+    parts = list(parts)
+    if shape == "flat":
+        return parts[0].merge_many(parts[1:])
+    if shape == "chain":
+        for p in parts[1:]:
+            parts[0].merge(p)
+        return parts[0]
+    while len(parts) > 1:
+        if shape == "balanced":
+            parts = [parts[i].merge(parts[i + 1]) if i + 1 < len(parts) else parts[i]
+                     for i in range(0, len(parts), 2)]
+        else:
+            i, j = sorted(rng.choice(len(parts), 2, replace=False))
+            parts[i].merge(parts.pop(j))
+    return parts[0]
+
+
 # -- the exact oracle -------------------------------------------------------------------------
 def in_window(case: Case, w: float, at: float) -> np.ndarray:
     start = Fraction(at) - Fraction(w)

@@ -11,8 +11,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sketches.base import HEADER_SIZE, CorruptSketchError, Family, IncompatibleSketchError, SketchError, pack_header
-from sketches.decayed import DecayedAdditiveSketch, DecayedRelativeSketch, suggest_capacity
+from sketches.decayed import DecayedAdditiveSketch, suggest_capacity
 from sketches.decayed.decay import parse_decay
+from tests.strategies import merge_tree
 
 VMIN, VMAX = 0.0, 100.0
 SPECS = [
@@ -108,23 +109,6 @@ def test_bounds_hold_on_adversarial_streams(stream, eps, sid):
     _check(sk, ticks, values, weights, rng)
 
 
-def _tree_merge(parts, shape, rng):
-    parts = list(parts)
-    if shape == "chain":
-        acc = parts[0]
-        for p in parts[1:]:
-            acc.merge(p)
-        return acc
-    while len(parts) > 1:
-        if shape == "balanced":
-            parts = [parts[i].merge(parts[i + 1]) if i + 1 < len(parts) else parts[i]
-                     for i in range(0, len(parts), 2)]
-        else:
-            i, j = sorted(rng.choice(len(parts), 2, replace=False))
-            parts[i].merge(parts.pop(j))
-    return parts[0]
-
-
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(streams(max_n=5000), st.integers(2, 64))
 def test_merges_in_any_tree_shape_are_exact(stream, nparts):
@@ -142,7 +126,7 @@ def test_merges_in_any_tree_shape_are_exact(stream, nparts):
             parts.append(sk)
         rng_shape = np.random.default_rng(seed + 1)
         order = rng_shape.permutation(nparts)
-        results.append(_tree_merge([parts[i] for i in order], shape, rng_shape))
+        results.append(merge_tree([parts[i] for i in order], shape, rng_shape))
     ref = results[0]
     for other in results[1:]:
         for name in ("_t", "_r", "_v", "_w", "_lev"):
@@ -291,22 +275,11 @@ def test_bad_parameters_are_refused(args):
         DecayedAdditiveSketch(*args)
 
 
-def test_merge_refusals_have_fixed_messages():
+def test_merge_refuses_a_sketch_that_shares_its_random_stream():
     a = DecayedAdditiveSketch(0.2, 0.1, VMIN, VMAX, stream=1)
-    with pytest.raises(IncompatibleSketchError, match="^cannot merge a sketch with itself$"):
-        a.merge(a)
-    with pytest.raises(IncompatibleSketchError, match="^can only merge a DecayedAdditiveSketch with another DecayedAdditiveSketch$"):
-        a.merge(DecayedRelativeSketch(0.2, {"kind": "none"}, VMIN, VMAX))
-    msg = "^cannot merge decayed additive sketches with different parameters or seed$"
-    for other in (DecayedAdditiveSketch(0.3, 0.1, VMIN, VMAX), DecayedAdditiveSketch(0.2, 0.2, VMIN, VMAX),
-                  DecayedAdditiveSketch(0.2, 0.1, VMIN, 99), DecayedAdditiveSketch(0.2, 0.1, VMIN, VMAX, seed=1),
-                  DecayedAdditiveSketch(0.2, 0.1, VMIN, VMAX, max_total=5.0)):
-        with pytest.raises(IncompatibleSketchError, match=msg):
-            a.merge(other)
     with pytest.raises(IncompatibleSketchError, match="^cannot merge sketches that share a random stream$"):
         a.merge(DecayedAdditiveSketch(0.2, 0.1, VMIN, VMAX, stream=1))
-    b = DecayedAdditiveSketch(0.2, 0.1, VMIN, VMAX)
-    assert a.merge(b) is a and a.is_empty
+    assert a.merge(DecayedAdditiveSketch(0.2, 0.1, VMIN, VMAX)) is a and a.is_empty
 
 
 def _small():
@@ -331,19 +304,6 @@ def test_round_trip_copy_repr_and_fresh_streams():
     c2.update([1], [1.0])
     assert c1._stream != c2._stream
     c1.merge(c2)
-
-
-def test_every_truncation_and_padding_is_refused():
-    blob = _small().to_bytes()
-    for cut in range(len(blob)):
-        with pytest.raises(CorruptSketchError):
-            DecayedAdditiveSketch.from_bytes(blob[:cut])
-    with pytest.raises(CorruptSketchError):
-        DecayedAdditiveSketch.from_bytes(blob + b"\x00")
-    with pytest.raises(CorruptSketchError):
-        DecayedAdditiveSketch.from_bytes(DecayedRelativeSketch(0.2, {"kind": "none"}, 0, 1).to_bytes())
-    with pytest.raises(CorruptSketchError):
-        DecayedAdditiveSketch.from_bytes("not bytes")
 
 
 def _patch(blob: bytes, offset: int, fmt: str, value) -> bytes:
