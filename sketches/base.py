@@ -239,3 +239,17 @@ class Sketch:
     def nbytes(self) -> int:
         """Serialized size: ``len(to_bytes())``."""
         return len(self.to_bytes())
+
+    _OWNED: ClassVar[tuple[str, ...] | None] = None  #: what a field-wise copy duplicates
+
+    def copy(self):
+        """An independent copy: through the bytes (exact by the round-trip contract), or,
+        when the family names its mutable attributes in ``_OWNED``, field by field."""
+        if self._OWNED is None:
+            return type(self).from_bytes(self.to_bytes())
+        new = object.__new__(type(self))
+        new.__dict__.update(self.__dict__)
+        for name in self._OWNED:
+            value = getattr(self, name)
+            setattr(new, name, [x.copy() for x in value] if isinstance(value, list) else value.copy())
+        return new

@@ -106,6 +106,36 @@ def as_batch(ticks, keys, weights):
     return t.astype(np.int64, copy=False), k.astype(np.uint64, copy=False), w
 
 
+def write_buckets(wr: Writer, tb: TimeBuckets) -> None:
+    """The (non-empty) buckets of ``tb``, column by column, as drawn in :class:`CellSketch`."""
+    lvl = tb.lvl.astype(np.int64)
+    start = tb.idx << lvl
+    wr.array(lvl, "u1").ints(start[:1]).uints(np.diff(start).view(np.uint64))
+    wr.uints((tb.s - start).view(np.uint64)).uints((tb.e - tb.s).view(np.uint64)).floats(tb.m)
+
+
+def read_buckets(rd: Reader, tb: TimeBuckets, b: int, what: str) -> None:
+    """Fill ``tb`` with the ``b`` buckets :func:`write_buckets` wrote, refusing any that is
+    out of range or off its dyadic position (``tb.validate()`` then checks the rest)."""
+    lvl = rd.array("u1", b).astype(np.int64)
+    first = rd.ints(1)
+    steps = rd.uints(b - 1)
+    s_off, width = rd.uints(b), rd.uints(b)
+    # checked in floats with a wide margin, so the int64 sums below cannot overflow
+    start_f = float(first[0]) + np.concatenate([[0.0], np.cumsum(steps.astype(np.float64))])
+    s_f = start_f + s_off.astype(np.float64)
+    if (lvl.max() > MAX_LEVEL or np.abs(start_f).max() > 2.0**62 or np.abs(s_f).max() > 2.0**62
+            or (s_f + width.astype(np.float64)).max() > 2.0**62):
+        raise CorruptSketchError(f"{what} blob buckets out of range")
+    start = np.cumsum(np.concatenate([first, steps.astype(np.int64)]))
+    if np.any(start & ((np.int64(1) << lvl) - 1)):
+        raise CorruptSketchError(f"{what} blob bucket does not start at its dyadic position")
+    tb.lvl, tb.idx = lvl, start >> lvl
+    tb.s = start + s_off.astype(np.int64)
+    tb.e = tb.s + width.astype(np.int64)
+    tb.m = rd.floats(b)
+
+
 class CellSketch(Sketch):
     """Machinery shared by :class:`ECMSketch` and :class:`~sketches.extra.dyadic.DyadicECM`:
     the shared time buckets, the ``counts[bucket, cell]`` array, the slot layout (which
@@ -252,10 +282,7 @@ class CellSketch(Sketch):
         wr = Writer().pack(self._STATE, tb.clock, self._events, self._depth, self._parts,
                            int(self._fractional), len(tb), self.n_cells)
         if len(tb):
-            lvl = tb.lvl.astype(np.int64)
-            start = tb.idx << lvl
-            wr.array(lvl, "u1").ints(start[:1]).uints(np.diff(start).view(np.uint64))
-            wr.uints((tb.s - start).view(np.uint64)).uints((tb.e - tb.s).view(np.uint64)).floats(tb.m)
+            write_buckets(wr, tb)
             flat = np.flatnonzero(self._counts)
             wr.uint(flat.size)
             wr.uints((np.diff(flat, prepend=-1) - 1).view(np.uint64)).floats(self._counts.ravel()[flat])
@@ -275,24 +302,7 @@ class CellSketch(Sketch):
         counts = np.zeros(b * k)
         tb = TimeBuckets(self._tb.window, self._tb.ratio)
         if b:
-            lvl = rd.array("u1", b).astype(np.int64)
-            first = rd.ints(1)
-            steps = rd.uints(b - 1)
-            s_off, width = rd.uints(b), rd.uints(b)
-            # checked in floats with a wide margin, so the int64 sums below cannot overflow;
-            # validate() then checks every bucket exactly
-            start_f = float(first[0]) + np.concatenate([[0.0], np.cumsum(steps.astype(np.float64))])
-            s_f = start_f + s_off.astype(np.float64)
-            if (lvl.max() > MAX_LEVEL or np.abs(start_f).max() > 2.0**62 or np.abs(s_f).max() > 2.0**62
-                    or (s_f + width.astype(np.float64)).max() > 2.0**62):
-                raise CorruptSketchError("ECM blob buckets out of range")
-            start = np.cumsum(np.concatenate([first, steps.astype(np.int64)]))
-            if np.any(start & ((np.int64(1) << lvl) - 1)):
-                raise CorruptSketchError("ECM blob bucket does not start at its dyadic position")
-            tb.lvl, tb.idx = lvl, start >> lvl
-            tb.s = start + s_off.astype(np.int64)
-            tb.e = tb.s + width.astype(np.int64)
-            tb.m = rd.floats(b)
+            read_buckets(rd, tb, b, "ECM")
             nnz = rd.uint(b * k)
             gaps = rd.uints(nnz)
             if nnz and gaps.max() >= np.uint64(b * k):
@@ -409,6 +419,7 @@ class ECMSketch(CellSketch):
     KIND = 0  # header flags: which class of the ECM family the blob holds
     WHAT, NOUN = "ECM sketch", "ECM sketches"
     PARAMS = "epsilon, delta, window, purpose or seed"
+
     _SALT = 0xEC3
     _method = METHOD
     # parameters (little endian): f64 epsilon | f64 delta | i64 window | u64 seed | u8 purpose | 7 x u8 zero

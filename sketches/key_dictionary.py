@@ -18,9 +18,9 @@ import numba as nb
 import numpy as np
 
 from sketches._bytes import Reader, Writer
-from sketches._ecm_kernels import MAX_LEVEL, NO_CLOCK, TimeBuckets
+from sketches._ecm_kernels import NO_CLOCK, TimeBuckets
 from sketches.base import CorruptSketchError, Family, Sketch, SketchError
-from sketches.ecm import FORMAT, _check_unit, _check_window, as_batch
+from sketches.ecm import FORMAT, _check_unit, _check_window, as_batch, read_buckets, write_buckets
 from sketches.hashing import hash_keys
 
 __all__ = ["KeyDictionary", "Candidates"]
@@ -134,6 +134,11 @@ class KeyDictionary(Sketch):
     >>> kd2.lookup(c.ids[:1]) == [[c.keys[0]]]
     True
     """
+
+    FAMILY, FORMAT, KIND = Family.ECM, FORMAT, 2  # kind 2 of the ECM family
+    WHAT, NOUN = "key dictionary", "key dictionaries"
+    PARAMS = "capacity, window or epsilon"
+    BATCH = ("ticks", "names", "keys", "weights")
 
     # parameters (little endian): u32 capacity | 4 x u8 zero | i64 window | f64 epsilon
     _PARAMS = struct.Struct("<I4xqd")
@@ -282,10 +287,6 @@ class KeyDictionary(Sketch):
     #   varint[B] counters per bucket | varint[E] index of each counter's id in the string
     #   table | float column counts (bucket by bucket) |
     #   string table: u64[S] ids (strictly increasing) | varint[S] UTF-8 lengths | the bytes
-    FAMILY, FORMAT, KIND = Family.ECM, FORMAT, 2  # kind 2 of the ECM family
-    WHAT, NOUN = "key dictionary", "key dictionaries"
-    PARAMS = "capacity, window or epsilon"
-    BATCH = ("ticks", "names", "keys", "weights")
 
     def _params(self) -> tuple:
         return (self.capacity, self.window, self.epsilon)
@@ -299,10 +300,7 @@ class KeyDictionary(Sketch):
         wr = Writer().pack(self._PARAMS, self.capacity, self.window, self.epsilon)
         wr.pack(self._STATE, tb.clock, self._depth, self._parts, len(tb), int(per.sum()), ids.size)
         if len(tb):
-            lvl = tb.lvl.astype(np.int64)
-            start = tb.idx << lvl
-            wr.array(lvl, "u1").ints(start[:1]).uints(np.diff(start).view(np.uint64))
-            wr.uints((tb.s - start).view(np.uint64)).uints((tb.e - tb.s).view(np.uint64)).floats(tb.m)
+            write_buckets(wr, tb)
             wr.uints(per.astype(np.uint64)).uints(np.searchsorted(ids, self._ids[mask]).astype(np.uint64))
             wr.floats(self._cnt[mask])
         wr.array(ids, "<u8").uints(np.fromiter(map(len, encoded), np.uint64, len(encoded))).raw(b"".join(encoded))
@@ -327,23 +325,7 @@ class KeyDictionary(Sketch):
         tb.clock = clock
         per, index, cnt = np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0)
         if b:
-            lvl = rd.array("u1", b).astype(np.int64)
-            first = rd.ints(1)
-            steps = rd.uints(b - 1)
-            s_off, width = rd.uints(b), rd.uints(b)
-            # checked in floats with a wide margin, so the int64 sums below cannot overflow
-            start_f = float(first[0]) + np.concatenate([[0.0], np.cumsum(steps.astype(np.float64))])
-            s_f = start_f + s_off.astype(np.float64)
-            if (lvl.max() > MAX_LEVEL or np.abs(start_f).max() > 2.0**62 or np.abs(s_f).max() > 2.0**62
-                    or (s_f + width.astype(np.float64)).max() > 2.0**62):
-                raise CorruptSketchError("key dictionary blob buckets out of range")
-            start = np.cumsum(np.concatenate([first, steps.astype(np.int64)]))
-            if np.any(start & ((np.int64(1) << lvl) - 1)):
-                raise CorruptSketchError("key dictionary blob bucket does not start at its dyadic position")
-            tb.lvl, tb.idx = lvl, start >> lvl
-            tb.s = start + s_off.astype(np.int64)
-            tb.e = tb.s + width.astype(np.int64)
-            tb.m = rd.floats(b)
+            read_buckets(rd, tb, b, "key dictionary")
             per_u = rd.uints(b)
             if per_u.max() > np.uint64(cap) or int(per_u.sum()) != n_e:
                 raise CorruptSketchError("key dictionary blob has inconsistent counter counts")

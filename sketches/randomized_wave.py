@@ -304,6 +304,12 @@ class RandomizedWave(Sketch):
     (3.0, 3.0, 3.0, 1.0)
     """
 
+    _OWNED = ("_waves",)
+    FAMILY, FORMAT = Family.RANDOMIZED_WAVE, 2  # format 2: compact encodings
+    WHAT, NOUN = "randomized wave", "randomized waves"
+    PARAMS = "epsilon, delta, window, seed or max_distinct"
+    BATCH = ("ticks", "keys")
+
     def __init__(self, epsilon: float, delta: float, window: int, seed: int = 0,
                  max_distinct: int = 2**40):
         # Below these, C = O(1/(ε² p)) no longer fits any machine (and k·C sizing is slow).
@@ -419,11 +425,6 @@ class RandomizedWave(Sketch):
     def _params(self) -> tuple:
         return (self.epsilon, self.delta, self.window, self.seed, self.max_distinct)
 
-    def copy(self) -> "RandomizedWave":
-        new = object.__new__(RandomizedWave)
-        new.__dict__.update(self.__dict__)
-        new._waves = [w.copy() for w in self._waves]
-        return new
 
     @property
     def is_empty(self) -> bool:
@@ -448,10 +449,6 @@ class RandomizedWave(Sketch):
     # A key's tick is its latest, the same in every instance that holds it, so the pairs are
     # stored once. An entry's lowest level is not stored: it is the first level whose floor
     # it beats (or that has no floor), which a valid wave satisfies by definition.
-    FAMILY, FORMAT = Family.RANDOMIZED_WAVE, 2  # format 2: compact encodings
-    WHAT, NOUN = "randomized wave", "randomized waves"
-    PARAMS = "epsilon, delta, window, seed or max_distinct"
-    BATCH = ("ticks", "keys")
     _HEAD = struct.Struct("<ddqQQBq")
 
     def _payload(self) -> bytes:

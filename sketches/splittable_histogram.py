@@ -308,6 +308,11 @@ class SplittableHistogram(Sketch):
     True
     """
 
+    _OWNED = ("_parts",)
+    FAMILY, FORMAT = Family.SPLITTABLE_HISTOGRAM, 2  # format 2: compact encodings
+    WHAT, NOUN = "splittable histogram", "splittable histograms"
+    PARAMS = "epsilon, window, max_total or unit"
+
     def __init__(self, epsilon: float, window: int, max_total: float = 2.0**48, *,
                  unit: float = 1.0):
         epsilon, max_total, unit = float(epsilon), float(max_total), float(unit)
@@ -568,11 +573,6 @@ class SplittableHistogram(Sketch):
     def _params(self) -> tuple:
         return (self.epsilon, self.window, self.max_total, self.unit)
 
-    def copy(self) -> "SplittableHistogram":
-        sk = SplittableHistogram.__new__(SplittableHistogram)
-        sk.__dict__.update(self.__dict__)
-        sk._parts = [p.copy() for p in self._parts]
-        return sk
 
     @property
     def parts(self) -> int:
@@ -590,9 +590,6 @@ class SplittableHistogram(Sketch):
                 f"parts={self.parts}, clock={clock})")
 
     # -- bytes -------------------------------------------------------------------------------
-    FAMILY, FORMAT = Family.SPLITTABLE_HISTOGRAM, 2  # format 2: compact encodings
-    WHAT, NOUN = "splittable histogram", "splittable histograms"
-    PARAMS = "epsilon, window, max_total or unit"
     _HEAD = struct.Struct("<dqddI")
 
     def _payload(self) -> bytes:

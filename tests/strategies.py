@@ -174,6 +174,34 @@ def windows(draw, case: Case) -> tuple[float, float]:
     return w, at
 
 
+def arrival_order(draw, rng, n: int, span: int,
+                  shapes=("random", "late", "burst", "reverse")) -> np.ndarray:
+    """``n`` ticks in ``[0, span)`` arriving out of order: at random, late (heavy-tailed
+    delays), in bursts on one tick, reversed, or sorted."""
+    ticks = rng.integers(0, span, n)
+    shape = draw(st.sampled_from(shapes))
+    if shape == "late":
+        ticks = ticks[np.argsort(ticks + rng.pareto(1.0, n) * span / 20)]
+    elif shape == "burst":
+        ticks[rng.random(n) < 0.5] = rng.integers(0, span)
+    elif shape == "reverse":
+        ticks = np.sort(ticks)[::-1]
+    elif shape == "sorted":
+        ticks = np.sort(ticks)
+    return ticks
+
+
+def binom_upper(n: int, p: float, alpha: float = 1e-4) -> int:
+    """Smallest c with P(Binomial(n, p) > c) <= alpha: how many of ``n`` independent runs
+    may miss a bound of failure probability ``p`` before the test says it is broken."""
+    cdf = 0.0
+    for c in range(n + 1):
+        cdf += math.comb(n, c) * p**c * (1 - p) ** (n - c)
+        if 1 - cdf <= alpha:
+            return c
+    return n
+
+
 def merge_tree(parts, shape: str, rng):
     """Merge sketches in a tree of the given shape and return the root: ``chain`` (one
     after another), ``balanced`` (pairs, level by level), ``random`` (random pairs) or

@@ -221,6 +221,11 @@ class DecayedAdditiveSketch(Sketch):
     (True, 'additive', 0.99)
     """
 
+    FAMILY, FORMAT = Family.DECAYED_ADDITIVE, 2  # format 2: compact encodings
+    WHAT, NOUN = "decayed additive sketch", "decayed additive sketches"
+    PARAMS = "parameters or seed"
+    BATCH = ("ticks", "values", "weights")
+
     def __init__(self, epsilon, delta, value_min, value_max, seed=0, max_total: float = 2**48,
                  *, stream: int | None = None):
         if not 0 < float(epsilon) < 1 or not 0 < float(delta) < 1:
@@ -388,9 +393,6 @@ class DecayedAdditiveSketch(Sketch):
         self._ovf = max(self._ovf, other._ovf)
         return self
 
-    def copy(self) -> "DecayedAdditiveSketch":
-        return DecayedAdditiveSketch.from_bytes(self.to_bytes())
-
     @property
     def is_empty(self) -> bool:
         return self._inserted == 0
@@ -418,10 +420,6 @@ class DecayedAdditiveSketch(Sketch):
     #   varint first tick, n−1 varint tick gaps | n × u64 tiebreak | float column value |
     #   float column weight | n × u8 level
     #   (a float column is one constant, scaled integers or raw f64, whichever is exact)
-    FAMILY, FORMAT = Family.DECAYED_ADDITIVE, 2  # format 2: compact encodings
-    WHAT, NOUN = "decayed additive sketch", "decayed additive sketches"
-    PARAMS = "parameters or seed"
-    BATCH = ("ticks", "values", "weights")
 
     def _payload(self) -> bytes:
         wr = Writer().raw(_HEAD.pack(*self._params()))

@@ -139,6 +139,11 @@ class DecayedRelativeSketch(Sketch):
     (True, 1.0)
     """
 
+    FAMILY, FORMAT = Family.DECAYED_RELATIVE, 2  # format 2: compact encodings
+    WHAT, NOUN = "decayed relative sketch", "decayed relative sketches"
+    PARAMS = "epsilon, decay or value grid"
+    BATCH = ("ticks", "values", "weights")
+
     def __init__(self, epsilon, decay, value_min, value_max, resolution: float | None = None):
         if not 0 < float(epsilon) < 1:
             raise SketchError("epsilon must be in (0, 1)")
@@ -322,9 +327,6 @@ class DecayedRelativeSketch(Sketch):
         self._ops += o._ops + 1
         return self
 
-    def copy(self) -> "DecayedRelativeSketch":
-        return DecayedRelativeSketch.from_bytes(self.to_bytes())
-
     @property
     def is_empty(self) -> bool:
         return self._clock < 0
@@ -352,10 +354,6 @@ class DecayedRelativeSketch(Sketch):
     #   | varint nnz
     #   | varint first flat index, nnz−1 varint (gap − 1) of the non-zero cells of the
     #     row-major B × cells array | float column of their weights
-    FAMILY, FORMAT = Family.DECAYED_RELATIVE, 2  # format 2: compact encodings
-    WHAT, NOUN = "decayed relative sketch", "decayed relative sketches"
-    PARAMS = "epsilon, decay or value grid"
-    BATCH = ("ticks", "values", "weights")
 
     def _payload(self) -> bytes:
         p1, p2 = self.decay.params()

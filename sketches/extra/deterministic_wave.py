@@ -139,6 +139,10 @@ class DeterministicWave(Sketch):
     (True, 0.21)
     """
 
+    FAMILY = Family.DETERMINISTIC_WAVE
+    WHAT, NOUN = "deterministic wave", "deterministic waves"
+    PARAMS = "epsilon, window or max_window_weight"
+
     def __init__(self, epsilon: float, window: int, max_window_weight: int = 1 << 40):
         epsilon = float(epsilon)
         if not MIN_EPSILON <= epsilon < 1.0:
@@ -396,9 +400,6 @@ class DeterministicWave(Sketch):
         pw = np.concatenate([half[keep], gap - half + v])
         return pt, pw, rho
 
-    FAMILY = Family.DETERMINISTIC_WAVE
-    WHAT, NOUN = "deterministic wave", "deterministic waves"
-    PARAMS = "epsilon, window or max_window_weight"
 
     def _params(self) -> tuple:
         return (self._eps, self._window, self._u)

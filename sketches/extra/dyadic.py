@@ -185,6 +185,7 @@ class DyadicECM(CellSketch):
     KIND = 1  # header flags: which class of the ECM family the blob holds
     WHAT, NOUN = "dyadic ECM sketch", "dyadic ECM sketches"
     PARAMS = "epsilon, delta, window, levels or seed"
+
     _SALT = 0xD7AD
     _method = METHOD
     # parameters (little endian): f64 epsilon | f64 delta | i64 window | u64 seed | u8 levels | 7 x u8 zero

@@ -152,6 +152,10 @@ class ExponentialHistogram(Sketch):
     True
     """
 
+    FAMILY = Family.EXPONENTIAL_HISTOGRAM
+    WHAT, NOUN = "exponential histogram", "exponential histograms"
+    PARAMS = "epsilon or window"
+
     def __init__(self, epsilon: float, window: int):
         epsilon = float(epsilon)
         if not 0.0 < epsilon < 1.0:
@@ -338,9 +342,6 @@ class ExponentialHistogram(Sketch):
         self._m = compress(self._st, self._en, self._w, self._m, self._two_eps, horizon)
         return self
 
-    FAMILY = Family.EXPONENTIAL_HISTOGRAM
-    WHAT, NOUN = "exponential histogram", "exponential histograms"
-    PARAMS = "epsilon or window"
 
     def _params(self) -> tuple:
         return (self._eps, self._window)

@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from sketches._randomized_wave_kernels import hashes_of, levels_of
 from sketches.base import HEADER_SIZE, CorruptSketchError, Family, SketchError, pack_header
 from sketches.randomized_wave import RandomizedWave, per_instance_failure, suggest_sizes
+from tests.strategies import arrival_order
 
 P = (1 << 61) - 1
 SMALL = dict(epsilon=0.9, delta=0.5, window=10_000)  # C = 17: many full levels on small streams
@@ -34,14 +35,7 @@ def streams(draw, max_n=2500):
     universe = draw(st.sampled_from([1, 10, 300, 5000, 2**64]))
     seed = draw(st.integers(0, 2**32 - 1))
     rng = np.random.default_rng(seed)
-    ticks = rng.integers(0, span, n)
-    shape = draw(st.sampled_from(["random", "late", "burst", "reverse"]))
-    if shape == "late":
-        ticks = ticks[np.argsort(ticks + rng.pareto(1.0, n) * span / 20)]
-    elif shape == "burst":
-        ticks[rng.random(n) < 0.5] = rng.integers(0, span)
-    elif shape == "reverse":
-        ticks = np.sort(ticks)[::-1]
+    ticks = arrival_order(draw, rng, n, span)
     if universe == 2**64:
         keys = rng.integers(0, 2**64, n, dtype=np.uint64)
         keys[rng.random(n) < 0.3] = keys[0] if n else 0  # duplicates of one key
