@@ -153,6 +153,17 @@ def unpack_header(data: bytes, family: int, fmt: int = 1) -> tuple[int, memoryvi
     return flags, data[HEADER_SIZE:]
 
 
+def integer_ticks(ticks):
+    """``ticks`` as a NumPy array, refused unless it is one-dimensional and integral (time
+    is counted in integer ticks); each family checks the range it keeps."""
+    import numpy as np
+
+    t = np.asarray(ticks)
+    if t.ndim != 1 or (t.size and t.dtype.kind not in "iu"):
+        raise SketchError("ticks must be a one-dimensional array of integers (time is in integer ticks)")
+    return t
+
+
 class Batch(NamedTuple):
     """One batch of events, the single input type of :meth:`Sketch.feed`.
 

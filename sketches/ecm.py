@@ -106,6 +106,27 @@ def as_batch(ticks, keys, weights):
     return t.astype(np.int64, copy=False), k.astype(np.uint64, copy=False), w
 
 
+class TimeBucketed(Sketch):
+    """A sketch whose state is cut by one set of dyadic time buckets ``_tb`` (the ECM
+    family): its window, clock and emptiness are the buckets'."""
+
+    _tb: TimeBuckets
+
+    @property
+    def window(self) -> int:
+        return self._tb.window
+
+    @property
+    def clock(self) -> int:
+        """Largest tick seen (``-2**63`` before the first event)."""
+        return int(self._tb.clock)
+
+    @property
+    def is_empty(self) -> bool:
+        """True when no event with a positive weight is kept in the window."""
+        return len(self._tb) == 0
+
+
 def write_buckets(wr: Writer, tb: TimeBuckets) -> None:
     """The (non-empty) buckets of ``tb``, column by column, as drawn in :class:`CellSketch`."""
     lvl = tb.lvl.astype(np.int64)
@@ -136,7 +157,7 @@ def read_buckets(rd: Reader, tb: TimeBuckets, b: int, what: str) -> None:
     tb.m = rd.floats(b)
 
 
-class CellSketch(Sketch):
+class CellSketch(TimeBucketed):
     """Machinery shared by :class:`ECMSketch` and :class:`~sketches.extra.dyadic.DyadicECM`:
     the shared time buckets, the ``counts[bucket, cell]`` array, the slot layout (which
     cells an id touches), updates, merges, copies and the byte format of the state.
@@ -165,20 +186,6 @@ class CellSketch(Sketch):
         self._parts = 1  # leaf sketches merged in
 
     # -- shared properties ------------------------------------------------------------
-    @property
-    def window(self) -> int:
-        return self._tb.window
-
-    @property
-    def clock(self) -> int:
-        """Largest tick seen (``-2**63`` before the first event)."""
-        return int(self._tb.clock)
-
-    @property
-    def is_empty(self) -> bool:
-        """True when no event with a positive weight is kept in the window."""
-        return len(self._tb) == 0
-
     @property
     def n_buckets(self) -> int:
         return len(self._tb)

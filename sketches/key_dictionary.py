@@ -19,8 +19,8 @@ import numpy as np
 
 from sketches._bytes import Reader, Writer
 from sketches._ecm_kernels import NO_CLOCK, TimeBuckets
-from sketches.base import CorruptSketchError, Family, Sketch, SketchError
-from sketches.ecm import FORMAT, _check_unit, _check_window, as_batch, read_buckets, write_buckets
+from sketches.base import CorruptSketchError, Family, SketchError
+from sketches.ecm import FORMAT, TimeBucketed, _check_unit, _check_window, as_batch, read_buckets, write_buckets
 from sketches.hashing import hash_keys
 
 __all__ = ["KeyDictionary", "Candidates"]
@@ -98,7 +98,7 @@ def _mg_rebuild(n_out, k, old_ids, old_cnt, old_dest, ev_dest, ev_ids, ev_w):
     return out_ids, out_cnt
 
 
-class KeyDictionary(Sketch):
+class KeyDictionary(TimeBucketed):
     """Windowed Misra-Gries summaries over key ids, with the strings of the ids they hold.
 
     Per dyadic time bucket ``b`` of weight ``m_b`` (buckets obey Lemma A of
@@ -156,19 +156,7 @@ class KeyDictionary(Sketch):
         self._keys: dict[int, str] = {}
         self._depth, self._parts = 0, 1
 
-    # -- properties -------------------------------------------------------------------------
-    @property
-    def window(self) -> int:
-        return self._tb.window
-
-    @property
-    def clock(self) -> int:
-        return int(self._tb.clock)
-
-    @property
-    def is_empty(self) -> bool:
-        return len(self._tb) == 0
-
+    # -- properties (window, clock, is_empty: TimeBucketed) -----------------------------------
     def __len__(self) -> int:
         """Number of key strings held."""
         return len(self._keys)

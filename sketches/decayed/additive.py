@@ -75,7 +75,7 @@ import struct
 import numpy as np
 
 from sketches._bytes import Reader, Writer
-from sketches.base import CorruptSketchError, Estimate, Family, IncompatibleSketchError, Sketch, SketchError
+from sketches.base import CorruptSketchError, Estimate, Family, IncompatibleSketchError, Sketch, SketchError, integer_ticks
 from sketches.decayed._sample_kernels import (
     contributions,
     draw,
@@ -130,12 +130,7 @@ def suggest_capacity(epsilon: float, delta: float) -> tuple[int, float]:
 
 
 def _as_ticks(ticks) -> np.ndarray:
-    t = np.asarray(ticks)
-    if t.ndim != 1:
-        raise SketchError("ticks must be a 1-D array")
-    if t.size and t.dtype.kind not in "iu":
-        raise SketchError("ticks must be integers")
-    t = t.astype(np.int64)
+    t = integer_ticks(ticks).astype(np.int64)
     if t.size and (t.min() < 0 or t.max() >= _TICK_LIMIT):
         raise SketchError("ticks must be in [0, 2^62)")
     return t

@@ -28,7 +28,7 @@ from sketches.extra._eh_kernels import (
     suffix,
 )
 from sketches._bytes import HEADER_SIZE, Reader
-from sketches.base import CorruptSketchError, Estimate, Family, Sketch, SketchError
+from sketches.base import CorruptSketchError, Estimate, Family, Sketch, SketchError, integer_ticks
 
 __all__ = ["ExponentialHistogram", "suggest_epsilon", "max_buckets"]
 
@@ -434,11 +434,7 @@ def _as_int(x, name: str) -> int:
 
 
 def _coerce_ticks(ticks) -> np.ndarray:
-    t = np.asarray(ticks)
-    if t.ndim != 1:
-        raise SketchError("ticks must be a one-dimensional array")
-    if t.size and t.dtype.kind not in "iu":
-        raise SketchError("ticks must be integers (time is in integer ticks)")
+    t = integer_ticks(ticks)
     if t.size and t.dtype.kind == "u" and int(t.max()) >= TICK_LIMIT:
         raise SketchError("ticks must lie in (-2^62, 2^62)")
     return np.ascontiguousarray(t, dtype=np.int64)
