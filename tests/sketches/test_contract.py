@@ -57,8 +57,10 @@ FAMILIES = {
     "key-dictionary": (lambda: KeyDictionary(8, 100), lambda: [
         KeyDictionary(16, 100), KeyDictionary(8, 101), KeyDictionary(8, 100, 0.2)]),
 }
-# The windowed quantile sketch is being rewritten on its own branch; it joins the base then.
-NOT_YET_A_SKETCH = {"windowed-quantiles"}
+# The windowed quantile sketch is being rewritten on its own branch; it joins the base then
+# (and from then on every test here walks it too).
+NOT_YET_A_SKETCH = {name for name, (make, _) in FAMILIES.items() if not isinstance(make(), Sketch)}
+assert NOT_YET_A_SKETCH <= {"windowed-quantiles"}
 
 
 def feed(sk, batch: Batch = BATCH) -> None:
