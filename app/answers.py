@@ -21,7 +21,8 @@ from sketches.base import Estimate, SketchError
 from tidemark.streams import StreamConfig, parse_duration
 from tidemark.summary import StreamSummary
 
-__all__ = ["QueryError", "Window", "answer", "QUERY_KINDS", "parse_window", "bound_of"]
+__all__ = ["QueryError", "Window", "answer", "answer_from_store", "QUERY_KINDS", "QueryKind", "register",
+           "lookup", "streams_of", "alert_kinds", "parse_window", "bound_of"]
 
 
 class QueryError(ValueError):
@@ -69,13 +70,10 @@ def window_estimate(query: Callable[[int, int], Estimate], window: Window, metho
     """A monotone query (a count that can only grow with the range) over the window: the
     ticks inside give the lower bound, the ticks that touch it the upper bound, so the
     time grain at the window's edges widens the interval and never breaks it."""
-    try:
-        outer = query(*window.outer) if window.outer[0] <= window.outer[1] else _exact_zero(method)
-        if window.inner == window.outer:
-            return outer
-        inner = query(*window.inner) if window.inner[0] <= window.inner[1] else _exact_zero(method)
-    except SketchError as e:
-        raise QueryError(str(e)) from None
+    outer = query(*window.outer) if window.outer[0] <= window.outer[1] else _exact_zero(method)
+    if window.inner == window.outer:
+        return outer
+    inner = query(*window.inner) if window.inner[0] <= window.inner[1] else _exact_zero(method)
     return bracket(inner, outer)
 
 
@@ -112,12 +110,20 @@ def bound_of(e: Estimate) -> dict:
 
 @dataclass(frozen=True)
 class QueryKind:
-    """One query of §6: how to check its parameters, answer it, and answer it empty."""
+    """One query of §6: how to check its parameters, answer it, and answer it empty.
+
+    A kind over one stream (``streams == 1``, ``GET /v1/streams/{name}/{kind}``) gets the
+    stream's summary and config; a kind over several (``GET /v1/{kind}?streams=A,B``)
+    gets tuples of them, a summary ``None`` for a stream with nothing published yet, and
+    answers that case itself. ``alert``: a rule may watch it (it answers one estimate).
+    """
 
     name: str
     run: Callable[[StreamSummary, StreamConfig, Window, dict], Estimate | list]
-    empty: Callable[[StreamConfig, dict], Estimate | list]
+    empty: Callable[[StreamConfig, dict], Estimate | list] | None = None
     check: Callable[[StreamConfig, dict], dict] = lambda config, params: params
+    streams: int = 1
+    alert: bool = False
 
 
 QUERY_KINDS: dict[str, QueryKind] = {}
@@ -128,16 +134,54 @@ def register(kind: QueryKind) -> QueryKind:
     return kind
 
 
+def lookup(kind: str, streams: int | None = None) -> QueryKind:
+    """The registered kind, or the caller's mistake naming the kinds that exist."""
+    query = QUERY_KINDS.get(kind)
+    if query is not None and streams in (None, query.streams):
+        return query
+    if query is not None:
+        raise QueryError(f"{kind} is a query over {query.streams} streams: "
+                         f"GET /v1/{kind}?streams={','.join('ABCDEFGH'[:query.streams])}")
+    known = sorted(n for n, q in QUERY_KINDS.items() if streams in (None, q.streams))
+    raise QueryError(f"unknown query {kind!r}; known: {', '.join(known)}")
+
+
+def alert_kinds() -> tuple[str, ...]:
+    return tuple(sorted(n for n, q in QUERY_KINDS.items() if q.alert))
+
+
+def streams_of(kind: QueryKind, stream: str | None, params: dict) -> list[str]:
+    """The streams a query reads: its own, or the ``streams=A,B`` of a multi-stream kind."""
+    if kind.streams == 1:
+        return [stream]
+    names = [n.strip() for n in str(params.get("streams", "")).split(",") if n.strip()]
+    if len(names) != kind.streams:
+        raise QueryError(f"{kind.name} needs streams=A,B ({kind.streams} stream names)")
+    return names
+
+
+def run(query: QueryKind, *args):
+    """The one place a sketch's refusal (a range it no longer keeps, sketches of two
+    shapes) becomes the caller's mistake, a 422."""
+    try:
+        return query.run(*args)
+    except SketchError as e:
+        raise QueryError(str(e)) from None
+
+
 def _windowed(part: str, method: str) -> QueryKind:
     return QueryKind(
         part,
         run=lambda summary, config, window, p: window_estimate(summary[part].query, window, method),
         empty=lambda config, p: _exact_zero(method),
+        alert=True,
     )
 
 
 register(_windowed("count", "splittable-histogram"))
 register(_windowed("sum", "splittable-histogram"))
+
+
 def _distinct(summary, config, window, params) -> Estimate:
     """A randomized wave answers only ranges that end at its clock: when the ticks inside
     the window end earlier, nothing bounds the count from below but 0."""
@@ -151,7 +195,7 @@ def _distinct(summary, config, window, params) -> Estimate:
     return window_estimate(query, window, "randomized-wave")
 
 
-register(QueryKind("distinct", _distinct, lambda config, p: _exact_zero("randomized-wave")))
+register(QueryKind("distinct", _distinct, lambda config, p: _exact_zero("randomized-wave"), alert=True))
 
 
 def as_of(status: dict) -> dict:
@@ -175,22 +219,48 @@ def shape(result: Estimate | list, **outer) -> dict:
 
 def answer(kind: str, name: str, config: StreamConfig, summary: StreamSummary | None,
            status: dict, params: dict) -> dict:
-    """The contract's answer object (§6) for one query."""
-    query = QUERY_KINDS.get(kind)
-    if query is None:
-        raise QueryError(f"unknown query {kind!r}; known: {', '.join(sorted(QUERY_KINDS))}")
+    """The contract's answer object (§6) for one query over one stream."""
+    query = lookup(kind, streams=1)
     window = parse_window(params, config, status.get("clock"))
     checked = query.check(config, params)
     if summary is None:  # nothing published yet: no event, exactly
         result = query.empty(config, checked)
     else:
-        result = query.run(summary, config, window, checked)
+        result = run(query, summary, config, window, checked)
     return shape(result, stream=name, query=kind, window=window.seconds, at=window.at,
                  as_of=as_of(status))
 
 
-def answer_from_store(store, kind: str, name: str, params: dict) -> dict:
-    """Read what the query needs from the store and answer it (queries, dashboard, alerts)."""
-    config = store.config(name)
-    summary, status = store.summary(name)
-    return answer(kind, name, config, summary, status, params)
+def answer_streams(kind: str, names: list[str], configs: list[StreamConfig], read: list[tuple],
+                   params: dict) -> dict:
+    """The answer of a query over several streams (``read``: their ``(summary, status)``).
+
+    ``at`` defaults to the latest clock; the window must be kept by every stream. The ticks
+    are those of the window read at the latest clock: a stream whose clock is earlier holds
+    nothing after it, while a range cut at the earliest clock would drop the later
+    stream's events inside the window."""
+    query = lookup(kind)
+    clocks = [status["clock"] for _, status in read if status["clock"] is not None]
+    params = dict(params)
+    if params.get("at") in (None, "") and clocks:
+        params["at"] = repr(max(clocks))
+    windows = [parse_window(params, c, status["clock"]) for c, (_, status) in zip(configs, read)]
+    window = max(windows, key=lambda w: -math.inf if w.clock is None else w.clock)
+    checked = query.check(tuple(configs), params)
+    result = run(query, tuple(s for s, _ in read), tuple(configs), window, checked)
+    return shape(result, streams=names, query=kind, window=window.seconds, at=window.at,
+                 as_of={"sketch_versions": {n: st["sketch_version"] for n, (_, st) in zip(names, read)},
+                        "events": {n: st["events"] for n, (_, st) in zip(names, read)}})
+
+
+def answer_from_store(store, kind: str, name: str | None, params: dict, streams: int | None = None) -> dict:
+    """Read what the query needs from the store and answer it (queries, dashboard, alerts);
+    a multi-stream kind reads the streams named in ``params["streams"]``. ``streams``: the
+    number of streams the caller's route serves (None: any)."""
+    query = lookup(kind, streams)
+    names = streams_of(query, name, params)
+    configs = [store.config(n) for n in names]
+    read = [store.summary(n) for n in names]
+    if query.streams == 1:
+        return answer(kind, name, configs[0], *read[0], params)
+    return answer_streams(kind, names, configs, read, params)

@@ -40,7 +40,7 @@ def measure(queries_per_kind: int) -> dict:
     from app.answers import answer
     from tidemark.streams import StreamConfig
     from tidemark.hash_secret import HashSecret
-from tidemark.summary import StreamSummary
+    from tidemark.summary import StreamSummary
 
     rng = np.random.default_rng(2024)
     out: dict[str, dict[str, list]] = {}

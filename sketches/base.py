@@ -5,14 +5,17 @@ Every sketch in this package speaks the same verbs (after Apache DataSketches):
 * built from its error target (``epsilon``, ``delta``) and its maximum window;
 * ``update(...)`` takes whole NumPy batches and runs compiled code, never a Python
   loop per event;
+* ``feed(batch)`` takes one :class:`Batch` (ticks and, by family, weights, keys,
+  values or key strings): every sketch is fed the same way;
 * ``merge(other)`` folds ``other`` into ``self`` and returns ``self``; it refuses a
   sketch of another family, with other parameters or seed, or itself, raising
-  :class:`IncompatibleSketchError` with a fixed message;
+  :class:`IncompatibleSketchError` — one check (:meth:`Sketch.check_mergeable`) with one
+  set of messages for every family;
 * queries return :class:`Estimate` (or a list of them) whose ``lower``/``upper``
   follow from the structure's proof and its actual state, merges included;
 * ``to_bytes()`` / ``from_bytes(data)`` use the header below, validated before
-  anything else is read; a corrupt or truncated blob raises
-  :class:`CorruptSketchError` and nothing is half-read;
+  anything else is read, and one bounds-checked reader (:mod:`sketches._bytes`); a
+  corrupt or truncated blob raises :class:`CorruptSketchError` and nothing is half-read;
 * ``is_empty``, ``nbytes`` (serialized size) and a readable ``repr``.
 
 Byte header shared by all families (little endian, 16 bytes)::
@@ -31,8 +34,11 @@ from __future__ import annotations
 
 import struct
 from dataclasses import asdict, dataclass
+from typing import Any, ClassVar, NamedTuple
 
 __all__ = [
+    "Batch",
+    "Sketch",
     "Estimate",
     "SketchError",
     "IncompatibleSketchError",
@@ -145,3 +151,116 @@ def unpack_header(data: bytes, family: int, fmt: int = 1) -> tuple[int, memoryvi
             f"found {len(data) - HEADER_SIZE}"
         )
     return flags, data[HEADER_SIZE:]
+
+
+def integer_ticks(ticks):
+    """``ticks`` as a NumPy array, refused unless it is one-dimensional and integral (time
+    is counted in integer ticks); each family checks the range it keeps."""
+    import numpy as np
+
+    t = np.asarray(ticks)
+    if t.ndim != 1 or (t.size and t.dtype.kind not in "iu"):
+        raise SketchError("ticks must be a one-dimensional array of integers (time is in integer ticks)")
+    return t
+
+
+class Batch(NamedTuple):
+    """One batch of events, the single input type of :meth:`Sketch.feed`.
+
+    ``ticks`` (int64) always; a family reads the columns it names in ``Sketch.BATCH``:
+    ``weights`` (float64, default 1), ``keys`` (uint64 key or item ids), ``values``
+    (float64 event values) or ``names`` (the key strings, for the key dictionary).
+    """
+
+    ticks: Any
+    weights: Any = None
+    keys: Any = None
+    values: Any = None
+    names: Any = None
+
+
+class Sketch:
+    """The shape every sketch obeys (after river's ``stats.base`` and DataSketches).
+
+    A family sets its class attributes and implements ``update``, ``_merge``, its
+    queries, ``copy``, ``_payload`` (its bytes after the header) and ``_read`` (the
+    inverse, from a bounds-checked :class:`~sketches._bytes.Reader`). The verbs below
+    are the only ones it may not write itself: the merge check, the byte header and the
+    refusal of a blob that is not read to its last byte.
+    """
+
+    FAMILY: ClassVar[int]  #: header family byte (:class:`Family`)
+    FORMAT: ClassVar[int] = 1  #: byte format version; bump it with any change of layout
+    KIND: ClassVar[int] = 0  #: header flags: which class of a family that several share
+    WHAT: ClassVar[str]  #: the family in messages ("splittable histogram")
+    NOUN: ClassVar[str]  #: ... and in the plural ("splittable histograms")
+    PARAMS: ClassVar[str]  #: what must match to merge, in words ("epsilon or window")
+    BATCH: ClassVar[tuple[str, ...]] = ("ticks", "weights")  #: ``update``'s columns
+
+    # -- what a family provides ---------------------------------------------------------
+    def _params(self) -> tuple:
+        """The parameters two sketches must share to merge (and the seed, if any)."""
+        raise NotImplementedError
+
+    def _merge(self, other) -> None:
+        """Fold a checked, compatible ``other`` into ``self``."""
+        raise NotImplementedError
+
+    def _payload(self) -> bytes:
+        raise NotImplementedError
+
+    @classmethod
+    def _read(cls, rd):
+        raise NotImplementedError
+
+    # -- shared verbs ----------------------------------------------------------------
+    def feed(self, batch: Batch) -> None:
+        """``update`` with the batch's columns this family reads."""
+        self.update(*(getattr(batch, name) for name in self.BATCH))
+
+    def check_mergeable(self, other) -> None:
+        """Refuse itself, another class or other parameters, with the shared messages."""
+        if other is self:
+            raise IncompatibleSketchError("cannot merge a sketch with itself")
+        if type(other) is not type(self):
+            name = type(self).__name__
+            article = "an" if name[0] in "AEIOU" else "a"
+            raise IncompatibleSketchError(f"can only merge {article} {name} with another {name}")
+        if other._params() != self._params():
+            raise IncompatibleSketchError(f"cannot merge {self.NOUN} with different {self.PARAMS}")
+
+    def merge(self, other):
+        """Fold ``other`` into ``self`` and return ``self`` (see the family's ``_merge``)."""
+        self.check_mergeable(other)
+        self._merge(other)
+        return self
+
+    def to_bytes(self) -> bytes:
+        payload = self._payload()
+        return pack_header(self.FAMILY, len(payload), fmt=self.FORMAT, flags=self.KIND) + payload
+
+    @classmethod
+    def from_bytes(cls, data):
+        """Read a blob of :meth:`to_bytes`; anything else raises :class:`CorruptSketchError`."""
+        from sketches._bytes import read_blob
+
+        return read_blob(cls, data)
+
+    @property
+    def nbytes(self) -> int:
+        """Serialized size: ``len(to_bytes())``."""
+        return len(self.to_bytes())
+
+    _OWNED: ClassVar[tuple[str, ...] | None] = None  #: what a field-wise copy duplicates
+
+    def copy(self):
+        """An independent copy: through the bytes (exact by the round-trip contract), or,
+        when the family names its mutable attributes in ``_OWNED``, field by field."""
+        if self._OWNED is None:
+            return type(self).from_bytes(self.to_bytes())
+        new = object.__new__(type(self))
+        new.__dict__.update(self.__dict__)
+        for name in self._OWNED:
+            value = getattr(self, name)
+            setattr(new, name, [x.copy() for x in value] if isinstance(value, list) else value.copy())
+        return new

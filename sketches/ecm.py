@@ -13,7 +13,7 @@ import struct
 
 import numpy as np
 
-from sketches._codec import Reader, Writer
+from sketches._bytes import Reader, Writer
 from sketches._ecm_kernels import (
     MAX_LEVEL,
     NO_CLOCK,
@@ -23,24 +23,12 @@ from sketches._ecm_kernels import (
     hash_tables,
     materialize,
 )
-from sketches.base import (
-    HEADER_SIZE,
-    CorruptSketchError,
-    Estimate,
-    Family,
-    IncompatibleSketchError,
-    SketchError,
-    pack_header,
-    unpack_header,
-)
+from sketches.base import CorruptSketchError, Estimate, Family, IncompatibleSketchError, Sketch, SketchError
 
 __all__ = ["ECMSketch", "split_epsilon", "suggest_dimensions"]
 
 METHOD = "ecm-sketch/dyadic-exponential-histogram"
 _PURPOSES = ("point", "inner")
-_MERGE_SELF = "cannot merge a sketch with itself"
-_MERGE_TYPE = "can only merge an ECMSketch with another ECMSketch"
-_MERGE_PARAMS = "cannot merge ECM sketches with different epsilon, delta, window, purpose or seed"
 _TWO_52 = 2.0**-52
 FORMAT = 2  # byte format version of the ECM family (ECMSketch and DyadicECM)
 _EXACT_LIMIT = 2.0**53
@@ -118,8 +106,59 @@ def as_batch(ticks, keys, weights):
     return t.astype(np.int64, copy=False), k.astype(np.uint64, copy=False), w
 
 
-class CellSketch:
-    """Machinery shared by :class:`ECMSketch` and :class:`~sketches.dyadic.DyadicECM`:
+class TimeBucketed(Sketch):
+    """A sketch whose state is cut by one set of dyadic time buckets ``_tb`` (the ECM
+    family): its window, clock and emptiness are the buckets'."""
+
+    _tb: TimeBuckets
+
+    @property
+    def window(self) -> int:
+        return self._tb.window
+
+    @property
+    def clock(self) -> int:
+        """Largest tick seen (``-2**63`` before the first event)."""
+        return int(self._tb.clock)
+
+    @property
+    def is_empty(self) -> bool:
+        """True when no event with a positive weight is kept in the window."""
+        return len(self._tb) == 0
+
+
+def write_buckets(wr: Writer, tb: TimeBuckets) -> None:
+    """The (non-empty) buckets of ``tb``, column by column, as drawn in :class:`CellSketch`."""
+    lvl = tb.lvl.astype(np.int64)
+    start = tb.idx << lvl
+    wr.array(lvl, "u1").ints(start[:1]).uints(np.diff(start).view(np.uint64))
+    wr.uints((tb.s - start).view(np.uint64)).uints((tb.e - tb.s).view(np.uint64)).floats(tb.m)
+
+
+def read_buckets(rd: Reader, tb: TimeBuckets, b: int, what: str) -> None:
+    """Fill ``tb`` with the ``b`` buckets :func:`write_buckets` wrote, refusing any that is
+    out of range or off its dyadic position (``tb.validate()`` then checks the rest)."""
+    lvl = rd.array("u1", b).astype(np.int64)
+    first = rd.ints(1)
+    steps = rd.uints(b - 1)
+    s_off, width = rd.uints(b), rd.uints(b)
+    # checked in floats with a wide margin, so the int64 sums below cannot overflow
+    start_f = float(first[0]) + np.concatenate([[0.0], np.cumsum(steps.astype(np.float64))])
+    s_f = start_f + s_off.astype(np.float64)
+    if (lvl.max() > MAX_LEVEL or np.abs(start_f).max() > 2.0**62 or np.abs(s_f).max() > 2.0**62
+            or (s_f + width.astype(np.float64)).max() > 2.0**62):
+        raise CorruptSketchError(f"{what} blob buckets out of range")
+    start = np.cumsum(np.concatenate([first, steps.astype(np.int64)]))
+    if np.any(start & ((np.int64(1) << lvl) - 1)):
+        raise CorruptSketchError(f"{what} blob bucket does not start at its dyadic position")
+    tb.lvl, tb.idx = lvl, start >> lvl
+    tb.s = start + s_off.astype(np.int64)
+    tb.e = tb.s + width.astype(np.int64)
+    tb.m = rd.floats(b)
+
+
+class CellSketch(TimeBucketed):
+    """Machinery shared by :class:`ECMSketch` and :class:`~sketches.extra.dyadic.DyadicECM`:
     the shared time buckets, the ``counts[bucket, cell]`` array, the slot layout (which
     cells an id touches), updates, merges, copies and the byte format of the state.
 
@@ -128,7 +167,8 @@ class CellSketch:
     (``table < 0``: cell ``offset + (id >> shift)``).
     """
 
-    _KIND = 0  # header flags: which class the blob holds
+    FAMILY, FORMAT = Family.ECM, FORMAT
+    BATCH = ("ticks", "keys", "weights")
     _SALT = 0xEC3  # hash-table salt of the class
 
     def _setup(self, window: int, ratio: float, seed: int, slots: list[tuple[int, int, int, int]]):
@@ -146,20 +186,6 @@ class CellSketch:
         self._parts = 1  # leaf sketches merged in
 
     # -- shared properties ------------------------------------------------------------
-    @property
-    def window(self) -> int:
-        return self._tb.window
-
-    @property
-    def clock(self) -> int:
-        """Largest tick seen (``-2**63`` before the first event)."""
-        return int(self._tb.clock)
-
-    @property
-    def is_empty(self) -> bool:
-        """True when no event with a positive weight is kept in the window."""
-        return len(self._tb) == 0
-
     @property
     def n_buckets(self) -> int:
         return len(self._tb)
@@ -181,18 +207,7 @@ class CellSketch:
         if not self._fractional and ws.size and np.any(ws != np.floor(ws)):
             self._fractional = True
 
-    def _compatible(self, other) -> bool:
-        raise NotImplementedError
-
-    def _merge_checks(self, other, type_msg: str, params_msg: str) -> None:
-        if other is self:
-            raise IncompatibleSketchError(_MERGE_SELF)
-        if type(other) is not type(self):
-            raise IncompatibleSketchError(type_msg)
-        if not self._compatible(other):
-            raise IncompatibleSketchError(params_msg)
-
-    def _merge_state(self, other: "CellSketch") -> None:
+    def _merge(self, other: "CellSketch") -> None:
         d_self, d_other, n_out = self._tb.plan_union(other._tb)
         empty = np.zeros(0, np.uint64)
         counts = materialize(n_out, self._counts, d_self, np.zeros(0, np.int64), empty, np.zeros(0),
@@ -274,21 +289,14 @@ class CellSketch:
         wr = Writer().pack(self._STATE, tb.clock, self._events, self._depth, self._parts,
                            int(self._fractional), len(tb), self.n_cells)
         if len(tb):
-            lvl = tb.lvl.astype(np.int64)
-            start = tb.idx << lvl
-            wr.array(lvl, "u1").ints(start[:1]).uints(np.diff(start).view(np.uint64))
-            wr.uints((tb.s - start).view(np.uint64)).uints((tb.e - tb.s).view(np.uint64)).floats(tb.m)
+            write_buckets(wr, tb)
             flat = np.flatnonzero(self._counts)
             wr.uint(flat.size)
             wr.uints((np.diff(flat, prepend=-1) - 1).view(np.uint64)).floats(self._counts.ravel()[flat])
         return wr.bytes()
 
-    def _state_size(self) -> int:
-        return len(self._state_bytes())
-
-    def _load_state(self, payload: memoryview, off: int) -> None:
-        """Read the state block at ``payload[off:]`` (the parameters are already set)."""
-        rd = Reader(payload[off:], "ECM")
+    def _load_state(self, rd: Reader) -> None:
+        """Read the state block (the parameters are already set)."""
         clock, events, depth, parts, flags, b, k = rd.unpack(self._STATE)
         if k != self.n_cells:
             raise CorruptSketchError("ECM blob cell count does not match its parameters")
@@ -301,24 +309,7 @@ class CellSketch:
         counts = np.zeros(b * k)
         tb = TimeBuckets(self._tb.window, self._tb.ratio)
         if b:
-            lvl = rd.array("u1", b).astype(np.int64)
-            first = rd.ints(1)
-            steps = rd.uints(b - 1)
-            s_off, width = rd.uints(b), rd.uints(b)
-            # checked in floats with a wide margin, so the int64 sums below cannot overflow;
-            # validate() then checks every bucket exactly
-            start_f = float(first[0]) + np.concatenate([[0.0], np.cumsum(steps.astype(np.float64))])
-            s_f = start_f + s_off.astype(np.float64)
-            if (lvl.max() > MAX_LEVEL or np.abs(start_f).max() > 2.0**62 or np.abs(s_f).max() > 2.0**62
-                    or (s_f + width.astype(np.float64)).max() > 2.0**62):
-                raise CorruptSketchError("ECM blob buckets out of range")
-            start = np.cumsum(np.concatenate([first, steps.astype(np.int64)]))
-            if np.any(start & ((np.int64(1) << lvl) - 1)):
-                raise CorruptSketchError("ECM blob bucket does not start at its dyadic position")
-            tb.lvl, tb.idx = lvl, start >> lvl
-            tb.s = start + s_off.astype(np.int64)
-            tb.e = tb.s + width.astype(np.int64)
-            tb.m = rd.floats(b)
+            read_buckets(rd, tb, b, "ECM")
             nnz = rd.uint(b * k)
             gaps = rd.uints(nnz)
             if nnz and gaps.max() >= np.uint64(b * k):
@@ -432,7 +423,10 @@ class ECMSketch(CellSketch):
     True
     """
 
-    _KIND = 0
+    KIND = 0  # header flags: which class of the ECM family the blob holds
+    WHAT, NOUN = "ECM sketch", "ECM sketches"
+    PARAMS = "epsilon, delta, window, purpose or seed"
+
     _SALT = 0xEC3
     _method = METHOD
     # parameters (little endian): f64 epsilon | f64 delta | i64 window | u64 seed | u8 purpose | 7 x u8 zero
@@ -521,7 +515,7 @@ class ECMSketch(CellSketch):
     def inner_product(self, other: "ECMSketch", lo: int, hi: int) -> Estimate:
         """``sum_x f_a(x, r) f_b(x, r)`` over ``r = [lo, hi]`` (Thm 2); ``other`` must have
         the same parameters and seed."""
-        if type(other) is not ECMSketch or not self._compatible(other):
+        if type(other) is not ECMSketch or self._params() != other._params():
             raise IncompatibleSketchError(
                 "inner products need ECM sketches with the same epsilon, delta, window, purpose and seed")
         ra, rb = self._range(lo, hi), other._range(lo, hi)
@@ -552,18 +546,11 @@ class ECMSketch(CellSketch):
         return self._inner(low, high, r, low, high, r, self._rounding())
 
     # -- merging ------------------------------------------------------------------------
-    def _compatible(self, other) -> bool:
-        return (self.epsilon, self.delta, self.window, self.purpose, self.seed) == \
-            (other.epsilon, other.delta, other.window, other.purpose, other.seed)
+    def _params(self) -> tuple:
+        return (self.epsilon, self.delta, self.window, self.purpose, self.seed)
 
-    def merge(self, other: "ECMSketch") -> "ECMSketch":
-        """Fold ``other`` (the same parameters and seed) into this sketch (§5.3); returns self.
-
-        The result summarises the order-preserving union of both streams with the same
-        guarantees (no error composition, see the class docstring)."""
-        self._merge_checks(other, _MERGE_TYPE, _MERGE_PARAMS)
-        self._merge_state(other)
-        return self
+    # ``merge`` (Sketch.merge, §5.3) summarises the order-preserving union of both streams
+    # with the same guarantees (no error composition, see the class docstring).
 
     def copy(self) -> "ECMSketch":
         other = ECMSketch(self.epsilon, self.delta, self.window, self.seed, self.purpose)
@@ -573,34 +560,21 @@ class ECMSketch(CellSketch):
     # -- bytes --------------------------------------------------------------------------
     # Blob: 16-byte header (family ECM, flags = 0) | parameters (_PARAMS) | state block
     # (CellSketch._STATE and arrays, drawn in CellSketch).
-    def to_bytes(self) -> bytes:
+    def _payload(self) -> bytes:
         params = self._PARAMS.pack(self.epsilon, self.delta, self.window, self.seed,
                                    _PURPOSES.index(self.purpose))
-        payload = params + self._state_bytes()
-        return pack_header(Family.ECM, len(payload), fmt=FORMAT, flags=self._KIND) + payload
-
-    @property
-    def nbytes(self) -> int:
-        """Serialized size in bytes (``len(to_bytes())``)."""
-        return HEADER_SIZE + self._PARAMS.size + self._state_size()
+        return params + self._state_bytes()
 
     @classmethod
-    def from_bytes(cls, data) -> "ECMSketch":
-        flags, payload = unpack_header(data, Family.ECM, fmt=FORMAT)
-        if flags != cls._KIND:
-            raise CorruptSketchError("blob is not an ECMSketch")
-        if len(payload) < cls._PARAMS.size:
-            raise CorruptSketchError("ECM blob truncated in its parameters")
-        eps, delta, window, seed, purpose = cls._PARAMS.unpack_from(payload)
-        if bytes(payload[cls._PARAMS.size - 7:cls._PARAMS.size]) != bytes(7) or purpose >= len(_PURPOSES):
+    def _read(cls, rd: Reader) -> "ECMSketch":
+        raw = rd.take(cls._PARAMS.size)
+        eps, delta, window, seed, purpose = cls._PARAMS.unpack(raw)
+        if raw[-7:] != bytes(7) or purpose >= len(_PURPOSES):
             raise CorruptSketchError("ECM blob has an unknown purpose")
-        try:
-            sk = cls(eps, delta, window, seed, _PURPOSES[purpose])
-        except (ValueError, ArithmeticError) as e:  # SketchError, or sizes that do not compute
-            raise CorruptSketchError(f"ECM blob has invalid parameters: {e}") from None
+        sk = cls(eps, delta, window, seed, _PURPOSES[purpose])
         if sk.n_cells * 8 > 2**31:
             raise CorruptSketchError("ECM blob parameters are out of range")
-        sk._load_state(payload, cls._PARAMS.size)
+        sk._load_state(rd)
         return sk
 
     def __repr__(self) -> str:

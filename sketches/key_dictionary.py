@@ -17,25 +17,13 @@ from typing import NamedTuple, Sequence
 import numba as nb
 import numpy as np
 
-from sketches._codec import Reader, Writer
-from sketches._ecm_kernels import MAX_LEVEL, NO_CLOCK, TimeBuckets
-from sketches.base import (
-    CorruptSketchError,
-    Family,
-    IncompatibleSketchError,
-    SketchError,
-    pack_header,
-    unpack_header,
-)
-from sketches.ecm import FORMAT, _check_unit, _check_window, as_batch
+from sketches._bytes import Reader, Writer
+from sketches._ecm_kernels import NO_CLOCK, TimeBuckets
+from sketches.base import CorruptSketchError, Family, SketchError
+from sketches.ecm import FORMAT, TimeBucketed, _check_unit, _check_window, as_batch, read_buckets, write_buckets
 from sketches.hashing import hash_keys
 
 __all__ = ["KeyDictionary", "Candidates"]
-
-_KIND = 2
-_MERGE_SELF = "cannot merge a sketch with itself"
-_MERGE_TYPE = "can only merge a KeyDictionary with another KeyDictionary"
-_MERGE_PARAMS = "cannot merge key dictionaries with different capacity, window or epsilon"
 
 
 class Candidates(NamedTuple):
@@ -110,7 +98,7 @@ def _mg_rebuild(n_out, k, old_ids, old_cnt, old_dest, ev_dest, ev_ids, ev_w):
     return out_ids, out_cnt
 
 
-class KeyDictionary:
+class KeyDictionary(TimeBucketed):
     """Windowed Misra-Gries summaries over key ids, with the strings of the ids they hold.
 
     Per dyadic time bucket ``b`` of weight ``m_b`` (buckets obey Lemma A of
@@ -147,6 +135,11 @@ class KeyDictionary:
     True
     """
 
+    FAMILY, FORMAT, KIND = Family.ECM, FORMAT, 2  # kind 2 of the ECM family
+    WHAT, NOUN = "key dictionary", "key dictionaries"
+    PARAMS = "capacity, window or epsilon"
+    BATCH = ("ticks", "names", "keys", "weights")
+
     # parameters (little endian): u32 capacity | 4 x u8 zero | i64 window | f64 epsilon
     _PARAMS = struct.Struct("<I4xqd")
     # state: i64 clock | u32 merge depth | u32 parts | u32 B | u32 E (counters) | u32 S (strings)
@@ -163,19 +156,7 @@ class KeyDictionary:
         self._keys: dict[int, str] = {}
         self._depth, self._parts = 0, 1
 
-    # -- properties -------------------------------------------------------------------------
-    @property
-    def window(self) -> int:
-        return self._tb.window
-
-    @property
-    def clock(self) -> int:
-        return int(self._tb.clock)
-
-    @property
-    def is_empty(self) -> bool:
-        return len(self._tb) == 0
-
+    # -- properties (window, clock, is_empty: TimeBucketed) -----------------------------------
     def __len__(self) -> int:
         """Number of key strings held."""
         return len(self._keys)
@@ -265,14 +246,8 @@ class KeyDictionary:
         return out
 
     # -- merging ----------------------------------------------------------------------------
-    def merge(self, other: "KeyDictionary") -> "KeyDictionary":
+    def _merge(self, other: "KeyDictionary") -> "KeyDictionary":
         """Fold ``other`` in (same capacity, window and epsilon); returns self."""
-        if other is self:
-            raise IncompatibleSketchError(_MERGE_SELF)
-        if type(other) is not KeyDictionary:
-            raise IncompatibleSketchError(_MERGE_TYPE)
-        if (self.capacity, self.window, self.epsilon) != (other.capacity, other.window, other.epsilon):
-            raise IncompatibleSketchError(_MERGE_PARAMS)
         d_self, d_other, n_out = self._tb.plan_union(other._tb)
         none = np.zeros(0, np.int64)
         self._ids, self._cnt = _mg_rebuild(
@@ -300,7 +275,11 @@ class KeyDictionary:
     #   varint[B] counters per bucket | varint[E] index of each counter's id in the string
     #   table | float column counts (bucket by bucket) |
     #   string table: u64[S] ids (strictly increasing) | varint[S] UTF-8 lengths | the bytes
-    def to_bytes(self) -> bytes:
+
+    def _params(self) -> tuple:
+        return (self.capacity, self.window, self.epsilon)
+
+    def _payload(self) -> bytes:
         tb = self._tb
         mask = self._cnt > 0
         per = mask.sum(axis=1)
@@ -309,29 +288,17 @@ class KeyDictionary:
         wr = Writer().pack(self._PARAMS, self.capacity, self.window, self.epsilon)
         wr.pack(self._STATE, tb.clock, self._depth, self._parts, len(tb), int(per.sum()), ids.size)
         if len(tb):
-            lvl = tb.lvl.astype(np.int64)
-            start = tb.idx << lvl
-            wr.array(lvl, "u1").ints(start[:1]).uints(np.diff(start).view(np.uint64))
-            wr.uints((tb.s - start).view(np.uint64)).uints((tb.e - tb.s).view(np.uint64)).floats(tb.m)
+            write_buckets(wr, tb)
             wr.uints(per.astype(np.uint64)).uints(np.searchsorted(ids, self._ids[mask]).astype(np.uint64))
             wr.floats(self._cnt[mask])
         wr.array(ids, "<u8").uints(np.fromiter(map(len, encoded), np.uint64, len(encoded))).raw(b"".join(encoded))
-        payload = wr.bytes()
-        return pack_header(Family.ECM, len(payload), fmt=FORMAT, flags=_KIND) + payload
-
-    @property
-    def nbytes(self) -> int:
-        """Serialized size in bytes (``len(to_bytes())``)."""
-        return len(self.to_bytes())
+        return wr.bytes()
 
     @classmethod
-    def from_bytes(cls, data) -> "KeyDictionary":
-        flags, payload = unpack_header(data, Family.ECM, fmt=FORMAT)
-        if flags != _KIND:
-            raise CorruptSketchError("blob is not a KeyDictionary")
-        rd = Reader(payload, "key dictionary")
-        cap, window, eps = rd.unpack(cls._PARAMS)
-        if bytes(payload[4:8]) != bytes(4):
+    def _read(cls, rd: Reader) -> "KeyDictionary":
+        raw = rd.take(cls._PARAMS.size)
+        cap, window, eps = cls._PARAMS.unpack(raw)
+        if raw[4:8] != bytes(4):
             raise CorruptSketchError("key dictionary blob has non-zero padding")
         try:
             kd = cls(cap, window, eps)
@@ -346,23 +313,7 @@ class KeyDictionary:
         tb.clock = clock
         per, index, cnt = np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0)
         if b:
-            lvl = rd.array("u1", b).astype(np.int64)
-            first = rd.ints(1)
-            steps = rd.uints(b - 1)
-            s_off, width = rd.uints(b), rd.uints(b)
-            # checked in floats with a wide margin, so the int64 sums below cannot overflow
-            start_f = float(first[0]) + np.concatenate([[0.0], np.cumsum(steps.astype(np.float64))])
-            s_f = start_f + s_off.astype(np.float64)
-            if (lvl.max() > MAX_LEVEL or np.abs(start_f).max() > 2.0**62 or np.abs(s_f).max() > 2.0**62
-                    or (s_f + width.astype(np.float64)).max() > 2.0**62):
-                raise CorruptSketchError("key dictionary blob buckets out of range")
-            start = np.cumsum(np.concatenate([first, steps.astype(np.int64)]))
-            if np.any(start & ((np.int64(1) << lvl) - 1)):
-                raise CorruptSketchError("key dictionary blob bucket does not start at its dyadic position")
-            tb.lvl, tb.idx = lvl, start >> lvl
-            tb.s = start + s_off.astype(np.int64)
-            tb.e = tb.s + width.astype(np.int64)
-            tb.m = rd.floats(b)
+            read_buckets(rd, tb, b, "key dictionary")
             per_u = rd.uints(b)
             if per_u.max() > np.uint64(cap) or int(per_u.sum()) != n_e:
                 raise CorruptSketchError("key dictionary blob has inconsistent counter counts")

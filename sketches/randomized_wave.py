@@ -105,16 +105,9 @@ from sketches._randomized_wave_kernels import (
     levels_of,
     rebuild_table,
 )
-from sketches.base import (
-    CorruptSketchError,
-    Estimate,
-    Family,
-    IncompatibleSketchError,
-    SketchError,
-    pack_header,
-    unpack_header,
-)
-from sketches._codec import Reader, Writer, varints
+from sketches._bytes import Reader, Writer
+from sketches._codec import varints
+from sketches.base import CorruptSketchError, Estimate, Family, Sketch, SketchError
 
 __all__ = ["RandomizedWave", "suggest_sizes", "per_instance_failure"]
 
@@ -268,7 +261,7 @@ def _hash_params(seed: int, instances: int) -> np.ndarray:
     return out
 
 
-class RandomizedWave:
+class RandomizedWave(Sketch):
     """Distinct keys in a sliding window of out-of-order, distributed streams.
 
     For a window ``[lo, clock]`` of at most ``window`` ticks holding n distinct keys, the
@@ -310,6 +303,12 @@ class RandomizedWave:
     >>> (e.estimate, e.lower, e.upper, e.confidence)
     (3.0, 3.0, 3.0, 1.0)
     """
+
+    _OWNED = ("_waves",)
+    FAMILY, FORMAT = Family.RANDOMIZED_WAVE, 2  # format 2: compact encodings
+    WHAT, NOUN = "randomized wave", "randomized waves"
+    PARAMS = "epsilon, delta, window, seed or max_distinct"
+    BATCH = ("ticks", "keys")
 
     def __init__(self, epsilon: float, delta: float, window: int, seed: int = 0,
                  max_distinct: int = 2**40):
@@ -407,15 +406,8 @@ class RandomizedWave:
         return out
 
     # -- merging ---------------------------------------------------------------------------
-    def merge(self, other: "RandomizedWave") -> "RandomizedWave":
+    def _merge(self, other: "RandomizedWave") -> "RandomizedWave":
         """Fold ``other`` in: afterwards self is the wave of both streams (Lemma A)."""
-        if other is self:
-            raise IncompatibleSketchError("cannot merge a sketch with itself")
-        if not isinstance(other, RandomizedWave):
-            raise IncompatibleSketchError("can only merge a RandomizedWave")
-        if self._params() != other._params():
-            raise IncompatibleSketchError(
-                "cannot merge randomized waves with different epsilon, delta, window, seed or max_distinct")
         if other.is_empty:
             return self
         other._canonicalize()  # changes its representation only, not its state
@@ -433,20 +425,10 @@ class RandomizedWave:
     def _params(self) -> tuple:
         return (self.epsilon, self.delta, self.window, self.seed, self.max_distinct)
 
-    def copy(self) -> "RandomizedWave":
-        new = object.__new__(RandomizedWave)
-        new.__dict__.update(self.__dict__)
-        new._waves = [w.copy() for w in self._waves]
-        return new
 
     @property
     def is_empty(self) -> bool:
         return self._clock is None
-
-    @property
-    def nbytes(self) -> int:
-        """Exactly ``len(self.to_bytes())``."""
-        return len(self.to_bytes())
 
     def __repr__(self) -> str:
         return (f"RandomizedWave(epsilon={self.epsilon}, delta={self.delta}, window={self.window}, "
@@ -469,7 +451,7 @@ class RandomizedWave:
     # it beats (or that has no floor), which a valid wave satisfies by definition.
     _HEAD = struct.Struct("<ddqQQBq")
 
-    def to_bytes(self) -> bytes:
+    def _payload(self) -> bytes:
         self._canonicalize()
         clock = self._clock if self._clock is not None else 0
         wr = Writer().pack(self._HEAD, self.epsilon, self.delta, self.window, self.seed,
@@ -509,13 +491,10 @@ class RandomizedWave:
                 bits = np.zeros(uk.size, bool)
                 bits[idx] = True
                 wr.raw(b"\x01").raw(np.packbits(bits, bitorder="little").tobytes())
-        payload = wr.bytes()
-        return pack_header(Family.RANDOMIZED_WAVE, len(payload), fmt=_FORMAT) + payload
+        return wr.bytes()
 
     @classmethod
-    def from_bytes(cls, data) -> "RandomizedWave":
-        _, payload = unpack_header(data, Family.RANDOMIZED_WAVE, fmt=_FORMAT)
-        rd = Reader(payload, "randomized wave")
+    def _read(cls, rd: Reader) -> "RandomizedWave":
         eps, delta, window, seed, maxd, has_clock, clock = rd.unpack(cls._HEAD)
         if not (1e-4 <= eps < 1 and 1e-12 <= delta < 1 and 1 <= window <= _MAX_TICK and maxd >= 1
                 and has_clock in (0, 1) and (0 <= clock < _MAX_TICK if has_clock else clock == 0)):
@@ -631,6 +610,4 @@ class RandomizedWave:
         fill_buffers(w.emask, n, w.s, w.bufs)
         w.fhas[:], w.fT[:], w.fK[:] = fhas, fT, fK
 
-
-_FORMAT = 2
 _FLOOR_DT = np.dtype([("has", "u1"), ("tick", "<i8"), ("key", "<u8")])

@@ -35,17 +35,9 @@ from fractions import Fraction
 
 import numpy as np
 
-from sketches._codec import Reader, Writer
+from sketches._bytes import Reader, Writer
 from sketches._splittable_kernels import aggregate_sorted, insert_all, is_sorted, suffix_at
-from sketches.base import (
-    CorruptSketchError,
-    Estimate,
-    Family,
-    IncompatibleSketchError,
-    SketchError,
-    pack_header,
-    unpack_header,
-)
+from sketches.base import CorruptSketchError, Estimate, Family, Sketch, SketchError
 
 __all__ = [
     "SplittableHistogram",
@@ -62,10 +54,6 @@ MAX_ALPHA = 2**20
 EMPTY_CLOCK = -(2**62)
 _U = Fraction(1, 2**53)  # unit roundoff of float64
 _EXACT_LIMIT = 2.0**53
-
-_MSG_SELF = "cannot merge a sketch with itself"
-_MSG_TYPE = "can only merge a SplittableHistogram with another SplittableHistogram"
-_MSG_PARAMS = "cannot merge splittable histograms with different epsilon, window, max_total or unit"
 
 
 # -- sizing --------------------------------------------------------------------------------
@@ -221,7 +209,7 @@ class _Part:
         return p
 
 
-class SplittableHistogram:
+class SplittableHistogram(Sketch):
     """Deterministic sliding-window count and sum for out-of-order arrivals.
 
     Time is cut into intervals of ``Wp`` ticks (``window`` rounded up to a power of two);
@@ -319,6 +307,11 @@ class SplittableHistogram:
     >>> SplittableHistogram.from_bytes(sh.to_bytes()).query(6, 9) == m
     True
     """
+
+    _OWNED = ("_parts",)
+    FAMILY, FORMAT = Family.SPLITTABLE_HISTOGRAM, 2  # format 2: compact encodings
+    WHAT, NOUN = "splittable histogram", "splittable histograms"
+    PARAMS = "epsilon, window, max_total or unit"
 
     def __init__(self, epsilon: float, window: int, max_total: float = 2.0**48, *,
                  unit: float = 1.0):
@@ -565,7 +558,7 @@ class SplittableHistogram:
         return _Term(f, low, high, delta, s * (1 + ep) * (1 + g) + ep * (1 + g) + g, ok)
 
     # -- merging ---------------------------------------------------------------------------
-    def merge(self, other: "SplittableHistogram") -> "SplittableHistogram":
+    def _merge(self, other: "SplittableHistogram") -> "SplittableHistogram":
         """Fold ``other`` in and return self.
 
         ``other``'s parts are copied in beside this sketch's own: a query adds the parts'
@@ -573,12 +566,6 @@ class SplittableHistogram:
         shape (class notes, **Merge**). Refuses itself, another class or other
         parameters with :class:`IncompatibleSketchError`.
         """
-        if other is self:
-            raise IncompatibleSketchError(_MSG_SELF)
-        if not isinstance(other, SplittableHistogram):
-            raise IncompatibleSketchError(_MSG_TYPE)
-        if self._params() != other._params():
-            raise IncompatibleSketchError(_MSG_PARAMS)
         self._parts.extend(p.copy(compact=True) for p in other._parts if p.clock is not None)
         self._prune()
         return self
@@ -586,11 +573,6 @@ class SplittableHistogram:
     def _params(self) -> tuple:
         return (self.epsilon, self.window, self.max_total, self.unit)
 
-    def copy(self) -> "SplittableHistogram":
-        sk = SplittableHistogram.__new__(SplittableHistogram)
-        sk.__dict__.update(self.__dict__)
-        sk._parts = [p.copy() for p in self._parts]
-        return sk
 
     @property
     def parts(self) -> int:
@@ -601,10 +583,6 @@ class SplittableHistogram:
     def is_empty(self) -> bool:
         return all(p.clock is None for p in self._parts)
 
-    @property
-    def nbytes(self) -> int:
-        return len(self.to_bytes())
-
     def __repr__(self) -> str:
         clock = None if self.is_empty else self.clock
         return (f"SplittableHistogram(epsilon={self.epsilon}, window={self.window}, "
@@ -614,7 +592,7 @@ class SplittableHistogram:
     # -- bytes -------------------------------------------------------------------------------
     _HEAD = struct.Struct("<dqddI")
 
-    def to_bytes(self) -> bytes:
+    def _payload(self) -> bytes:
         parts = [p for p in self._parts if p.clock is not None]
         wr = Writer().pack(self._HEAD, self.epsilon, self.window, self.max_total, self.unit, len(parts))
         for p in parts:
@@ -625,8 +603,7 @@ class SplittableHistogram:
             for d in (old, new):
                 if d is not None:
                     self._write_interval(d, wr)
-        payload = wr.bytes()
-        return pack_header(Family.SPLITTABLE_HISTOGRAM, len(payload), fmt=_FORMAT) + payload
+        return wr.bytes()
 
     def _write_interval(self, d: _Interval, wr: Writer) -> None:
         wr.ints(np.array([d.k])).raw(bytes([d.exact, d.levels]))
@@ -649,15 +626,9 @@ class SplittableHistogram:
             wr.floats(d.M[i, first:cnt])
 
     @classmethod
-    def from_bytes(cls, data) -> "SplittableHistogram":
-        """Read a blob of :meth:`to_bytes`; raises :class:`CorruptSketchError` if invalid."""
-        _, payload = unpack_header(data, Family.SPLITTABLE_HISTOGRAM, fmt=_FORMAT)
-        r = Reader(payload, "splittable histogram")
+    def _read(cls, r: Reader) -> "SplittableHistogram":
         epsilon, window, max_total, unit, nparts = r.unpack(cls._HEAD)
-        try:
-            sk = cls(epsilon, window, max_total, unit=unit)
-        except SketchError as e:
-            raise CorruptSketchError(f"splittable histogram parameters out of range: {e}") from None
+        sk = cls(epsilon, window, max_total, unit=unit)
         if nparts > 1 << 20:
             raise CorruptSketchError("splittable histogram has too many parts")
         sk._parts = []
@@ -672,7 +643,6 @@ class SplittableHistogram:
                 p.old = sk._read_interval(r, top - 1)
             p.new = sk._read_interval(r, top)
             sk._parts.append(p)
-        r.done()
         if not sk._parts:
             sk._parts = [_Part()]
         return sk
@@ -735,6 +705,3 @@ class SplittableHistogram:
         ):
             raise CorruptSketchError("splittable histogram level is not a valid split tiling")
         return left, weight
-
-
-_FORMAT = 2

@@ -120,22 +120,28 @@ def secret_of(seed: int) -> HashSecret:
     return HashSecret(seed.to_bytes(8, "little") + b"tidemark-tests!!")
 
 
-def summarize(case: Case, seed: int = SEED) -> StreamSummary | None:
-    """Shard summaries fed in two out-of-order batches each, merged as the publisher does."""
-    if not case.ts:
-        return None
-    parts = []
+def shard_summaries(case: Case, seed: int = SEED, secret: HashSecret | None = None) -> dict[int, StreamSummary]:
+    """Each shard's summary, fed in two out-of-order batches, as a worker task builds it
+    (under ``secret``, else the secret of ``seed``)."""
+    parts = {}
     for shard in sorted(set(case.shards)):
         idx = [i for i, s in enumerate(case.shards) if s == shard]
-        s = StreamSummary.create(case.config, secret_of(seed))
+        s = StreamSummary.create(case.config, secret or secret_of(seed))
         half = len(idx) // 2
         s.update_table(table(case, idx[half:]))
         s.update_table(table(case, idx[:half]))
-        parts.append(s)
-    merged = parts[0]
-    for other in parts[1:]:
-        merged.merge(other)
-    return merged
+        parts[shard] = s
+    return parts
+
+
+def summarize(case: Case, seed: int = SEED) -> StreamSummary | None:
+    """The shard summaries merged in shard order, as the API merges them at read."""
+    if not case.ts:
+        return None
+    first, *rest = shard_summaries(case, seed).values()
+    for other in rest:
+        first.merge(other)
+    return first
 
 
 def status(case: Case) -> dict:
@@ -166,6 +172,55 @@ def windows(draw, case: Case) -> tuple[float, float]:
     if Fraction(at) - Fraction(w) < Fraction(clock) - Fraction(config.max_window) or at < 0:
         at = clock
     return w, at
+
+
+def arrival_order(draw, rng, n: int, span: int,
+                  shapes=("random", "late", "burst", "reverse")) -> np.ndarray:
+    """``n`` ticks in ``[0, span)`` arriving out of order: at random, late (heavy-tailed
+    delays), in bursts on one tick, reversed, or sorted."""
+    ticks = rng.integers(0, span, n)
+    shape = draw(st.sampled_from(shapes))
+    if shape == "late":
+        ticks = ticks[np.argsort(ticks + rng.pareto(1.0, n) * span / 20)]
+    elif shape == "burst":
+        ticks[rng.random(n) < 0.5] = rng.integers(0, span)
+    elif shape == "reverse":
+        ticks = np.sort(ticks)[::-1]
+    elif shape == "sorted":
+        ticks = np.sort(ticks)
+    return ticks
+
+
+def binom_upper(n: int, p: float, alpha: float = 1e-4) -> int:
+    """Smallest c with P(Binomial(n, p) > c) <= alpha: how many of ``n`` independent runs
+    may miss a bound of failure probability ``p`` before the test says it is broken."""
+    cdf = 0.0
+    for c in range(n + 1):
+        cdf += math.comb(n, c) * p**c * (1 - p) ** (n - c)
+        if 1 - cdf <= alpha:
+            return c
+    return n
+
+
+def merge_tree(parts, shape: str, rng):
+    """Merge sketches in a tree of the given shape and return the root: ``chain`` (one
+    after another), ``balanced`` (pairs, level by level), ``random`` (random pairs) or
+    ``flat`` (one ``merge_many``). ``rng``: a NumPy generator."""
+    parts = list(parts)
+    if shape == "flat":
+        return parts[0].merge_many(parts[1:])
+    if shape == "chain":
+        for p in parts[1:]:
+            parts[0].merge(p)
+        return parts[0]
+    while len(parts) > 1:
+        if shape == "balanced":
+            parts = [parts[i].merge(parts[i + 1]) if i + 1 < len(parts) else parts[i]
+                     for i in range(0, len(parts), 2)]
+        else:
+            i, j = sorted(rng.choice(len(parts), 2, replace=False))
+            parts[i].merge(parts.pop(j))
+    return parts[0]
 
 
 # -- the exact oracle -------------------------------------------------------------------------

@@ -7,18 +7,20 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+import app.kinds  # noqa: F401  (registers the kinds)
+from app.answers import alert_kinds
+
 __all__ = ["AlertRule", "AlertCreate", "crossed", "ALERT_QUERIES"]
 
-ALERT_QUERIES = ("count", "sum", "frequency", "distinct", "self-join", "inner-product",
-                 "quantiles", "decayed-sum")
+# The kinds registered with ``alert=True`` (one estimate to compare with a threshold).
+ALERT_QUERIES = alert_kinds()
 
 
 class AlertCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     stream: str = Field(min_length=1, max_length=64)
-    query: Literal["count", "sum", "frequency", "distinct", "self-join", "inner-product",
-                   "quantiles", "decayed-sum"]
+    query: Literal[ALERT_QUERIES]  # type: ignore[valid-type]
     params: dict[str, str | float | int] = Field(default_factory=dict)
     op: Literal[">", "<"]
     threshold: float

@@ -30,7 +30,7 @@ import numpy as np
 
 from app.answers import QueryError, QueryKind, bracket, register
 from app.windows import EMPTY_RANGE, ROUNDING, age_decays
-from sketches.base import Estimate, SketchError
+from sketches.base import Estimate
 from tidemark.streams import parse_duration
 from tidemark.summary import relative_decays
 
@@ -139,14 +139,6 @@ def _seconds_decay(spec: dict):
     return None
 
 
-def _call(fn):
-    """Run a sketch query; its SketchError is the caller's mistake (a 422)."""
-    try:
-        return fn()
-    except SketchError as e:
-        raise QueryError(str(e)) from None
-
-
 def _readings(spec: dict, window) -> tuple[tuple, tuple]:
     """(lower, upper) readings ``(decay in ticks or None, at tick, until tick)``; ``None``
     for a reading that counts nothing. ``decay`` None means the relative sketch's own."""
@@ -215,7 +207,7 @@ def _decayed(summary, config, window, params, lo: float, hi: float) -> Estimate:
         def read(r, mask):
             if r is None:
                 return _zero(kind, config)
-            return _call(lambda: sk.select(mask, r[1], None if own else r[0], r[2]))
+            return sk.select(mask, r[1], None if own else r[0], r[2])
 
         low, high = read(low_read, inside), read(high_read, touching)
     else:
@@ -224,7 +216,7 @@ def _decayed(summary, config, window, params, lo: float, hi: float) -> Estimate:
         def read(r):
             if r is None:
                 return _zero(kind, config)
-            return _call(lambda: sk.range_sum(r[0], lo, hi, r[1], r[2]))
+            return sk.range_sum(r[0], lo, hi, r[1], r[2])
 
         low, high = read(low_read), read(high_read)
     result = bracket(low, high)
@@ -245,7 +237,7 @@ def _empty(config, params) -> Estimate:
                     "wbmh-value-grid" if params["part"] else "multilevel-sample")
 
 
-register(QueryKind("decayed-sum", _run, _empty, _check))
+register(QueryKind("decayed-sum", _run, _empty, _check, alert=True))
 
 
 # -- derived aggregates (§1.1) -----------------------------------------------------------
@@ -296,7 +288,7 @@ def _frequency(summary, config, window, params):
     from sketches.decayed import relative_frequency
 
     sk, decay = _derived_sketch(summary, config, params)
-    return _call(lambda: relative_frequency(sk, params["value"], window.now, decay, _until(window)))
+    return relative_frequency(sk, params["value"], window.now, decay, _until(window))
 
 
 def _check_phi(config, params):
@@ -312,7 +304,7 @@ def _heavy(summary, config, window, params):
     from sketches.decayed import heavy_hitters
 
     sk, decay = _derived_sketch(summary, config, params)
-    found = _call(lambda: heavy_hitters(sk, params["phi"], window.now, decay, _until(window)))
+    found = heavy_hitters(sk, params["phi"], window.now, decay, _until(window))
     return [{"value": v, "estimate": e.estimate, "bound": e.bound()} for v, e in found]
 
 

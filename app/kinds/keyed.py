@@ -1,4 +1,5 @@
-"""Key queries from the ECM-sketch: frequency, heavy hitters, self-join, inner product.
+"""Key queries from the ECM-sketch: frequency, heavy hitters, self-join, and the inner
+product of two streams (a kind over two streams: ``GET /v1/inner-product?streams=A,B``).
 
 Each is monotone in the range, so ``window_estimate`` brackets the window's time grain:
 the lower bound from the ticks inside the window, the upper from those touching it.
@@ -8,9 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from app.answers import (QueryError, QueryKind, Window, _exact_zero, bound_of, bracket, parse_window,
-                         register, shape, window_estimate)
-from sketches.base import Estimate, SketchError
+from app.answers import (QueryError, QueryKind, Window, _exact_zero, answer_from_store, bound_of,
+                         bracket, register, window_estimate)
+from sketches.base import Estimate
 from tidemark.events import MAX_KEY_BYTES
 from tidemark.streams import StreamConfig
 
@@ -101,10 +102,7 @@ def _heavy_hitters(summary, config, window, params):
     """
     if window.outer[0] > window.outer[1]:
         return HeavyHitters([], 0.0, True)
-    try:
-        found = summary["key_candidates"].candidates(*window.outer)
-    except SketchError as e:
-        raise QueryError(str(e)) from None
+    found = summary["key_candidates"].candidates(*window.outer)
     n_low = window_estimate(summary["count"].query, window, "splittable-histogram").lower
     level = params["phi"] * n_low
     items, dropped_max = [], 0.0
@@ -122,49 +120,28 @@ def _heavy_hitters(summary, config, window, params):
     return HeavyHitters(items, unlisted_max, complete)
 
 
-def _guard(fn):
-    def run(summary, config, window, params):
-        try:
-            return fn(summary, config, window, params)
-        except SketchError as e:
-            raise QueryError(str(e)) from None
-    return run
-
-
-register(QueryKind("frequency", _guard(_frequency), lambda c, p: _zero(c), _check_key))
-register(QueryKind("heavy-hitters", _guard(_heavy_hitters), lambda c, p: HeavyHitters([], 0.0, True), _check_phi))
-register(QueryKind("self-join", _guard(_self_join), lambda c, p: _zero(c)))
-
-
-def inner_product(a, b, config_a: StreamConfig, config_b: StreamConfig, window: Window) -> Estimate:
-    """Σ f_A·f_B over the window; both streams must have identically shaped sketches."""
-    if (config_a.epsilon, config_a.delta, config_a.max_window, config_a.resolution) != (
-            config_b.epsilon, config_b.delta, config_b.max_window, config_b.resolution):
+def _same_shape(configs: tuple[StreamConfig, StreamConfig], params: dict) -> dict:
+    a, b = configs
+    if (a.epsilon, a.delta, a.max_window, a.resolution) != (b.epsilon, b.delta, b.max_window, b.resolution):
         raise QueryError("inner-product needs two streams with the same epsilon, delta, "
                          "max_window and resolution (their sketches must have one shape)")
+    return params
+
+
+def _inner_product(summaries, configs, window, params) -> Estimate:
+    """Σ f_A·f_B over the window; 0 exactly while either stream has published nothing."""
+    a, b = summaries
     if a is None or b is None:
-        return _zero(config_a)
+        return _zero(configs[0])
     return window_estimate(lambda lo, hi: a["keys"].inner_product(b["keys"], lo, hi), window, METHOD)
 
 
+register(QueryKind("frequency", _frequency, lambda c, p: _zero(c), _check_key, alert=True))
+register(QueryKind("heavy-hitters", _heavy_hitters, lambda c, p: HeavyHitters([], 0.0, True), _check_phi))
+register(QueryKind("self-join", _self_join, lambda c, p: _zero(c), alert=True))
+register(QueryKind("inner-product", _inner_product, check=_same_shape, streams=2, alert=True))
+
+
 def inner_product_from_store(store, params: dict) -> dict:
-    """``GET /v1/inner-product?streams=A,B``: ``at`` defaults to the later clock."""
-    names = [n.strip() for n in str(params.get("streams", "")).split(",") if n.strip()]
-    if len(names) != 2:
-        raise QueryError("inner-product needs streams=A,B (two stream names)")
-    ca, cb = store.config(names[0]), store.config(names[1])
-    (summary_a, status_a), (summary_b, status_b) = store.summary(names[0]), store.summary(names[1])
-    clocks = [c for c in (status_a["clock"], status_b["clock"]) if c is not None]
-    params = dict(params)
-    if params.get("at") in (None, "") and clocks:
-        params["at"] = repr(max(clocks))
-    window = parse_window(params, ca, status_a["clock"])
-    parse_window(params, cb, status_b["clock"])  # the window must be kept by both
-    try:
-        result = inner_product(summary_a, summary_b, ca, cb, window)
-    except SketchError as e:
-        raise QueryError(str(e)) from None
-    return shape(result, streams=names, query="inner-product", window=window.seconds, at=window.at,
-                 as_of={"sketch_versions": {names[0]: status_a["sketch_version"],
-                                            names[1]: status_b["sketch_version"]},
-                        "events": {names[0]: status_a["events"], names[1]: status_b["events"]}})
+    """Kept for callers written before the registry: ``answer_from_store`` answers it."""
+    return answer_from_store(store, "inner-product", None, params)

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from app.answers import QueryError, QueryKind, register
-from sketches.base import Estimate, SketchError
+from sketches.base import Estimate
 from sketches.windowed_quantiles import METHOD
 from tidemark.streams import parse_duration
 
@@ -34,13 +34,6 @@ class QuantileEstimate(Estimate):
     value_accuracy: float = 0.01
     rank_error: int = 0
     relative_width: float = 0.0
-
-
-def _call(fn):
-    try:
-        return fn()
-    except SketchError as e:
-        raise QueryError(str(e)) from None
 
 
 # -- quantiles ---------------------------------------------------------------------------------
@@ -81,11 +74,11 @@ def _quantiles(summary, config, window, params):
     if window.outer[0] > window.outer[1]:
         return [_item(q, None, config) for q in params["q"]]
     outer, inner = _ranges(window)
-    brackets = _call(lambda: summary["values"].quantiles(params["q"], *outer, inner))
+    brackets = summary["values"].quantiles(params["q"], *outer, inner)
     return [_item(q, b, config) for q, b in zip(params["q"], brackets)]
 
 
-register(QueryKind("quantiles", _quantiles, lambda c, p: [_item(q, None, c) for q in p["q"]], _check_q))
+register(QueryKind("quantiles", _quantiles, lambda c, p: [_item(q, None, c) for q in p["q"]], _check_q, alert=True))
 
 
 # -- distribution ------------------------------------------------------------------------------
@@ -115,7 +108,7 @@ def _distribution(summary, config, window, params):
     if window.outer[0] > window.outer[1]:
         return _Listing([], events={"lower": 0, "upper": 0})
     outer, inner = _ranges(window)
-    table = _call(lambda: summary["values"].rank_table(*outer, inner))
+    table = summary["values"].rank_table(*outer, inner)
     counts = np.diff(np.concatenate(([0], table.est)))
     rows = np.flatnonzero(counts != 0)
     groups = np.array_split(rows, min(params["buckets"], rows.size)) if rows.size else []
@@ -190,7 +183,7 @@ def _decayed_quantile(summary, config, window, params):
     ``WindowedQuantiles.decayed_quantile``). Events count once each: ``weight`` is not held."""
     at_tick = math.floor(window.at / config.resolution)
     f = _weights(params, config.resolution)
-    b = _call(lambda: summary["values"].decayed_quantile(params["phi"], f, at_tick))
+    b = summary["values"].decayed_quantile(params["phi"], f, at_tick)
     if b is None:
         return _no_events(config, params)
     return QuantileEstimate(b.estimate, b.lower, b.upper, "additive", b.epsilon, 1.0,

@@ -1,4 +1,9 @@
-"""Queries (contract §6): every answer carries its bound."""
+"""Queries (contract §6): every answer carries its bound.
+
+Routes come from the table of query kinds (:data:`app.answers.QUERY_KINDS`): one route
+answers every kind over one stream, and each kind over several streams has its own URL,
+``GET /v1/{kind}?streams=A,B`` (today: ``/v1/inner-product``).
+"""
 
 from __future__ import annotations
 
@@ -10,20 +15,33 @@ from fastapi.encoders import jsonable_encoder
 from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 
-from app.answers import answer_from_store
-from app.kinds.keyed import inner_product_from_store
+import app.kinds  # noqa: F401  (registers the kinds)
+from app.answers import QUERY_KINDS, answer_from_store
 from app.deps import READ, MetricsDep, StoreDep
 from app.routes.streams import StreamName
 
 router = APIRouter(tags=["queries"], dependencies=[READ])
 
 
-@router.get("/v1/inner-product")
-def inner_product(request: Request, store: StoreDep, metrics: MetricsDep) -> dict:
+def _timed(metrics, kind: str, answer):
     started = time.perf_counter()
-    body = inner_product_from_store(store, dict(request.query_params))
-    metrics.query_seconds.labels("inner-product").observe(time.perf_counter() - started)
+    body = answer()
+    metrics.query_seconds.labels(kind).observe(time.perf_counter() - started)
     return body
+
+
+def _multi_stream_route(kind: str):
+    def route(request: Request, store: StoreDep, metrics: MetricsDep) -> dict:
+        params = dict(request.query_params)
+        return _timed(metrics, kind, lambda: answer_from_store(store, kind, None, params))
+
+    route.__name__ = kind.replace("-", "_")
+    route.__doc__ = f"``{kind}`` over the streams named in ``streams=A,B``."
+    return route
+
+
+for _kind in sorted(k for k, q in QUERY_KINDS.items() if q.streams > 1):
+    router.add_api_route(f"/v1/{_kind}", _multi_stream_route(_kind), methods=["GET"])
 
 
 class AnswerCache:
@@ -81,7 +99,7 @@ def _answer(store, cache: AnswerCache, query: str, name: str, params: dict) -> b
     key = (name, versions, query, tuple(sorted(params.items())))
     rendered = cache.get(key) if versions is not None else None
     if rendered is None:
-        rendered = _render(answer_from_store(store, query, name, params))
+        rendered = _render(answer_from_store(store, query, name, params, streams=1))
         if versions is not None and store.served_versions(name) == versions:
             cache.put(key, rendered)  # no newer version came in between: it is theirs
     return rendered

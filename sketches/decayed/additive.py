@@ -74,16 +74,8 @@ import struct
 
 import numpy as np
 
-from sketches.base import (
-    CorruptSketchError,
-    Estimate,
-    Family,
-    IncompatibleSketchError,
-    SketchError,
-    pack_header,
-    unpack_header,
-)
-from sketches._codec import Reader, Writer
+from sketches._bytes import Reader, Writer
+from sketches.base import CorruptSketchError, Estimate, Family, IncompatibleSketchError, Sketch, SketchError, integer_ticks
 from sketches.decayed._sample_kernels import (
     contributions,
     draw,
@@ -138,12 +130,7 @@ def suggest_capacity(epsilon: float, delta: float) -> tuple[int, float]:
 
 
 def _as_ticks(ticks) -> np.ndarray:
-    t = np.asarray(ticks)
-    if t.ndim != 1:
-        raise SketchError("ticks must be a 1-D array")
-    if t.size and t.dtype.kind not in "iu":
-        raise SketchError("ticks must be integers")
-    t = t.astype(np.int64)
+    t = integer_ticks(ticks).astype(np.int64)
     if t.size and (t.min() < 0 or t.max() >= _TICK_LIMIT):
         raise SketchError("ticks must be in [0, 2^62)")
     return t
@@ -187,7 +174,7 @@ def _key(seed: int, which: int) -> np.uint64:
     return splitmix64(np.array([seed], np.uint64), seed=which)[0]
 
 
-class DecayedAdditiveSketch:
+class DecayedAdditiveSketch(Sketch):
     """Decayed correlated sums with additive error, any decay given at query time.
 
     For a decay ``f`` (non-increasing, ``f(0) = 1``), a threshold ``τ`` and a query time
@@ -228,6 +215,11 @@ class DecayedAdditiveSketch:
     >>> e.lower <= 50 <= e.upper, e.kind, e.confidence
     (True, 'additive', 0.99)
     """
+
+    FAMILY, FORMAT = Family.DECAYED_ADDITIVE, 2  # format 2: compact encodings
+    WHAT, NOUN = "decayed additive sketch", "decayed additive sketches"
+    PARAMS = "parameters or seed"
+    BATCH = ("ticks", "values", "weights")
 
     def __init__(self, epsilon, delta, value_min, value_max, seed=0, max_total: float = 2**48,
                  *, stream: int | None = None):
@@ -383,14 +375,8 @@ class DecayedAdditiveSketch:
                     self._interval_fn(float(y.sum()), unc, y.size), 1.0 - self.delta, self._alpha)
 
     # -- merging -------------------------------------------------------------------------------
-    def merge(self, other: "DecayedAdditiveSketch") -> "DecayedAdditiveSketch":
+    def _merge(self, other: "DecayedAdditiveSketch") -> "DecayedAdditiveSketch":
         """Fold ``other`` in: the exact sketch of the union stream (no added error)."""
-        if other is self:
-            raise IncompatibleSketchError("cannot merge a sketch with itself")
-        if not isinstance(other, DecayedAdditiveSketch):
-            raise IncompatibleSketchError("can only merge a DecayedAdditiveSketch")
-        if other._params() != self._params():
-            raise IncompatibleSketchError("cannot merge decayed additive sketches with different parameters or seed")
         if self._stream is not None and self._stream == other._stream:
             raise IncompatibleSketchError("cannot merge sketches that share a random stream")
         total = self._total + other._total
@@ -401,9 +387,6 @@ class DecayedAdditiveSketch:
         self._inserted += other._inserted
         self._ovf = max(self._ovf, other._ovf)
         return self
-
-    def copy(self) -> "DecayedAdditiveSketch":
-        return DecayedAdditiveSketch.from_bytes(self.to_bytes())
 
     @property
     def is_empty(self) -> bool:
@@ -417,10 +400,6 @@ class DecayedAdditiveSketch:
     @property
     def total_weight(self) -> float:
         return self._total
-
-    @property
-    def nbytes(self) -> int:
-        return len(self.to_bytes())
 
     def __repr__(self) -> str:
         return (f"DecayedAdditiveSketch(epsilon={self.epsilon}, delta={self.delta}, "
@@ -436,7 +415,8 @@ class DecayedAdditiveSketch:
     #   varint first tick, n−1 varint tick gaps | n × u64 tiebreak | float column value |
     #   float column weight | n × u8 level
     #   (a float column is one constant, scaled integers or raw f64, whichever is exact)
-    def to_bytes(self) -> bytes:
+
+    def _payload(self) -> bytes:
         wr = Writer().raw(_HEAD.pack(*self._params()))
         wr.pack(_STATE, self._stream is not None, self._stream or 0, self._counter, self._total,
                 self._inserted, self._ovf, self.stored)
@@ -444,13 +424,10 @@ class DecayedAdditiveSketch:
             t = self._t
             wr.uint(int(t[0])).uints(np.negative(np.diff(t)).view(np.uint64))
             wr.array(self._r, "<u8").floats(self._v).floats(self._w).array(self._lev, "u1")
-        payload = wr.bytes()
-        return pack_header(Family.DECAYED_ADDITIVE, len(payload), fmt=_FORMAT) + payload
+        return wr.bytes()
 
     @classmethod
-    def from_bytes(cls, data) -> "DecayedAdditiveSketch":
-        _, payload = unpack_header(data, Family.DECAYED_ADDITIVE, fmt=_FORMAT)
-        rd = Reader(payload, "decayed additive sketch")
+    def _read(cls, rd: Reader) -> "DecayedAdditiveSketch":
         eps, delta, vmin, vmax, seed, max_total = rd.unpack(_HEAD)
         try:
             sk = cls(eps, delta, vmin, vmax, seed, max_total)
@@ -494,6 +471,5 @@ class DecayedAdditiveSketch:
         return sk
 
 
-_FORMAT = 2
 _HEAD = struct.Struct("<ddddQd")
 _STATE = struct.Struct("<BQQdQqI")

@@ -67,17 +67,9 @@ from functools import lru_cache
 
 import numpy as np
 
-from sketches.base import (
-    CorruptSketchError,
-    Estimate,
-    Family,
-    IncompatibleSketchError,
-    SketchError,
-    pack_header,
-    unpack_header,
-)
+from sketches._bytes import Reader, Writer
+from sketches.base import CorruptSketchError, Estimate, Family, Sketch, SketchError
 from sketches.decayed import _wbmh_kernels as K
-from sketches._codec import Reader, Writer
 from sketches.decayed._view import View
 from sketches.decayed.additive import check_at, check_batch, check_range
 from sketches.decayed.decay import (CallableDecay, Decay, NoDecay, Polynomial, decay_from_code, parse_decay,
@@ -112,7 +104,7 @@ def _limit_for(clock: int) -> int:
     return min(2**62, max(1 << 16, 1 << int(clock + 2).bit_length()))
 
 
-class DecayedRelativeSketch:
+class DecayedRelativeSketch(Sketch):
     """Decayed correlated sum with relative error for one converging decay (§3.2).
 
     For the declared decay ``f`` (no decay or polynomial), any threshold ``τ`` and any
@@ -146,6 +138,11 @@ class DecayedRelativeSketch:
     >>> bool(0.9 * truth <= e.lower <= truth <= e.upper <= 1.1 * truth), e.confidence
     (True, 1.0)
     """
+
+    FAMILY, FORMAT = Family.DECAYED_RELATIVE, 2  # format 2: compact encodings
+    WHAT, NOUN = "decayed relative sketch", "decayed relative sketches"
+    PARAMS = "epsilon, decay or value grid"
+    BATCH = ("ticks", "values", "weights")
 
     def __init__(self, epsilon, decay, value_min, value_max, resolution: float | None = None):
         if not 0 < float(epsilon) < 1:
@@ -314,15 +311,8 @@ class DecayedRelativeSketch:
         return (self.epsilon, self.decay.code, *self.decay.params(), self.value_min, self.value_max,
                 self.resolution)
 
-    def merge(self, other: "DecayedRelativeSketch") -> "DecayedRelativeSketch":
+    def _merge(self, other: "DecayedRelativeSketch") -> "DecayedRelativeSketch":
         """Fold ``other`` in: the exact sketch of the union stream (no added error)."""
-        if other is self:
-            raise IncompatibleSketchError("cannot merge a sketch with itself")
-        if not isinstance(other, DecayedRelativeSketch):
-            raise IncompatibleSketchError("can only merge a DecayedRelativeSketch")
-        if other._params() != self._params():
-            raise IncompatibleSketchError(
-                "cannot merge decayed relative sketches with different epsilon, decay or value grid")
         if other.is_empty:
             return self
         o = other.copy()
@@ -337,9 +327,6 @@ class DecayedRelativeSketch:
         self._ops += o._ops + 1
         return self
 
-    def copy(self) -> "DecayedRelativeSketch":
-        return DecayedRelativeSketch.from_bytes(self.to_bytes())
-
     @property
     def is_empty(self) -> bool:
         return self._clock < 0
@@ -352,10 +339,6 @@ class DecayedRelativeSketch:
     @property
     def buckets(self) -> int:
         return int(self._starts.size)
-
-    @property
-    def nbytes(self) -> int:
-        return len(self.to_bytes())
 
     def __repr__(self) -> str:
         return (f"DecayedRelativeSketch(epsilon={self.epsilon}, decay={self.decay.spec()}, "
@@ -371,7 +354,8 @@ class DecayedRelativeSketch:
     #   | varint nnz
     #   | varint first flat index, nnz−1 varint (gap − 1) of the non-zero cells of the
     #     row-major B × cells array | float column of their weights
-    def to_bytes(self) -> bytes:
+
+    def _payload(self) -> bytes:
         p1, p2 = self.decay.params()
         wr = Writer().pack(_HEAD, self.epsilon, self.decay.code, p1, p2, self.value_min, self.value_max,
                            self.resolution, self._clock, self._ops, self.buckets)
@@ -379,13 +363,10 @@ class DecayedRelativeSketch:
             flat = np.flatnonzero(self._M > 0)
             wr.uint(int(self._starts[0])).uints(np.diff(self._starts).view(np.uint64)).uint(flat.size)
             wr.uints((np.diff(flat, prepend=-1) - 1).view(np.uint64)).floats(self._M.ravel()[flat])
-        payload = wr.bytes()
-        return pack_header(Family.DECAYED_RELATIVE, len(payload), fmt=_FORMAT) + payload
+        return wr.bytes()
 
     @classmethod
-    def from_bytes(cls, data) -> "DecayedRelativeSketch":
-        _, payload = unpack_header(data, Family.DECAYED_RELATIVE, fmt=_FORMAT)
-        rd = Reader(payload, "decayed relative sketch")
+    def _read(cls, rd: Reader) -> "DecayedRelativeSketch":
         eps, code, p1, p2, vmin, vmax, res, clock, ops, nb = rd.unpack(_HEAD)
         try:
             sk = cls(eps, decay_from_code(code, p1, p2), vmin, vmax, res)
@@ -426,5 +407,4 @@ class DecayedRelativeSketch:
         return sk
 
 
-_FORMAT = 2
 _HEAD = struct.Struct("<dBdddddqQI")

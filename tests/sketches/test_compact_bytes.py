@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from sketches._codec import Reader, Writer
 from sketches.base import CorruptSketchError
 from sketches.decayed import DecayedAdditiveSketch, DecayedRelativeSketch
-from sketches.dyadic import DyadicECM
+from sketches.extra.dyadic import DyadicECM
 from sketches.ecm import ECMSketch
 from sketches.key_dictionary import KeyDictionary
 from sketches.randomized_wave import RandomizedWave

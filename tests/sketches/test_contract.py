@@ -1,16 +1,22 @@
-"""The contract every sketch keeps: a new sketch is tested by being added to FAMILIES."""
+"""The contract every sketch keeps (after river's ``test_estimators``): a new sketch is
+tested by being added to FAMILIES — how to build it, how to build one with other
+parameters, and nothing else: every family is fed the same :class:`Batch`."""
 
 from __future__ import annotations
+
+import importlib
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 
-from sketches.base import CorruptSketchError, IncompatibleSketchError
+from sketches.base import Batch, CorruptSketchError, Estimate, IncompatibleSketchError, Sketch
 from sketches.decayed import DecayedAdditiveSketch, DecayedRelativeSketch
-from sketches.deterministic_wave import DeterministicWave
-from sketches.dyadic import DyadicECM
 from sketches.ecm import ECMSketch
-from sketches.exponential_histogram import ExponentialHistogram
+from sketches.extra.deterministic_wave import DeterministicWave
+from sketches.extra.dyadic import DyadicECM
+from sketches.extra.exponential_histogram import ExponentialHistogram
 from sketches.key_dictionary import KeyDictionary
 from sketches.randomized_wave import RandomizedWave
 from sketches.splittable_histogram import SplittableHistogram
@@ -19,31 +25,63 @@ from sketches.windowed_quantiles import WindowedQuantiles
 rng = np.random.default_rng(0)
 TICKS = np.sort(rng.integers(0, 500, 300))
 KEYS = (rng.zipf(1.3, 300) % 50).astype(np.uint64)
+BATCH = Batch(TICKS, weights=np.ones(TICKS.size), keys=KEYS % np.uint64(64),
+              values=np.linspace(0, 1, TICKS.size), names=[f"k{k}" for k in KEYS])
+POLY = {"kind": "polynomial", "alpha": 1.5}
 
+# name: (a fresh sketch, sketches that differ from it in one parameter or seed each)
 FAMILIES = {
-    "splittable-histogram": (lambda: SplittableHistogram(0.1, 100), lambda s: s.update(TICKS)),
-    "exponential-histogram": (lambda: ExponentialHistogram(0.1, 100), lambda s: s.update(TICKS)),
-    "deterministic-wave": (lambda: DeterministicWave(0.1, 100), lambda s: s.update(TICKS)),
-    "ecm-sketch": (lambda: ECMSketch(0.1, 0.1, 100), lambda s: s.update(TICKS, KEYS)),
-    "windowed-quantiles": (lambda: WindowedQuantiles(0.1, 100),
-                           lambda s: s.update(TICKS, np.linspace(-1, 1, TICKS.size))),
-    "randomized-wave": (lambda: RandomizedWave(0.2, 0.2, 100), lambda s: s.update(TICKS, KEYS)),
-    "decayed-additive": (lambda: DecayedAdditiveSketch(0.2, 0.2, 0, 1),
-                         lambda s: s.update(TICKS, np.linspace(0, 1, TICKS.size))),
-    "decayed-relative": (lambda: DecayedRelativeSketch(0.2, {"kind": "polynomial", "alpha": 1.5}, 0, 1),
-                         lambda s: s.update(TICKS, np.linspace(0, 1, TICKS.size))),
-    "dyadic-ecm": (lambda: DyadicECM(0.2, 0.2, 100, levels=6), lambda s: s.update(TICKS, KEYS % np.uint64(64))),
-    "key-dictionary": (lambda: KeyDictionary(8, 100), lambda s: s.update(TICKS, [f"k{k}" for k in KEYS])),
+    "splittable-histogram": (lambda: SplittableHistogram(0.1, 100), lambda: [
+        SplittableHistogram(0.2, 100), SplittableHistogram(0.1, 101), SplittableHistogram(0.1, 100, max_total=1e6),
+        SplittableHistogram(0.1, 100, unit=0.5)]),
+    "exponential-histogram": (lambda: ExponentialHistogram(0.1, 100), lambda: [
+        ExponentialHistogram(0.2, 100), ExponentialHistogram(0.1, 101)]),
+    "deterministic-wave": (lambda: DeterministicWave(0.1, 100, 1000), lambda: [
+        DeterministicWave(0.2, 100, 1000), DeterministicWave(0.1, 99, 1000), DeterministicWave(0.1, 100, 1001)]),
+    "ecm-sketch": (lambda: ECMSketch(0.1, 0.1, 100), lambda: [
+        ECMSketch(0.2, 0.1, 100), ECMSketch(0.1, 0.2, 100), ECMSketch(0.1, 0.1, 101), ECMSketch(0.1, 0.1, 100, seed=1),
+        ECMSketch(0.1, 0.1, 100, purpose="inner")]),
+    "windowed-quantiles": (lambda: WindowedQuantiles(0.1, 100), lambda: [WindowedQuantiles(0.2, 100)]),
+    "randomized-wave": (lambda: RandomizedWave(0.2, 0.2, 100), lambda: [
+        RandomizedWave(0.3, 0.2, 100), RandomizedWave(0.2, 0.1, 100), RandomizedWave(0.2, 0.2, 99),
+        RandomizedWave(0.2, 0.2, 100, seed=1), RandomizedWave(0.2, 0.2, 100, max_distinct=10)]),
+    "decayed-additive": (lambda: DecayedAdditiveSketch(0.2, 0.2, 0, 1), lambda: [
+        DecayedAdditiveSketch(0.3, 0.2, 0, 1), DecayedAdditiveSketch(0.2, 0.1, 0, 1), DecayedAdditiveSketch(0.2, 0.2, 0, 2),
+        DecayedAdditiveSketch(0.2, 0.2, 0, 1, seed=1), DecayedAdditiveSketch(0.2, 0.2, 0, 1, max_total=5.0)]),
+    "decayed-relative": (lambda: DecayedRelativeSketch(0.2, POLY, 0, 1), lambda: [
+        DecayedRelativeSketch(0.3, POLY, 0, 1), DecayedRelativeSketch(0.2, {"kind": "polynomial", "alpha": 1.0}, 0, 1),
+        DecayedRelativeSketch(0.2, {"kind": "none"}, 0, 1), DecayedRelativeSketch(0.2, POLY, 0, 2),
+        DecayedRelativeSketch(0.2, POLY, 0, 1, resolution=0.5)]),
+    "dyadic-ecm": (lambda: DyadicECM(0.2, 0.2, 100, levels=6), lambda: [
+        DyadicECM(0.2, 0.2, 100, levels=7), DyadicECM(0.2, 0.2, 100, levels=6, seed=1), DyadicECM(0.2, 0.2, 101, levels=6)]),
+    "key-dictionary": (lambda: KeyDictionary(8, 100), lambda: [
+        KeyDictionary(16, 100), KeyDictionary(8, 101), KeyDictionary(8, 100, 0.2)]),
 }
+# The windowed quantile sketch is being rewritten on its own branch; it joins the base then
+# (and from then on every test here walks it too).
+NOT_YET_A_SKETCH = {name for name, (make, _) in FAMILIES.items() if not isinstance(make(), Sketch)}
+assert NOT_YET_A_SKETCH <= {"windowed-quantiles"}
+
+
+def feed(sk, batch: Batch = BATCH) -> None:
+    if isinstance(sk, Sketch):
+        sk.feed(batch)
+    else:
+        sk.update(batch.ticks, batch.values * 2 - 1)
 
 
 @pytest.fixture(params=sorted(FAMILIES), ids=sorted(FAMILIES))
 def family(request):
-    return FAMILIES[request.param]
+    return (request.param, *FAMILIES[request.param])
+
+
+@pytest.fixture(params=sorted(set(FAMILIES) - NOT_YET_A_SKETCH))
+def sketch_family(request):
+    return (request.param, *FAMILIES[request.param])
 
 
 def test_fresh_sketches_are_empty_and_fed_ones_are_not(family):
-    make, feed = family
+    _, make, _ = family
     sk = make()
     assert sk.is_empty
     feed(sk)
@@ -51,7 +89,7 @@ def test_fresh_sketches_are_empty_and_fed_ones_are_not(family):
 
 
 def test_round_trip_copy_and_repr(family):
-    make, feed = family
+    _, make, _ = family
     sk = make()
     feed(sk)
     blob = sk.to_bytes()
@@ -62,22 +100,92 @@ def test_round_trip_copy_and_repr(family):
 
 
 def test_truncated_and_foreign_blobs_are_refused(family):
-    make, feed = family
+    name, make, _ = family
     sk = make()
     feed(sk)
     blob = sk.to_bytes()
-    for cut in (0, 3, 15, 16, len(blob) // 2, len(blob) - 1):
+    for whole in (blob, make().to_bytes()):
+        for cut in range(len(whole)):
+            with pytest.raises(CorruptSketchError):
+                type(sk).from_bytes(whole[:cut])
         with pytest.raises(CorruptSketchError):
-            type(sk).from_bytes(blob[:cut])
+            type(sk).from_bytes(whole + b"\x00")
     with pytest.raises(CorruptSketchError):
-        type(sk).from_bytes(blob + b"\x00")
-    other = next(f for name, f in FAMILIES.items() if f is not family)[0]()
-    with pytest.raises(CorruptSketchError):
-        type(sk).from_bytes(other.to_bytes())
+        type(sk).from_bytes("not bytes")
+    for other, (make_other, _) in FAMILIES.items():
+        if other != name:
+            with pytest.raises(CorruptSketchError):
+                type(sk).from_bytes(make_other().to_bytes())
+
+
+def test_a_payload_cut_short_is_refused_whole_even_with_a_matching_header(sketch_family):
+    """The header's length agrees, yet the payload ends early: the reader refuses it."""
+    from sketches._bytes import HEADER_SIZE, pack_header
+
+    _, make, _ = sketch_family
+    sk = make()
+    feed(sk)
+    payload = sk.to_bytes()[HEADER_SIZE:]
+    for cut in sorted({0, 1, len(payload) // 3, len(payload) - 1}):
+        short = pack_header(sk.FAMILY, cut, fmt=sk.FORMAT, flags=sk.KIND) + payload[:cut]
+        with pytest.raises(CorruptSketchError):
+            type(sk).from_bytes(short)
+    with pytest.raises(CorruptSketchError, match="unsupported sketch format version"):
+        type(sk).from_bytes(pack_header(sk.FAMILY, len(payload), fmt=sk.FORMAT + 1, flags=sk.KIND) + payload)
 
 
 def test_merge_refuses_itself_with_the_fixed_message(family):
-    make, _ = family
+    _, make, _ = family
     sk = make()
     with pytest.raises(IncompatibleSketchError, match="^cannot merge a sketch with itself$"):
         sk.merge(sk)
+
+
+def test_merge_refusals_share_one_check_and_one_set_of_messages(sketch_family):
+    name, make, make_other = sketch_family
+    sk = make()
+    cls = type(sk).__name__
+    article = "an" if cls[0] in "AEIOU" else "a"
+    foreign = next(m() for n, (m, _) in FAMILIES.items() if n != name)
+    with pytest.raises(IncompatibleSketchError, match=f"^can only merge {article} {cls} with another {cls}$"):
+        sk.merge(foreign)
+    for other in make_other():
+        with pytest.raises(IncompatibleSketchError, match=f"^cannot merge {sk.NOUN} with different {sk.PARAMS}$"):
+            sk.merge(other)
+    with pytest.raises(IncompatibleSketchError, match=f"^can only merge {article} {cls} with another {cls}$"):
+        sk.merge(object())
+    assert type(sk).merge is Sketch.merge  # no family writes its own check
+
+
+def test_merging_an_empty_sketch_changes_nothing(sketch_family):
+    _, make, _ = sketch_family
+    sk = make()
+    feed(sk)
+    blob = sk.to_bytes()
+    assert sk.merge(make()) is sk
+    again = type(sk).from_bytes(blob)
+    assert again.nbytes == len(blob) and not sk.is_empty
+
+
+def test_every_structure_obeys_the_base(family):
+    name, make, _ = family
+    if name in NOT_YET_A_SKETCH:
+        pytest.xfail("joins sketches.base.Sketch with its own rewrite")
+    sk = make()
+    assert isinstance(sk, Sketch)
+    assert set(sk.BATCH) <= set(Batch._fields) and sk.BATCH[0] == "ticks"
+    assert sk.WHAT and sk.NOUN and sk.PARAMS
+
+
+def test_the_product_does_not_load_the_extra_sketches():
+    """``sketches.extra`` is a library shelf: the API and the workers never import it."""
+    code = ("import sys, app.main, workers.update, tidemark.summary; "
+            "print(any(m.startswith('sketches.extra') for m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+    assert importlib.import_module("sketches.extra").DeterministicWave is DeterministicWave
+
+
+def test_estimates_keep_lower_le_estimate_le_upper():
+    e = Estimate(3.0, 2.0, 4.0, "additive", 0.1, 1.0, "m")
+    assert e.lower <= e.estimate <= e.upper and (e + e).upper == 8.0

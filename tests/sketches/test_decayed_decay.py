@@ -11,19 +11,9 @@ from hypothesis import strategies as st
 
 from sketches.base import SketchError
 from sketches.decayed import DecayedRelativeSketch
-from sketches.decayed.decay import (
-    CallableDecay,
-    Exponential,
-    FiniteExponential,
-    NoDecay,
-    Polynomial,
-    SlidingWindow,
-    SuperExponential,
-    as_decay,
-    decay_from_code,
-    parse_decay,
-    relative_guarantee_refusal,
-)
+from sketches.decayed.decay import (CallableDecay, Exponential, FiniteExponential, NoDecay, Polynomial,
+                                    SlidingWindow, SuperExponential, as_decay, decay_from_code, parse_decay,
+                                    relative_guarantee_refusal)
 
 DECAYS = [
     NoDecay(),

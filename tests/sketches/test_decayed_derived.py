@@ -19,6 +19,7 @@ from sketches.decayed import (
     relative_frequency,
 )
 from sketches.decayed.decay import NoDecay, Polynomial, parse_decay
+from tests.strategies import binom_upper
 
 VMIN, VMAX = 0.0, 20.0
 
@@ -125,15 +126,6 @@ def test_additive_sketch_derived_bounds_hold(stream, decay, sid):
         _check_all(sk, ticks, values, weights, decay, at, values)
 
 
-def _binom_upper(n, p, alpha=1e-4):
-    cdf = 0.0
-    for c in range(n + 1):
-        cdf += math.comb(n, c) * p**c * (1 - p) ** (n - c)
-        if 1 - cdf <= alpha:
-            return c
-    return n
-
-
 def test_additive_derived_rates_over_many_seeds():
     """Containment of quantile and frequency intervals and heavy-hitter recall at rate 1 − δ;
     the quantile bracket must also be narrow in rank (a [min, max] answer fails)."""
@@ -166,7 +158,7 @@ def test_additive_derived_rates_over_many_seeds():
         fails["freq"] += not (e.lower <= truth <= e.upper)
         got = {v for v, _ in heavy_hitters(sk, 0.15, at, decay)}
         fails["recall"] += not heavy <= got
-    limit = _binom_upper(runs, delta)
+    limit = binom_upper(runs, delta)
     assert all(v <= limit for v in fails.values()), fails
     assert np.median(rank_lo) >= phi - 3 * eps and np.median(rank_hi) <= phi + 3 * eps, (rank_lo, rank_hi)
 

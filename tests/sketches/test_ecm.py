@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from sketches._ecm_kernels import NO_CLOCK, straddle_ratio
 from sketches.base import CorruptSketchError, IncompatibleSketchError, SketchError
 from sketches.ecm import ECMSketch, split_epsilon, suggest_dimensions
+from tests.strategies import merge_tree
 
 SETTINGS = settings(max_examples=60, deadline=None, derandomize=True,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -290,22 +291,6 @@ def test_inner_product_refuses_other_parameters():
 
 
 # -- merges ---------------------------------------------------------------------------------
-def _merge_tree(parts, shape, rng):
-    parts = list(parts)
-    if shape == "chain":
-        acc = parts[0]
-        for p in parts[1:]:
-            acc.merge(p)
-        return acc
-    while len(parts) > 1:
-        if shape == "balanced":
-            parts = [parts[i].merge(parts[i + 1]) if i + 1 < len(parts) else parts[i] for i in range(0, len(parts), 2)]
-        else:
-            i, j = sorted(rng.choice(len(parts), 2, replace=False))
-            parts[i].merge(parts.pop(j))
-    return parts[0]
-
-
 @SETTINGS
 @given(streams, st.integers(2, 64), st.sampled_from(["chain", "balanced", "random"]))
 def test_merge_of_many_parts(p, n_parts, shape):
@@ -315,7 +300,7 @@ def test_merge_of_many_parts(p, n_parts, shape):
     parts = [feed(ECMSketch(p["eps"], 0.1, p["window"], seed=5, purpose=p["purpose"]),
                   t[owner == i], k[owner == i], w[owner == i], rng, 3) for i in range(n_parts)]
     single = feed(ECMSketch(p["eps"], 0.1, p["window"], seed=5, purpose=p["purpose"]), t, k, w, rng)
-    merged = _merge_tree(parts, shape, rng)
+    merged = merge_tree(parts, shape, rng)
     assert merged.clock == single.clock
     check_buckets(merged)
     assert merged.merge_depth >= math.ceil(math.log2(n_parts))
@@ -331,20 +316,6 @@ def test_merge_of_many_parts(p, n_parts, shape):
             assert e.upper - e.lower <= kk * merged._tb.ratio * n_suffix + merged.eps_cm_eff * (tot + kk * merged._tb.ratio * n_suffix) + 1e-6 * (1 + tot)
     if len(t) and t.max() - t.min() < p["window"]:  # nothing expired: cell totals are exact
         assert np.allclose(merged._counts.sum(axis=0), single._counts.sum(axis=0), rtol=1e-12)
-
-
-def test_merge_refusals_have_fixed_messages():
-    a = ECMSketch(0.1, 0.1, 100, seed=1)
-    with pytest.raises(IncompatibleSketchError, match="^cannot merge a sketch with itself$"):
-        a.merge(a)
-    with pytest.raises(IncompatibleSketchError, match="^can only merge an ECMSketch with another ECMSketch$"):
-        a.merge(object())
-    msg = "^cannot merge ECM sketches with different epsilon, delta, window, purpose or seed$"
-    for other in [ECMSketch(0.2, 0.1, 100, seed=1), ECMSketch(0.1, 0.2, 100, seed=1),
-                  ECMSketch(0.1, 0.1, 101, seed=1), ECMSketch(0.1, 0.1, 100, seed=2),
-                  ECMSketch(0.1, 0.1, 100, seed=1, purpose="inner")]:
-        with pytest.raises(IncompatibleSketchError, match=msg):
-            a.merge(other)
 
 
 def test_merge_with_empty_and_disjoint_clocks():
@@ -381,15 +352,6 @@ def _small():
     sk.update(np.array([3, 1, 2, 40, 40, 7]), np.array([1, 2, 3, 1, 1, 9], np.uint64),
               np.array([1, 2, 3, 4, 0.5, 6]))
     return sk
-
-
-def test_every_truncation_is_refused():
-    blob = _small().to_bytes()
-    for n in range(len(blob)):
-        with pytest.raises(CorruptSketchError):
-            ECMSketch.from_bytes(blob[:n])
-    with pytest.raises(CorruptSketchError):
-        ECMSketch.from_bytes(blob + b"\0")
 
 
 def test_corruptions_are_refused_or_harmless():

@@ -19,8 +19,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sketches._randomized_wave_kernels import hashes_of, levels_of
-from sketches.base import HEADER_SIZE, CorruptSketchError, Family, IncompatibleSketchError, SketchError, pack_header
+from sketches.base import HEADER_SIZE, CorruptSketchError, Family, SketchError, pack_header
 from sketches.randomized_wave import RandomizedWave, per_instance_failure, suggest_sizes
+from tests.strategies import arrival_order
 
 P = (1 << 61) - 1
 SMALL = dict(epsilon=0.9, delta=0.5, window=10_000)  # C = 17: many full levels on small streams
@@ -34,14 +35,7 @@ def streams(draw, max_n=2500):
     universe = draw(st.sampled_from([1, 10, 300, 5000, 2**64]))
     seed = draw(st.integers(0, 2**32 - 1))
     rng = np.random.default_rng(seed)
-    ticks = rng.integers(0, span, n)
-    shape = draw(st.sampled_from(["random", "late", "burst", "reverse"]))
-    if shape == "late":
-        ticks = ticks[np.argsort(ticks + rng.pareto(1.0, n) * span / 20)]
-    elif shape == "burst":
-        ticks[rng.random(n) < 0.5] = rng.integers(0, span)
-    elif shape == "reverse":
-        ticks = np.sort(ticks)[::-1]
+    ticks = arrival_order(draw, rng, n, span)
     if universe == 2**64:
         keys = rng.integers(0, 2**64, n, dtype=np.uint64)
         keys[rng.random(n) < 0.3] = keys[0] if n else 0  # duplicates of one key
@@ -385,20 +379,6 @@ def test_query_and_update_validation():
     assert sk.query(0, 50).estimate == 2 and sk.query(11, 50).estimate == 1
 
 
-def test_merge_refusals_have_fixed_messages():
-    a = RandomizedWave(0.1, 0.05, 100, seed=1)
-    with pytest.raises(IncompatibleSketchError, match="^cannot merge a sketch with itself$"):
-        a.merge(a)
-    with pytest.raises(IncompatibleSketchError, match="^can only merge a RandomizedWave$"):
-        a.merge(object())
-    msg = "^cannot merge randomized waves with different epsilon, delta, window, seed or max_distinct$"
-    for other in [RandomizedWave(0.1, 0.05, 100, seed=2), RandomizedWave(0.2, 0.05, 100, seed=1),
-                  RandomizedWave(0.1, 0.01, 100, seed=1), RandomizedWave(0.1, 0.05, 99, seed=1),
-                  RandomizedWave(0.1, 0.05, 100, seed=1, max_distinct=10)]:
-        with pytest.raises(IncompatibleSketchError, match=msg):
-            a.merge(other)
-
-
 def test_copy_repr_nbytes_and_round_trip():
     rng = np.random.default_rng(5)
     sk = RandomizedWave(**SMALL, seed=4)
@@ -420,17 +400,6 @@ def _small_blob():
     rng = np.random.default_rng(8)
     sk.update(rng.integers(0, 300, 400), rng.integers(0, 200, 400).astype(np.uint64))
     return sk.to_bytes()
-
-
-def test_every_truncation_and_padding_is_refused():
-    blob = _small_blob()
-    for cut in range(len(blob)):
-        with pytest.raises(CorruptSketchError):
-            RandomizedWave.from_bytes(blob[:cut])
-    with pytest.raises(CorruptSketchError):
-        RandomizedWave.from_bytes(blob + b"\0")
-    with pytest.raises(CorruptSketchError):
-        RandomizedWave.from_bytes("not bytes")
 
 
 def _patched(blob, offset, fmt, value):

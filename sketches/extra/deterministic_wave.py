@@ -15,19 +15,11 @@ import struct
 
 import numpy as np
 
-from sketches import _wave_kernels as K
-from sketches._eh_kernels import TICK_LIMIT
-from sketches.base import (
-    HEADER_SIZE,
-    CorruptSketchError,
-    Estimate,
-    Family,
-    IncompatibleSketchError,
-    SketchError,
-    pack_header,
-    unpack_header,
-)
-from sketches.exponential_histogram import (
+from sketches.extra import _wave_kernels as K
+from sketches.extra._eh_kernels import TICK_LIMIT
+from sketches._bytes import HEADER_SIZE, Reader
+from sketches.base import CorruptSketchError, Estimate, Family, Sketch, SketchError
+from sketches.extra.exponential_histogram import (
     NO_CLOCK,
     _as_int,
     _bracket_estimate,
@@ -41,11 +33,6 @@ from sketches.exponential_histogram import (
 __all__ = ["DeterministicWave", "wave_levels", "suggest_max_window_weight"]
 
 METHOD = "deterministic-wave"
-MERGE_SELF = "cannot merge a sketch with itself"
-MERGE_TYPE = "can only merge a DeterministicWave"
-MERGE_PARAMS = (
-    "cannot merge deterministic waves with different epsilon, window or max_window_weight"
-)
 MAX_WINDOW_WEIGHT = 1 << 58
 MIN_EPSILON = 1e-4  # queues hold k + 1 = 1/ε + 1 items per level, allocated up front
 _REBASE_AT = 1 << 61  # partial sums are int64; shift them down before they get near 2^63
@@ -75,7 +62,7 @@ def suggest_max_window_weight(max_rate: float, window: int, max_weight: int = 1)
     return int(math.ceil(max_rate * (window + 1))) * int(max_weight)
 
 
-class DeterministicWave:
+class DeterministicWave(Sketch):
     """ε-relative count or sum of non-negative integers over the window ``[lo, clock]``.
 
     Parameters
@@ -151,6 +138,10 @@ class DeterministicWave:
     >>> m.lower <= 1500 + 3500 <= m.upper, round(m.epsilon, 4)
     (True, 0.21)
     """
+
+    FAMILY = Family.DETERMINISTIC_WAVE
+    WHAT, NOUN = "deterministic wave", "deterministic waves"
+    PARAMS = "epsilon, window or max_window_weight"
 
     def __init__(self, epsilon: float, window: int, max_window_weight: int = 1 << 40):
         epsilon = float(epsilon)
@@ -346,15 +337,15 @@ class DeterministicWave:
         return _bracket_estimate(float(a), float(b), 1.0 / self._k, self._eta, 0.0, METHOD)
 
     # ----------------------------------------------------------------------- merge
-    def merge(self, other: "DeterministicWave") -> "DeterministicWave":
-        """Fold ``other`` into ``self`` (order-preserving aggregation, ECM §5.1)."""
-        return self.merge_many([other])
+    def _merge(self, other: "DeterministicWave") -> None:
+        """Order-preserving aggregation (ECM §5.1), as :meth:`merge_many`."""
+        self.merge_many([other])
 
     def merge_many(self, others) -> "DeterministicWave":
         """Fold several waves into ``self`` at the cost of one aggregation level."""
         others = list(others)
         for o in others:
-            self._check_mergeable(o)
+            self.check_mergeable(o)
         parts = [p for p in [self, *others] if not p.is_empty]
         if not parts:
             return self
@@ -409,13 +400,9 @@ class DeterministicWave:
         pw = np.concatenate([half[keep], gap - half + v])
         return pt, pw, rho
 
-    def _check_mergeable(self, other) -> None:
-        if other is self:
-            raise IncompatibleSketchError(MERGE_SELF)
-        if not isinstance(other, DeterministicWave):
-            raise IncompatibleSketchError(MERGE_TYPE)
-        if (other._eps, other._window, other._u) != (self._eps, self._window, self._u):
-            raise IncompatibleSketchError(MERGE_PARAMS)
+
+    def _params(self) -> tuple:
+        return (self._eps, self._window, self._u)
 
     # --------------------------------------------------------------- serialization
     # Payload, little endian (after the 16-byte header of sketches.base):
@@ -430,25 +417,21 @@ class DeterministicWave:
     #
     #   flags bit 0: an event was seen; bit 1: overflowed. Expired items are folded into
     #   the floor (the newest item before the window), which is all a query reads of them.
-    def to_bytes(self) -> bytes:
+    def _payload(self) -> bytes:
         lv, p, v, z, fp, fz = self._live()
         sc = self._sc
         flags = int(sc[4]) | (int(sc[5]) << 1)
-        payload = b"".join([
+        return b"".join([
             _FIXED.pack(self._eps, self._window, self._u, sc[0], sc[1], fp, fz, self._eta,
                         flags, p.size),
             p.astype("<i8").tobytes(), v.astype("<i8").tobytes(), z.astype("<i8").tobytes(),
             lv.astype("u1").tobytes(),
         ])
-        return pack_header(Family.DETERMINISTIC_WAVE, len(payload)) + payload
 
     @classmethod
-    def from_bytes(cls, data) -> "DeterministicWave":
-        _, payload = unpack_header(data, Family.DETERMINISTIC_WAVE)
-        if len(payload) < _FIXED.size:
-            raise CorruptSketchError("deterministic wave payload truncated")
-        eps, window, u, clock, total, fp, fz, eta, flags, n = _FIXED.unpack_from(payload)
-        if len(payload) != _FIXED.size + 25 * n:
+    def _read(cls, rd: Reader) -> "DeterministicWave":
+        eps, window, u, clock, total, fp, fz, eta, flags, n = rd.unpack(_FIXED)
+        if rd.left() != 25 * n:
             raise CorruptSketchError("deterministic wave item arrays have the wrong length")
         if (not MIN_EPSILON <= eps < 1.0 or not 0 <= window < TICK_LIMIT
                 or not 1 <= u <= MAX_WINDOW_WEIGHT):
@@ -464,11 +447,8 @@ class DeterministicWave:
             raise CorruptSketchError("deterministic wave clock or sums out of range")
         if not (fp < clock - window or fz == 0):
             raise CorruptSketchError("deterministic wave floor inside the window")
-        o = _FIXED.size
-        p = np.frombuffer(payload, "<i8", n, o).astype(np.int64)
-        v = np.frombuffer(payload, "<i8", n, o + 8 * n).astype(np.int64)
-        z = np.frombuffer(payload, "<i8", n, o + 16 * n).astype(np.int64)
-        lv = np.frombuffer(payload, "u1", n, o + 24 * n).astype(np.int64)
+        p, v, z = (rd.array("<i8", n).astype(np.int64) for _ in range(3))
+        lv = rd.array("u1", n).astype(np.int64)
         if n and (lv.max() >= sk._levels
                   or np.any(np.bincount(lv, minlength=sk._levels) > sk._caps)):
             raise CorruptSketchError("deterministic wave levels overfull or out of range")

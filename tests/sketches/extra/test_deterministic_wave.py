@@ -7,8 +7,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sketches.base import CorruptSketchError, IncompatibleSketchError, SketchError
-from sketches.deterministic_wave import DeterministicWave, suggest_max_window_weight, wave_levels
+from sketches.base import CorruptSketchError, SketchError
+from sketches.extra.deterministic_wave import DeterministicWave, suggest_max_window_weight, wave_levels
+from tests.strategies import merge_tree
 
 SETTINGS = settings(max_examples=250, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -150,25 +151,6 @@ def split(ticks, weights, rng, parts, how):
     return [(ticks[owner == i], weights[owner == i]) for i in range(parts)]
 
 
-def tree_merge(sketches, shape, rng):
-    items = list(sketches)
-    if shape == "flat":
-        return items[0].merge_many(items[1:])
-    if shape == "chain":
-        root = items[0]
-        for s in items[1:]:
-            root.merge(s)
-        return root
-    while len(items) > 1:
-        if shape == "random":
-            rng.shuffle(items)
-        nxt = [items[i].merge(items[i + 1]) for i in range(0, len(items) - 1, 2)]
-        if len(items) % 2:
-            nxt.append(items[-1])
-        items = nxt
-    return items[0]
-
-
 @SETTINGS
 @given(streams(1500), EPS, st.sampled_from([5, 300, 10**5]), st.integers(2, 64),
        st.sampled_from(["flat", "chain", "balanced", "random"]), st.sampled_from(["random", "time"]))
@@ -180,7 +162,7 @@ def test_merged_bounds_hold(data, eps, window, parts, shape, how):
         s = DeterministicWave(eps, window, u)
         s.update(t, w)
         sketches.append(s)
-    root = tree_merge(sketches, shape, rng)
+    root = merge_tree(sketches, shape, rng)
     if not ticks.size:
         assert root.is_empty
         return
@@ -279,19 +261,6 @@ def small_sketch():
     return sk
 
 
-def test_every_truncation_is_refused():
-    blob = small_sketch().to_bytes()
-    for n in range(len(blob)):
-        with pytest.raises(CorruptSketchError):
-            DeterministicWave.from_bytes(blob[:n])
-    with pytest.raises(CorruptSketchError):
-        DeterministicWave.from_bytes(blob + b"\0")
-    empty = DeterministicWave(0.3, 40, 100).to_bytes()
-    for n in range(len(empty)):
-        with pytest.raises(CorruptSketchError):
-            DeterministicWave.from_bytes(empty[:n])
-
-
 def test_corrupt_bytes_never_crash():
     blob = small_sketch().to_bytes()
     rng = np.random.default_rng(11)
@@ -331,19 +300,6 @@ def test_specific_corruptions_are_refused():
     bad[16 + 56: 16 + 64] = np.array([np.nan]).tobytes()
     with pytest.raises(CorruptSketchError):
         DeterministicWave.from_bytes(bytes(bad))
-
-
-def test_merge_refusals_have_fixed_messages():
-    a = DeterministicWave(0.1, 100, 1000)
-    with pytest.raises(IncompatibleSketchError, match="^cannot merge a sketch with itself$"):
-        a.merge(a)
-    with pytest.raises(IncompatibleSketchError, match="^can only merge a DeterministicWave$"):
-        a.merge(object())
-    msg = "^cannot merge deterministic waves with different epsilon, window or max_window_weight$"
-    for other in (DeterministicWave(0.2, 100, 1000), DeterministicWave(0.1, 99, 1000),
-                  DeterministicWave(0.1, 100, 1001)):
-        with pytest.raises(IncompatibleSketchError, match=msg):
-            a.merge(other)
 
 
 def test_out_of_order_is_refused_and_leaves_state_unchanged():

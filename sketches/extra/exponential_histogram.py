@@ -7,7 +7,7 @@ sliding windows.* SIAM J. Computing. Used as in Papapetrou, Garofalakis and Deli
 §4.2.1 (time-based windows) and §5.1 (aggregation, Theorem 4, multi-level aggregation).
 
 The helpers at the bottom (batch coercion, query checks, the bracket of a relative estimate)
-are shared with :mod:`sketches.deterministic_wave`.
+are shared with :mod:`sketches.extra.deterministic_wave`.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import struct
 
 import numpy as np
 
-from sketches._eh_kernels import (
+from sketches.extra._eh_kernels import (
     TICK_LIMIT,
     check_invariant,
     compress,
@@ -27,24 +27,13 @@ from sketches._eh_kernels import (
     scan_batch,
     suffix,
 )
-from sketches.base import (
-    HEADER_SIZE,
-    CorruptSketchError,
-    Estimate,
-    Family,
-    IncompatibleSketchError,
-    SketchError,
-    pack_header,
-    unpack_header,
-)
+from sketches._bytes import HEADER_SIZE, Reader
+from sketches.base import CorruptSketchError, Estimate, Family, Sketch, SketchError, integer_ticks
 
 __all__ = ["ExponentialHistogram", "suggest_epsilon", "max_buckets"]
 
 METHOD = "exponential-histogram"
 NO_CLOCK = -(1 << 63)  # clock of a sketch that has seen no event
-MERGE_SELF = "cannot merge a sketch with itself"
-MERGE_TYPE = "can only merge an ExponentialHistogram"
-MERGE_PARAMS = "cannot merge exponential histograms with different epsilon or window"
 _U = 2.0**-53  # unit roundoff of float64
 _MAX_DEPTH = 4096
 _MAX_SUM = 1e300  # keeps every sum, and the bounds derived from it, finite
@@ -75,7 +64,7 @@ def max_buckets(epsilon: float, max_window_weight: float, min_weight: float = 1.
     return int(2 * math.ceil(math.log(max(r, 1.0)) / math.log1p(2.0 * epsilon)) + 2)
 
 
-class ExponentialHistogram:
+class ExponentialHistogram(Sketch):
     """ε-relative sum (or count) of the events of a time window ``[lo, clock]``.
 
     Parameters
@@ -162,6 +151,10 @@ class ExponentialHistogram:
     >>> ExponentialHistogram.from_bytes(eh.to_bytes()).query(1500, 1999) == m
     True
     """
+
+    FAMILY = Family.EXPONENTIAL_HISTOGRAM
+    WHAT, NOUN = "exponential histogram", "exponential histograms"
+    PARAMS = "epsilon or window"
 
     def __init__(self, epsilon: float, window: int):
         epsilon = float(epsilon)
@@ -318,15 +311,15 @@ class ExponentialHistogram:
         return _bracket_estimate(a, a + s, self._eps, eta, g, METHOD)
 
     # ----------------------------------------------------------------------- merge
-    def merge(self, other: "ExponentialHistogram") -> "ExponentialHistogram":
-        """Fold ``other`` into ``self`` (order-preserving aggregation, ECM §5.1)."""
-        return self.merge_many([other])
+    def _merge(self, other: "ExponentialHistogram") -> None:
+        """Order-preserving aggregation (ECM §5.1), as :meth:`merge_many`."""
+        self.merge_many([other])
 
     def merge_many(self, others) -> "ExponentialHistogram":
         """Fold several histograms into ``self`` at the cost of one aggregation level."""
         others = list(others)
         for o in others:
-            self._check_mergeable(o)
+            self.check_mergeable(o)
         parts = [p for p in [self, *others] if not p.is_empty]
         if not parts:
             return self
@@ -349,13 +342,9 @@ class ExponentialHistogram:
         self._m = compress(self._st, self._en, self._w, self._m, self._two_eps, horizon)
         return self
 
-    def _check_mergeable(self, other) -> None:
-        if other is self:
-            raise IncompatibleSketchError(MERGE_SELF)
-        if not isinstance(other, ExponentialHistogram):
-            raise IncompatibleSketchError(MERGE_TYPE)
-        if other._eps != self._eps or other._window != self._window:
-            raise IncompatibleSketchError(MERGE_PARAMS)
+
+    def _params(self) -> tuple:
+        return (self._eps, self._window)
 
     def _concatenate(self, live) -> None:
         # Exact: each part's buckets keep their newer weight or gain some (proof above).
@@ -397,24 +386,20 @@ class ExponentialHistogram:
     #
     #   buckets: i64[m] first tick, then i64[m] last tick, then f64[m] weight, oldest
     #   first. clock = -2^63 marks an empty sketch; flags bit 0: all weights integral.
-    def to_bytes(self) -> bytes:
+    def _payload(self) -> bytes:
         m = self._m
-        payload = b"".join([
+        return b"".join([
             _FIXED.pack(self._eps, self._window, self._clock, self._depth,
                         int(self._integral), self._terms, m),
             self._st[:m].astype("<i8").tobytes(),
             self._en[:m].astype("<i8").tobytes(),
             self._w[:m].astype("<f8").tobytes(),
         ])
-        return pack_header(Family.EXPONENTIAL_HISTOGRAM, len(payload)) + payload
 
     @classmethod
-    def from_bytes(cls, data) -> "ExponentialHistogram":
-        _, payload = unpack_header(data, Family.EXPONENTIAL_HISTOGRAM)
-        if len(payload) < _FIXED.size:
-            raise CorruptSketchError("exponential histogram payload truncated")
-        eps, window, clock, depth, flags, terms, m = _FIXED.unpack_from(payload)
-        if len(payload) != _FIXED.size + 24 * m:
+    def _read(cls, rd: Reader) -> "ExponentialHistogram":
+        eps, window, clock, depth, flags, terms, m = rd.unpack(_FIXED)
+        if rd.left() != 24 * m:
             raise CorruptSketchError("exponential histogram bucket arrays have the wrong length")
         if not (0.0 < eps < 1.0) or not 0 <= window < TICK_LIMIT:
             raise CorruptSketchError("exponential histogram parameters out of range")
@@ -425,10 +410,8 @@ class ExponentialHistogram:
                 raise CorruptSketchError("empty exponential histogram with content")
         elif not -TICK_LIMIT < clock < TICK_LIMIT:
             raise CorruptSketchError("exponential histogram clock out of range")
-        o = _FIXED.size
-        st = np.frombuffer(payload, "<i8", m, o).astype(np.int64)
-        en = np.frombuffer(payload, "<i8", m, o + 8 * m).astype(np.int64)
-        w = np.frombuffer(payload, "<f8", m, o + 16 * m).astype(np.float64)
+        st, en = (rd.array("<i8", m).astype(np.int64) for _ in range(2))
+        w = rd.array("<f8", m).astype(np.float64)
         sk = cls(eps, window)
         if m:
             if en[-1] > clock or en[0] < clock - window or st[0] <= -TICK_LIMIT:
@@ -451,11 +434,7 @@ def _as_int(x, name: str) -> int:
 
 
 def _coerce_ticks(ticks) -> np.ndarray:
-    t = np.asarray(ticks)
-    if t.ndim != 1:
-        raise SketchError("ticks must be a one-dimensional array")
-    if t.size and t.dtype.kind not in "iu":
-        raise SketchError("ticks must be integers (time is in integer ticks)")
+    t = integer_ticks(ticks)
     if t.size and t.dtype.kind == "u" and int(t.max()) >= TICK_LIMIT:
         raise SketchError("ticks must lie in (-2^62, 2^62)")
     return np.ascontiguousarray(t, dtype=np.int64)

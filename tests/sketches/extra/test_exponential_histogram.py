@@ -9,8 +9,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sketches.base import CorruptSketchError, IncompatibleSketchError, SketchError
-from sketches.exponential_histogram import ExponentialHistogram, max_buckets, suggest_epsilon
+from sketches.base import CorruptSketchError, SketchError
+from sketches.extra.exponential_histogram import ExponentialHistogram, max_buckets, suggest_epsilon
+from tests.strategies import merge_tree
 
 SETTINGS = settings(max_examples=300, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -142,27 +143,6 @@ def split(ticks, weights, rng, parts, how):
     return [(ticks[owner == i], weights[owner == i]) for i in range(parts)]
 
 
-def tree_merge(sketches, shape, rng):
-    """Merge in a given tree shape; returns the root."""
-    items = list(sketches)
-    if shape == "flat":
-        root = items[0]
-        return root.merge_many(items[1:])
-    if shape == "chain":
-        root = items[0]
-        for s in items[1:]:
-            root.merge(s)
-        return root
-    while len(items) > 1:  # "balanced" or "random" pairing
-        if shape == "random":
-            rng.shuffle(items)
-        nxt = [items[i].merge(items[i + 1]) for i in range(0, len(items) - 1, 2)]
-        if len(items) % 2:
-            nxt.append(items[-1])
-        items = nxt
-    return items[0]
-
-
 @SETTINGS
 @given(streams(1500), EPS, st.sampled_from([5, 300, 10**5]), st.integers(2, 64),
        st.sampled_from(["flat", "chain", "balanced", "random"]), st.sampled_from(["random", "time"]))
@@ -174,7 +154,7 @@ def test_merged_bounds_hold(data, eps, window, parts, shape, how):
         s = ExponentialHistogram(eps, window)
         s.update(t, w)
         sketches.append(s)
-    root = tree_merge(sketches, shape, rng)
+    root = merge_tree(sketches, shape, rng)
     if not ticks.size:
         assert root.is_empty
         return
@@ -242,15 +222,6 @@ def small_sketch():
     return sk
 
 
-def test_every_truncation_is_refused():
-    blob = small_sketch().to_bytes()
-    for n in range(len(blob)):
-        with pytest.raises(CorruptSketchError):
-            ExponentialHistogram.from_bytes(blob[:n])
-    with pytest.raises(CorruptSketchError):
-        ExponentialHistogram.from_bytes(blob + b"\0")
-
-
 def test_corrupt_bytes_never_crash_or_break_invariants():
     blob = bytearray(small_sketch().to_bytes())
     rng = np.random.default_rng(7)
@@ -294,19 +265,6 @@ def test_specific_corruptions_are_refused():
         b[o: o + 8] = np.int64(sk.clock - sk.window).tobytes()
         b[w_off: w_off + 8] = np.float64(1e6).tobytes()
     refused(huge)
-
-
-def test_merge_refusals_have_fixed_messages():
-    a = ExponentialHistogram(0.1, 100)
-    with pytest.raises(IncompatibleSketchError, match="^cannot merge a sketch with itself$"):
-        a.merge(a)
-    with pytest.raises(IncompatibleSketchError, match="^can only merge an ExponentialHistogram$"):
-        a.merge(object())
-    msg = "^cannot merge exponential histograms with different epsilon or window$"
-    with pytest.raises(IncompatibleSketchError, match=msg):
-        a.merge(ExponentialHistogram(0.2, 100))
-    with pytest.raises(IncompatibleSketchError, match=msg):
-        a.merge(ExponentialHistogram(0.1, 101))
 
 
 def test_out_of_order_is_refused_and_leaves_state_unchanged():
@@ -374,7 +332,7 @@ def test_estimate_is_useful_not_trivial():
 @given(streams(2000), EPS, st.sampled_from([3, 60, 2000]))
 def test_reconstructed_log_is_within_epsilon(data, eps, window):
     """ECM §5.1 Lemma 1: half of each bucket at each end errs by at most ε·x at any lo."""
-    from sketches._eh_kernels import reconstruct
+    from sketches.extra._eh_kernels import reconstruct
 
     ticks, weights, rng = data
     sk = ExponentialHistogram(eps, window)

@@ -18,22 +18,13 @@ import numba as nb
 import numpy as np
 
 from sketches._ecm_kernels import NO_CLOCK, _cell
-from sketches.base import (
-    HEADER_SIZE,
-    CorruptSketchError,
-    Estimate,
-    Family,
-    SketchError,
-    pack_header,
-    unpack_header,
-)
-from sketches.ecm import FORMAT, CellSketch, _check_seed, _check_unit, _check_window, as_batch
+from sketches._bytes import Reader
+from sketches.base import CorruptSketchError, Estimate, SketchError
+from sketches.ecm import CellSketch, _check_seed, _check_unit, _check_window, as_batch
 
 __all__ = ["DyadicECM"]
 
 METHOD = "dyadic-ecm/dyadic-exponential-histogram"
-_MERGE_TYPE = "can only merge a DyadicECM with another DyadicECM"
-_MERGE_PARAMS = "cannot merge dyadic ECM sketches with different epsilon, delta, window, levels or seed"
 _MAX_FRONTIER = 1 << 20
 
 
@@ -191,7 +182,10 @@ class DyadicECM(CellSketch):
     True
     """
 
-    _KIND = 1
+    KIND = 1  # header flags: which class of the ECM family the blob holds
+    WHAT, NOUN = "dyadic ECM sketch", "dyadic ECM sketches"
+    PARAMS = "epsilon, delta, window, levels or seed"
+
     _SALT = 0xD7AD
     _method = METHOD
     # parameters (little endian): f64 epsilon | f64 delta | i64 window | u64 seed | u8 levels | 7 x u8 zero
@@ -391,15 +385,8 @@ class DyadicECM(CellSketch):
         return res
 
     # -- merging, copies, bytes ------------------------------------------------------------
-    def _compatible(self, other) -> bool:
-        return (self.epsilon, self.delta, self.window, self.levels, self.seed) == \
-            (other.epsilon, other.delta, other.window, other.levels, other.seed)
-
-    def merge(self, other: "DyadicECM") -> "DyadicECM":
-        """Fold ``other`` (same parameters and seed) into this sketch; returns self."""
-        self._merge_checks(other, _MERGE_TYPE, _MERGE_PARAMS)
-        self._merge_state(other)
-        return self
+    def _params(self) -> tuple:
+        return (self.epsilon, self.delta, self.window, self.levels, self.seed)
 
     def copy(self) -> "DyadicECM":
         other = DyadicECM(self.epsilon, self.delta, self.window, self.levels, self.seed)
@@ -408,30 +395,17 @@ class DyadicECM(CellSketch):
 
     # Blob: 16-byte header (family ECM, flags = 1) | parameters (_PARAMS) | state block
     # (drawn in sketches.ecm.CellSketch).
-    def to_bytes(self) -> bytes:
-        payload = self._PARAMS.pack(self.epsilon, self.delta, self.window, self.seed, self.levels) + self._state_bytes()
-        return pack_header(Family.ECM, len(payload), fmt=FORMAT, flags=self._KIND) + payload
-
-    @property
-    def nbytes(self) -> int:
-        """Serialized size in bytes (``len(to_bytes())``)."""
-        return HEADER_SIZE + self._PARAMS.size + self._state_size()
+    def _payload(self) -> bytes:
+        return self._PARAMS.pack(self.epsilon, self.delta, self.window, self.seed, self.levels) + self._state_bytes()
 
     @classmethod
-    def from_bytes(cls, data) -> "DyadicECM":
-        flags, payload = unpack_header(data, Family.ECM, fmt=FORMAT)
-        if flags != cls._KIND:
-            raise CorruptSketchError("blob is not a DyadicECM")
-        if len(payload) < cls._PARAMS.size:
-            raise CorruptSketchError("dyadic ECM blob truncated in its parameters")
-        eps, delta, window, seed, levels = cls._PARAMS.unpack_from(payload)
-        if bytes(payload[cls._PARAMS.size - 7:cls._PARAMS.size]) != bytes(7):
+    def _read(cls, rd: Reader) -> "DyadicECM":
+        raw = rd.take(cls._PARAMS.size)
+        eps, delta, window, seed, levels = cls._PARAMS.unpack(raw)
+        if raw[-7:] != bytes(7):
             raise CorruptSketchError("dyadic ECM blob has non-zero padding")
-        try:
-            sk = cls(eps, delta, window, levels, seed)
-        except (ValueError, ArithmeticError) as e:  # SketchError, or sizes that do not compute
-            raise CorruptSketchError(f"dyadic ECM blob has invalid parameters: {e}") from None
-        sk._load_state(payload, cls._PARAMS.size)
+        sk = cls(eps, delta, window, levels, seed)
+        sk._load_state(rd)
         return sk
 
     def __repr__(self) -> str:

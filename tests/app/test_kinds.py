@@ -1,0 +1,108 @@
+"""The table of query kinds: every route, alert rule and answer reads it; the inner
+product is a registered kind over two streams (``GET /v1/inner-product?streams=A,B``)."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+import app.kinds  # noqa: F401  (registers the kinds)
+from app.alerts.rules import ALERT_QUERIES, AlertCreate
+from app.answers import QUERY_KINDS, QueryError, answer_streams, lookup, streams_of
+from tests import strategies as S
+from tests.conftest import TEST_SECRET
+from tidemark.streams import StreamConfig
+from workers.publish import Publisher
+
+_names = (f"kinds-{i}" for i in itertools.count())
+CONFIG = StreamConfig(max_window=100.0, epsilon=0.1, delta=0.1)
+
+
+def _case(rng, n, config=CONFIG):
+    ts = sorted(rng.uniform(0, 100, n).round(3).tolist())
+    keys = [S.KEYS[min(rng.integers(0, len(S.KEYS), 2))] for _ in range(n)]
+    return S.Case(config, ts, keys, [1.0] * n, [1.0] * n, rng.integers(0, 3, n).tolist())
+
+
+def _status(case):
+    return {**S.status(case), "sketch_version": 7 if case.ts else 0}
+
+
+def test_the_table_names_every_kind_once_and_what_alerts_may_watch():
+    assert {"count", "sum", "distinct", "frequency", "heavy-hitters", "self-join", "inner-product",
+            "quantiles", "distribution", "decayed-sum"} <= set(QUERY_KINDS)
+    assert all(q.name == n for n, q in QUERY_KINDS.items())
+    assert [n for n, q in QUERY_KINDS.items() if q.streams != 1] == ["inner-product"]
+    assert set(ALERT_QUERIES) == {"count", "sum", "frequency", "distinct", "self-join", "inner-product",
+                                  "quantiles", "decayed-sum"}
+    assert AlertCreate.model_json_schema()["properties"]["query"]["enum"] == list(ALERT_QUERIES)
+
+
+def test_lookup_and_stream_names_are_the_callers_mistakes_when_wrong():
+    with pytest.raises(QueryError, match=r"^inner-product is a query over 2 streams: GET /v1/inner-product\?streams=A,B$"):
+        lookup("inner-product", streams=1)
+    with pytest.raises(QueryError, match="^unknown query 'nope'; known: count, ") as e:
+        lookup("nope", streams=1)
+    assert "inner-product" not in str(e.value)
+    ip = lookup("inner-product")
+    assert streams_of(ip, None, {"streams": " a , b "}) == ["a", "b"]
+    for bad in ("", "a", "a,b,c", ",,"):
+        with pytest.raises(QueryError, match="inner-product needs streams=A,B"):
+            streams_of(ip, None, {"streams": bad})
+    assert streams_of(lookup("count"), "s", {"streams": "x,y"}) == ["s"]
+
+
+def test_the_inner_product_brackets_the_exact_sum_of_products():
+    """Over 40 independent pairs of streams the bound (confidence 1 − δ = 0.9) misses the
+    brute-force Σ f_A·f_B rarely; a window's lower reading never exceeds its upper."""
+    rng = np.random.default_rng(5)
+    misses = 0
+    for trial in range(40):
+        a, b = _case(rng, int(rng.integers(0, 60))), _case(rng, int(rng.integers(0, 60)))
+        w, at = float(rng.uniform(1, 100)), 100.0
+        read = [(S.summarize(c, seed=trial), _status(c)) for c in (a, b)]
+        body = answer_streams("inner-product", ["a", "b"], [CONFIG, CONFIG], read, {"window": w, "at": at})
+        fa, fb = (S.frequencies(c, S.in_window(c, w, at)) for c in (a, b))
+        truth = sum(fa[k] * fb.get(k, 0) for k in fa)
+        bound = body["bound"]
+        assert bound["lower"] <= body["estimate"] <= bound["upper"]
+        assert body["streams"] == ["a", "b"] and body["as_of"]["sketch_versions"] == {
+            "a": read[0][1]["sketch_version"], "b": read[1][1]["sketch_version"]}
+        if not a.ts or not b.ts:
+            assert body["estimate"] == bound["upper"] == 0.0 == truth
+        misses += not bound["lower"] <= truth <= bound["upper"]
+    assert misses <= 8
+
+
+def test_the_two_streams_must_share_a_sketch_shape():
+    rng = np.random.default_rng(1)
+    a, b = _case(rng, 5), _case(rng, 5, StreamConfig(max_window=100.0, epsilon=0.2, delta=0.1))
+    read = [(S.summarize(c), _status(c)) for c in (a, b)]
+    with pytest.raises(QueryError, match="same epsilon, delta, max_window and resolution"):
+        answer_streams("inner-product", ["a", "b"], [a.config, b.config], read, {})
+
+
+def test_routes_come_from_the_table(api, redis_url):
+    """``/v1/inner-product`` answers as the table's kind does; the one-stream route names it."""
+    rng = np.random.default_rng(2)
+    p = Publisher(redis_url)
+    names = [next(_names), next(_names)]
+    cases = [_case(rng, 40), _case(rng, 30)]
+    with api.client() as c:
+        for name, case in zip(names, cases):
+            c.put(f"/v1/streams/{name}", json={"max_window": "100s", "epsilon": 0.1, "delta": 0.1}).raise_for_status()
+            for shard, summary in S.shard_summaries(case, secret=TEST_SECRET).items():
+                p.publish_summary(name, summary, version=1, events=len(case.ts), shard=shard)
+        got = c.get("/v1/inner-product", params={"streams": ",".join(names), "window": "50s"})
+        assert got.status_code == 200, got.text
+        body = got.json()
+        assert body["query"] == "inner-product" and body["streams"] == names
+        assert body["at"] == max(case.clock for case in cases)
+        refused = c.get(f"/v1/streams/{names[0]}/inner-product", params={"streams": ",".join(names)})
+        assert refused.status_code == 422 and "GET /v1/inner-product?streams=A,B" in refused.json()["detail"]
+        one = c.get("/v1/inner-product", params={"streams": names[0]})
+        assert one.status_code == 422
+        missing = c.get("/v1/inner-product", params={"streams": f"{names[0]},{next(_names)}"})
+        assert missing.status_code == 404

@@ -1,0 +1,142 @@
+"""``app.store.Store`` against a real Redis, below Spark: shards merged at read, caching by
+version, declarations, idempotent appends and back-pressure."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+from app.store import Backpressure, Store, StreamConflict, StreamNotFound
+from tests import strategies as S
+from tidemark.streams import StreamConfig
+from workers.publish import Publisher
+
+_names = (f"store-{i}" for i in itertools.count())
+FEW = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                     HealthCheck.function_scoped_fixture])
+
+
+@pytest.fixture(scope="module")
+def store(redis_url):
+    return Store(redis_url, S.secret_of(S.SEED))
+
+
+@pytest.fixture(scope="module")
+def publisher(redis_url):
+    return Publisher(redis_url)
+
+
+def _publish_case(publisher, name, case, version=1):
+    for shard, summary in S.shard_summaries(case).items():
+        n = sum(1 for s in case.shards if s == shard)
+        assert publisher.publish_summary(name, summary, version=version, events=n, shard=shard)
+
+
+@given(S.cases(max_events=30))
+@FEW
+def test_shards_are_merged_at_read_exactly_as_one_summary_of_all(store, publisher, case):
+    name = next(_names)
+    store.declare(name, case.config)
+    _publish_case(publisher, name, case)
+    summary, status = store.summary(name)
+    whole = S.summarize(case)
+    if whole is None:
+        assert summary is None and status["events"] == 0 and status["clock"] is None
+        return
+    assert summary.parts.keys() == whole.parts.keys()
+    for part, sketch in summary.parts.items():
+        if part == "decayed":  # samples with its own random stream: the same events, not bits
+            assert sketch.total_weight == whole[part].total_weight
+        else:
+            assert sketch.to_bytes() == whole[part].to_bytes(), part
+    assert status["events"] == len(case.ts) and status["shards"] == len(set(case.shards))
+    assert status["sketch_version"] == len(set(case.shards))  # the sum of the shard versions
+    assert status["clock"] == summary.clock_seconds
+
+
+def test_a_summary_is_decoded_once_per_version_and_merged_once_per_set(store, publisher):
+    name = next(_names)
+    config = StreamConfig(max_window=60.0)
+    store.declare(name, config)
+    case = S.Case(config, [1.0, 2.0, 3.0, 4.0], ["a", "b", None, "a"], [1.0] * 4, [1.0] * 4, [0, 1, 0, 1])
+    _publish_case(publisher, name, case)
+    first, _ = store.summary(name)
+    again, _ = store.summary(name)
+    assert again is first  # same versions: the cached merge
+    shard0 = store._shards[(name, 0)][2]
+    newer = S.Case(config, [2.0, 5.0], ["b", "c"], [1.0, 1.0], [1.0, 1.0], [1, 1])
+    assert publisher.publish_summary(name, S.shard_summaries(newer)[1], version=2, events=2, shard=1)
+    merged, status = store.summary(name)
+    assert merged is not first and status["sketch_version"] == 3
+    assert store._shards[(name, 0)][2] is shard0  # the unchanged shard was not decoded again
+    assert merged["count"].query(*_all(merged)).estimate == 4.0  # shard 0: 2 events, shard 1 now 2
+
+
+def _all(summary):
+    clock = summary["count"].clock
+    return clock - summary["count"].window + 1, clock
+
+
+def test_the_cache_holds_at_most_cached_streams(redis_url, publisher):
+    small = Store(redis_url, S.secret_of(S.SEED), cached_streams=1)
+    config = StreamConfig(max_window=60.0)
+    names = [next(_names) for _ in range(3)]
+    for name in names:
+        small.declare(name, config)
+        case = S.Case(config, [1.0], ["a"], [1.0], [1.0], [0])
+        _publish_case(publisher, name, case)
+        assert small.summary(name)[0] is not None
+    assert list(small._merged) == names[-1:]
+    assert {k[0] for k in small._shards} == {names[-1]}
+
+
+def test_declarations_are_kept_and_never_changed(store):
+    name = next(_names)
+    config = StreamConfig(max_window=60.0)
+    assert store.declare(name, config) is True
+    assert store.declare(name, config) is False
+    with pytest.raises(StreamConflict):
+        store.declare(name, StreamConfig(max_window=120.0))
+    assert store.config(name) == config and name in store.names()
+    with pytest.raises(StreamNotFound):
+        store.config(next(_names))
+    with pytest.raises(StreamNotFound):
+        store.summary(next(_names))
+
+
+def test_an_append_with_a_seen_idempotency_key_stores_nothing_and_returns_the_first_receipt(store):
+    name = next(_names)
+    store.declare(name, StreamConfig(max_window=60.0))
+    first = store.append(name, b"chunk-1", 3, 1, 10.0, {"accepted": 3, "rejected": 1}, "key-1")
+    again = store.append(name, b"chunk-2", 5, 0, 20.0, {"accepted": 5, "rejected": 0}, "key-1")
+    assert first == {"accepted": 3, "rejected": 1, "replayed": False}
+    assert again == {"accepted": 3, "rejected": 1, "replayed": True}
+    assert store.pending(name) == 1
+    status = store.status(name)
+    assert status["received"] == 3 and status["rejected"] == 1
+    other = store.append(name, b"chunk-3", 2, 0, 5.0, {"accepted": 2, "rejected": 0}, "key-2")
+    assert not other["replayed"] and store.pending(name) == 2
+    assert float(store.redis.hget(f"{_stats_key(name)}", "clock")) == 10.0  # the clock never falls
+
+
+def _stats_key(name):
+    from tidemark import keys
+
+    return keys.ingest_stats(name)
+
+
+def test_back_pressure_refuses_once_too_many_chunks_or_events_wait(redis_url):
+    tight = Store(redis_url, max_pending_chunks=2, max_pending_events=100)
+    name = next(_names)
+    tight.declare(name, StreamConfig(max_window=60.0))
+    for i in range(2):
+        tight.append(name, b"c", 1, 0, float(i), {"accepted": 1})
+    with pytest.raises(Backpressure, match="2 requests"):
+        tight.append(name, b"c", 1, 0, 3.0, {"accepted": 1})
+    events = next(_names)
+    tight.declare(events, StreamConfig(max_window=60.0))
+    tight.append(events, b"c", 100, 0, 1.0, {"accepted": 100})
+    with pytest.raises(Backpressure, match="100 events"):
+        tight.append(events, b"c", 1, 0, 2.0, {"accepted": 1})
