@@ -3,6 +3,8 @@ product is a registered kind over two streams (``GET /v1/inner-product?streams=A
 
 from __future__ import annotations
 
+import time
+
 import itertools
 
 import numpy as np
@@ -95,6 +97,9 @@ def test_routes_come_from_the_table(api, redis_url):
             c.put(f"/v1/streams/{name}", json={"max_window": "100s", "epsilon": 0.1, "delta": 0.1}).raise_for_status()
             for shard, summary in S.shard_summaries(case, secret=TEST_SECRET).items():
                 p.publish_summary(name, summary, version=1, events=len(case.ts), shard=shard)
+        # The API reads a stream's statuses at most every read_ttl (0.25 s) or on the
+        # publish announcement; past that, every shard published above is served.
+        time.sleep(0.6)
         got = c.get("/v1/inner-product", params={"streams": ",".join(names), "window": "50s"})
         assert got.status_code == 200, got.text
         body = got.json()

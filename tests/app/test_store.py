@@ -68,7 +68,9 @@ def test_a_summary_is_decoded_once_per_version_and_merged_once_per_set(store, pu
     shard0 = store._shards[(name, 0)][2]
     newer = S.Case(config, [2.0, 5.0], ["b", "c"], [1.0, 1.0], [1.0, 1.0], [1, 1])
     assert publisher.publish_summary(name, S.shard_summaries(newer)[1], version=2, events=2, shard=1)
-    merged, status = store.summary(name)
+    # A query meanwhile may still be answered from the version before (it is decoded off
+    # the request path); fresh=True waits for the new one, as alert evaluation does.
+    merged, status = store.summary(name, fresh=True)
     assert merged is not first and status["sketch_version"] == 3
     assert store._shards[(name, 0)][2] is shard0  # the unchanged shard was not decoded again
     assert merged["count"].query(*_all(merged)).estimate == 4.0  # shard 0: 2 events, shard 1 now 2
