@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 import re
 from typing import Annotated, Any, Literal
 
@@ -121,8 +122,10 @@ class StreamConfig(BaseModel):
 
     @property
     def window_ticks(self) -> int:
-        """The longest window in ticks (the sketches' ``W``)."""
-        return int(math.ceil(self.max_window / self.resolution))
+        """The longest window in ticks (the sketches' ``W``), in exact arithmetic: the
+        window rule of ``app/windows.py`` is exact, so a float quotient rounded down to a
+        whole number would make the longest window one tick short."""
+        return math.ceil(Fraction(self.max_window) / Fraction(self.resolution))
 
     @property
     def has_values(self) -> bool:
