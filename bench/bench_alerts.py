@@ -172,7 +172,7 @@ def main() -> None:
     ap.add_argument("--profile", help="directory for py-spy raw profiles of each run's API")
     args = ap.parse_args()
     sources = [("this tree", HERE)] + [(s, s) for s in args.src]
-    print(f"| API | rules | streams | webhooks | connections | first | median | last | API CPU |")
+    print("| API | rules | streams | webhooks | connections | first | median | last | API CPU |")
     print("|---|---|---|---|---|---|---|---|---|")
     for i in range(args.runs):
         for label, src in sources:

@@ -190,7 +190,9 @@ class AlertEngine:
                  if streams is None or any(_involves(rule, s) for s in streams)]
         # The announced versions themselves: queries may still be answered from the
         # version before while these decode, alerts wait for them.
-        for stream in sorted(streams if streams is not None else {r.stream for r in rules}):
+        asked = {r.stream for r in rules} | {s for r in rules if r.query == "inner-product"
+                                             for s in str(r.params.get("streams", "")).split(",") if s}
+        for stream in sorted(asked if streams is None else asked & set(streams)):
             try:
                 self.store.summary(stream, fresh=True)
             except Exception:  # the rules asking it say why, one by one
