@@ -111,7 +111,7 @@ def run(src: str, profile: str | None = None) -> dict:
                    "TIDEMARK_RUN_DIR": tmp,
                    "TIDEMARK_API_KEYS": json.dumps([{"key": KEY, "scopes": ["admin"]}]),
                    "TIDEMARK_WEBHOOK_ALLOW_HOSTS": '["127.0.0.1"]'}
-            api = subprocess.Popen([sys.executable, "-m", "tidemark.cli", "api", "--redis",
+            api = subprocess.Popen([sys.executable, "-m", "tidemark_cli", "api", "--redis",
                                     redis_server.url, "--port", str(port)], env=env, cwd=src,
                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             try:

@@ -52,10 +52,10 @@ def main() -> None:
     tmp = tempfile.mkdtemp(prefix="tm-bench-")
     with EmbeddedRedis(f"{tmp}/redis") as redis_server:
         port = free_port()
-        api = subprocess.Popen([sys.executable, "-m", "tidemark.cli", "api", "--redis", redis_server.url,
+        api = subprocess.Popen([sys.executable, "-m", "tidemark_cli", "api", "--redis", redis_server.url,
                                 "--port", str(port)],
                                env={**os.environ, "TIDEMARK_RUN_DIR": tmp, "TIDEMARK_API_KEYS": json.dumps([{"key": KEY, "scopes": ["admin"]}])})
-        worker = subprocess.Popen([sys.executable, "-m", "tidemark.cli", "worker", "--redis",
+        worker = subprocess.Popen([sys.executable, "-m", "tidemark_cli", "worker", "--redis",
                                    redis_server.url, "--checkpoint", f"{tmp}/ckpt"],
                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         base = f"http://127.0.0.1:{port}"

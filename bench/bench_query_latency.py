@@ -209,7 +209,7 @@ def run(src: str, args, versions: list[StreamSummary], profile: str | None) -> d
         port = free_port()
         env = {**os.environ, "PYTHONPATH": src, "TIDEMARK_HASH_SECRET": SECRET.secret.hex(),
                "TIDEMARK_RUN_DIR": tmp, "TIDEMARK_API_KEYS": json.dumps([{"key": KEY, "scopes": ["admin"]}])}
-        api = subprocess.Popen([sys.executable, "-m", "tidemark.cli", "api", "--redis", redis_server.url,
+        api = subprocess.Popen([sys.executable, "-m", "tidemark_cli", "api", "--redis", redis_server.url,
                                 "--port", str(port)], env=env, cwd=src,
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:

@@ -68,7 +68,7 @@ def run(spark, declared: int, active: int, seconds: float) -> dict:
     with EmbeddedRedis(f"{tmp}/redis") as server:
         port = free_port()
         api = subprocess.Popen(
-            [sys.executable, "-m", "tidemark.cli", "api", "--redis", server.url, "--port", str(port)],
+            [sys.executable, "-m", "tidemark_cli", "api", "--redis", server.url, "--port", str(port)],
             env={**os.environ, "TIDEMARK_HASH_SECRET": SECRET.secret.hex(),
                  "TIDEMARK_MAX_PENDING_CHUNKS": "100000", "TIDEMARK_RUN_DIR": tmp,
                  "TIDEMARK_MAX_STREAMS": "100000",

@@ -107,7 +107,7 @@ def test_up_survives_kill_9_of_each_part_counting_every_event_once(tmp_path):
            "TIDEMARK_WORKER_STALE_AFTER": str(STALE_AFTER)}
     env.pop("REDIS_URL", None)
     log = tmp_path / "up.log"
-    up = subprocess.Popen([sys.executable, "-m", "tidemark.cli", "up", "--config", str(config),
+    up = subprocess.Popen([sys.executable, "-m", "tidemark_cli", "up", "--config", str(config),
                            "--port", str(port), "--master", "local[2]"], env=env,
                           stdout=open(log, "wb"), stderr=subprocess.STDOUT, start_new_session=True)
     load, watch = Load(url, key), Watch(url, key)

@@ -418,7 +418,7 @@ def test_a_full_redis_is_a_503_without_its_bytes(tmp_path):
 
 
 def test_stream_names_from_yaml_are_checked_like_path_names(tmp_path):
-    from tidemark.cli import load_streams
+    from tidemark_cli.main import load_streams
     from tidemark.errors import CliError
 
     for bad in ("../etc", "a b", "x" * 65, "-lead", "ünï"):

@@ -17,7 +17,7 @@ from tidemark.redis_server import free_port
 
 
 def _tidemark(*args, **kw):
-    return subprocess.run([sys.executable, "-m", "tidemark.cli", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "tidemark_cli", *args], capture_output=True,
                           text=True, timeout=120, **kw)
 
 
@@ -55,7 +55,7 @@ def test_up_serves_the_configured_streams_and_stops_cleanly(tmp_path):
     env = {**os.environ, "TIDEMARK_RUN_DIR": str(tmp_path / "run"),
            "TIDEMARK_CHECKPOINT": str(tmp_path / "ckpt")}
     env.pop("REDIS_URL", None)
-    proc = subprocess.Popen([sys.executable, "-m", "tidemark.cli", "up", "--config", str(config),
+    proc = subprocess.Popen([sys.executable, "-m", "tidemark_cli", "up", "--config", str(config),
                              "--port", str(port)], stdout=subprocess.PIPE, text=True, env=env,
                             start_new_session=True)
     try:

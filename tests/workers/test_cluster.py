@@ -59,7 +59,7 @@ def test_standalone_cluster_survives_losing_a_worker(tmp_path):
     with EmbeddedRedis(tmp_path / "redis") as server:
         api = ApiServer(server.url).start()
         job = subprocess.Popen(
-            [sys.executable, "-m", "tidemark.cli", "worker", "--redis", server.url,
+            [sys.executable, "-m", "tidemark_cli", "worker", "--redis", server.url,
              "--checkpoint", str(tmp_path / "checkpoint"), "--master", master_url,
              "--partitions", "2"],
             env=env, start_new_session=True, stdout=(tmp_path / "job.log").open("wb"),

@@ -19,7 +19,7 @@ T0 = 1_700_000_000.0
 
 def _worker(redis_url: str, checkpoint: str, log) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "tidemark.cli", "worker", "--redis", redis_url,
+        [sys.executable, "-m", "tidemark_cli", "worker", "--redis", redis_url,
          "--checkpoint", checkpoint, "--master", "local[2]", "--partitions", "2"],
         start_new_session=True, stdout=open(log, "ab"), stderr=subprocess.STDOUT,
         env={**os.environ, "TIDEMARK_HASH_SECRET": TEST_SECRET.secret.hex()},

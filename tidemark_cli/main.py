@@ -60,7 +60,7 @@ def declare_streams(redis_url: str, streams: dict[str, StreamConfig]) -> None:
 
 # -- processes ---------------------------------------------------------------------------
 def _spawn(args: list[str], env: dict | None = None) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "tidemark.cli", *args],
+    return subprocess.Popen([sys.executable, "-m", "tidemark_cli", *args],
                             start_new_session=True, env={**os.environ, **(env or {})})
 
 
