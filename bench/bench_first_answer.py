@@ -49,7 +49,7 @@ def run(src: str, fresh: bool, show_log: bool) -> dict:
            "TIDEMARK_CHECKPOINT": f"{tmp}/checkpoint",
            "TIDEMARK_API_KEYS": json.dumps([{"key": key, "scopes": ["admin"]}])}
     started = time.perf_counter()
-    up = subprocess.Popen([sys.executable, "-m", "tidemark.cli", "up", "--config", str(config),
+    up = subprocess.Popen([sys.executable, "-m", "tidemark_cli", "up", "--config", str(config),
                            "--port", str(port)], env=env, cwd=src, stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, text=True, start_new_session=True)
     log: list[tuple[float, str]] = []
