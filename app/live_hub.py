@@ -22,8 +22,11 @@ class TooManyClients(RuntimeError):
 
 
 class LiveHub:
-    def __init__(self, redis_url: str, max_clients: int, queue_size: int = 64):
+    def __init__(self, redis_url: str, max_clients: int, queue_size: int = 64, prepare=None):
         self.redis_url, self.max_clients, self.queue_size = redis_url, max_clients, queue_size
+        # Called with the stream of each announcement before clients hear of it: the API
+        # decodes the announced version first, so a client asking at once gets it.
+        self.prepare = prepare
         self._clients: set[asyncio.Queue] = set()
         self._task: asyncio.Task | None = None
 
@@ -56,12 +59,21 @@ class LiveHub:
             try:
                 async for note in announcements(self.redis_url):
                     if note:
+                        await self._prepare(note)
                         self._broadcast(note)
             except asyncio.CancelledError:
                 raise
             except Exception as e:  # Redis restarting: subscribe again shortly
                 log.warning("live updates paused: %s", type(e).__name__)
                 await asyncio.sleep(1.0)
+
+    async def _prepare(self, note: dict) -> None:
+        if self.prepare is None or not note.get("stream"):
+            return
+        try:
+            await asyncio.to_thread(self.prepare, note["stream"])
+        except Exception as e:  # the client's own query will say what is wrong
+            log.warning("decoding %s before announcing it failed: %s", note["stream"], type(e).__name__)
 
     async def stop(self) -> None:
         if self._task:

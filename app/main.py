@@ -125,7 +125,8 @@ def create_app(settings: Settings, redis_url: str) -> FastAPI:
     app.state.alerts = AlertStore(redis_url, SecretBox(secret_key(settings)))
     app.state.alert_engine_wake = lambda: None
     app.state.metrics = Metrics()
-    app.state.live_hub = LiveHub(redis_url, settings.max_sse_clients)
+    app.state.live_hub = LiveHub(redis_url, settings.max_sse_clients,
+                                 prepare=lambda name: app.state.store.summary(name, fresh=True))
     app.state.keychain = keychain = Keychain(settings.api_keys)
     if not keychain:
         log.warning("no API key configured (TIDEMARK_API_KEYS): every /v1 request is refused")
