@@ -84,9 +84,14 @@ def _shards(raw: dict) -> dict[int, dict]:
     return {int(k): json.loads(v) for k, v in raw.items()}
 
 
+def _consumed(shards: dict[int, dict]) -> int:
+    """Events the worker has taken from the ingest queue: counted or dropped as late."""
+    return sum(s["events"] + s["late_dropped"] for s in shards.values())
+
+
 def _status(shards: dict[int, dict], ingested: dict) -> Status:
     """A stream's status from its shards' published statuses and the API's counters."""
-    consumed = sum(s["events"] + s["late_dropped"] for s in shards.values())
+    consumed = _consumed(shards)
     clocks = [s["clock"] for s in shards.values() if s.get("clock") is not None]
     sizes: dict[str, int] = {}
     for s in shards.values():
@@ -180,10 +185,9 @@ class Store:
         with self.redis.pipeline(transaction=False) as p:
             p.xlen(keys.ingest(name))
             p.hget(keys.ingest_stats(name), "received")
-            p.hvals(keys.shard_status(name))
+            p.hgetall(keys.shard_status(name))
             chunks, received, shards = p.execute()
-        consumed = sum(json.loads(v)["events"] + json.loads(v)["late_dropped"] for v in shards)
-        waiting = _num(received) - consumed
+        waiting = _num(received) - _consumed(_shards(shards))
         if chunks >= self.max_pending_chunks or waiting >= self.max_pending_events:
             raise Backpressure(
                 f"stream {name!r} has {chunks} requests ({max(waiting, 0)} events) waiting for "
