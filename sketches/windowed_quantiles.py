@@ -95,21 +95,13 @@ from fractions import Fraction
 import numpy as np
 
 from sketches import _windowed_quantile_kernels as K
-from sketches._codec import Reader, Writer
-from sketches.base import (
-    CorruptSketchError,
-    Family,
-    IncompatibleSketchError,
-    SketchError,
-    pack_header,
-    unpack_header,
-)
+from sketches._bytes import Reader, Writer
+from sketches.base import CorruptSketchError, Family, Sketch, SketchError, integer_ticks
 from sketches.splittable_histogram import suggest_alpha
 
 __all__ = ["WindowedQuantiles", "QuantileBracket", "RankTable", "DistributionRow"]
 
 METHOD = "dyadic-histogram/log-buckets"
-FORMAT = 2
 MAX_WINDOW = 2**40
 TICK_LIMIT = 2**61
 EMPTY_CLOCK = -(2**62)
@@ -117,9 +109,6 @@ MIN_INDEXED = 1e-300
 MAX_EVENTS = 2**38  # keeps the collapse test's integer products below 2^63
 SHIFT = 24
 COLLAPSE_SHARE = 0.125  # ε' = ε/8: brackets ~8× tighter than promised, for ~1.7× the bytes
-_MSG_SELF = "cannot merge a sketch with itself"
-_MSG_TYPE = "can only merge a WindowedQuantiles with another WindowedQuantiles"
-_MSG_PARAMS = "cannot merge windowed quantile sketches with different epsilon, window or value_accuracy"
 
 
 @dataclass(frozen=True)
@@ -175,7 +164,7 @@ class DistributionRow:
     cdf_upper: int
 
 
-class WindowedQuantiles:
+class WindowedQuantiles(Sketch):
     """Deterministic quantile brackets over any window ``w ≤ window`` of an asynchronous
     stream; see the module notes for the design and its proof.
 
@@ -205,6 +194,12 @@ class WindowedQuantiles:
     >>> WindowedQuantiles.from_bytes(wq.to_bytes()).to_bytes() == wq.to_bytes()
     True
     """
+
+    FAMILY, FORMAT = Family.WINDOWED_QUANTILES, 2  # format 2: varint nodes and entries
+    WHAT, NOUN = "windowed quantile sketch", "windowed quantile sketches"
+    PARAMS = "epsilon, window or value_accuracy"
+    BATCH = ("ticks", "values")
+    _OWNED = ("_left", "_lg", "_off", "_keys", "_cnts", "_wt")
 
     def __init__(self, epsilon: float, window: int, value_accuracy: float = 0.01):
         epsilon, value_accuracy = float(epsilon), float(value_accuracy)
@@ -259,10 +254,8 @@ class WindowedQuantiles:
         Events older than ``clock − window + 1`` (after the batch) are dropped. Raises
         :class:`SketchError`, changing nothing, on bad input.
         """
-        t = np.asarray(ticks)
+        t = integer_ticks(ticks)
         v = np.asarray(values, dtype=np.float64)
-        if t.ndim != 1 or (t.size and t.dtype.kind not in "iu"):
-            raise SketchError("ticks must be a 1-D array of integers")
         if v.shape != t.shape:
             raise SketchError("ticks and values must have the same length")
         if t.size == 0:
@@ -489,34 +482,20 @@ class WindowedQuantiles:
                                self.value_accuracy, True)
 
     # -- merging ---------------------------------------------------------------------------
-    def merge(self, other: "WindowedQuantiles") -> "WindowedQuantiles":
-        """Fold ``other`` in (the union of the nodes, then a collapse) and return self;
-        refuses itself, another class or other parameters with
-        :class:`IncompatibleSketchError`."""
-        if other is self:
-            raise IncompatibleSketchError(_MSG_SELF)
-        if not isinstance(other, WindowedQuantiles):
-            raise IncompatibleSketchError(_MSG_TYPE)
-        if self._params() != other._params():
-            raise IncompatibleSketchError(_MSG_PARAMS)
+    def _merge(self, other: "WindowedQuantiles") -> None:
+        """Fold a compatible ``other`` in: the union of the nodes, then a collapse (module
+        notes, **Merge**)."""
         if other.is_empty:
-            return self
+            return
         if self.count + other.count >= MAX_EVENTS:
             raise SketchError("too many events in one windowed quantile sketch")
         self._clock = max(self._clock, other._clock)
         live = self._clock - self.window + 1
         self._set(*K.union(*self._lists(), *other._lists(), live))
         self._collapse()
-        return self
 
     def _params(self) -> tuple:
         return (self.epsilon, self.window, self.value_accuracy)
-
-    def copy(self) -> "WindowedQuantiles":
-        sk = WindowedQuantiles.__new__(WindowedQuantiles)
-        sk.__dict__.update(self.__dict__)
-        sk._set(*(a.copy() for a in self._lists()))
-        return sk
 
     @property
     def parts(self) -> int:
@@ -527,10 +506,6 @@ class WindowedQuantiles:
     def is_empty(self) -> bool:
         return self._clock == EMPTY_CLOCK
 
-    @property
-    def nbytes(self) -> int:
-        return len(self.to_bytes())
-
     def __repr__(self) -> str:
         clock = None if self.is_empty else self._clock
         return (f"WindowedQuantiles(epsilon={self.epsilon}, window={self.window}, "
@@ -540,27 +515,22 @@ class WindowedQuantiles:
     # -- bytes -------------------------------------------------------------------------------
     _HEAD = struct.Struct("<dqdqI")
 
-    def to_bytes(self) -> bytes:
+    def _payload(self) -> bytes:
         w = Writer().pack(self._HEAD, self.epsilon, self.window, self.value_accuracy,
                           self._clock, self._left.size)
         if self._left.size:
             w.sorted_ints(self._left).uints(self._lg.view(np.uint64)).uints(np.diff(self._off).view(np.uint64))
             w.uints(K.key_gaps(self._keys, self._off)).uints((self._cnts - 1).view(np.uint64))
-        payload = w.bytes()
-        return pack_header(Family.WINDOWED_QUANTILES, len(payload), fmt=FORMAT) + payload
+        return w.bytes()
 
     @classmethod
-    def from_bytes(cls, data) -> "WindowedQuantiles":
-        """Read a blob of :meth:`to_bytes`; raises :class:`CorruptSketchError` if invalid."""
-        _, payload = unpack_header(data, Family.WINDOWED_QUANTILES, fmt=FORMAT)
-        r = Reader(payload, "windowed quantile")
+    def _read(cls, r: Reader) -> "WindowedQuantiles":
         epsilon, window, accuracy, clock, n = r.unpack(cls._HEAD)
         try:
             sk = cls(epsilon, window, accuracy)
         except SketchError as e:
             raise CorruptSketchError(f"windowed quantile parameters out of range: {e}") from None
         if n == 0:
-            r.done()
             if clock != EMPTY_CLOCK:
                 raise r.fail("has a clock but no events")
             return sk
@@ -578,7 +548,6 @@ class WindowedQuantiles:
             raise r.fail("truncated")
         keys, ok = K.keys_from_gaps(r.uints(ne), off, sk._max_key)
         raw = r.uints(ne)
-        r.done()
         if not ok:
             raise r.fail("has a value key out of range")
         if raw.max() >= np.uint64(MAX_EVENTS):

@@ -388,5 +388,5 @@ def test_misaligned_or_unordered_nodes_are_refused():
 def test_format_1_blobs_are_refused():
     blob = bytearray(WindowedQuantiles(0.1, 100).to_bytes())
     blob[4] = 1  # the header's format byte
-    with pytest.raises(CorruptSketchError):
+    with pytest.raises(CorruptSketchError, match="^unsupported sketch format version 1$"):
         WindowedQuantiles.from_bytes(bytes(blob))
