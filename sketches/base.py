@@ -16,7 +16,8 @@ Every sketch in this package speaks the same verbs (after Apache DataSketches):
 * ``to_bytes()`` / ``from_bytes(data)`` use the header below, validated before
   anything else is read, and one bounds-checked reader (:mod:`sketches._bytes`); a
   corrupt or truncated blob raises :class:`CorruptSketchError` and nothing is half-read;
-* ``is_empty``, ``nbytes`` (serialized size) and a readable ``repr``.
+* ``is_empty``, ``nbytes`` (serialized size) and a readable ``repr`` (the fields a
+  family names in ``SHOWN``).
 
 Byte header shared by all families (little endian, 16 bytes)::
 
@@ -164,6 +165,26 @@ def integer_ticks(ticks):
     return t
 
 
+def window_range(lo, hi, window: int, clock: int | None) -> tuple[int, int]:
+    """``(lo, hi)`` as ints, refused unless ``[lo, hi]`` is a range of at most ``window``
+    ticks that starts at or after ``clock − window + 1`` (older ticks have expired; no
+    clock: nothing has)."""
+    import operator
+
+    try:
+        lo, hi = operator.index(lo), operator.index(hi)
+    except TypeError:
+        raise SketchError("query bounds must be integer ticks") from None
+    if hi < lo:
+        raise SketchError(f"empty range: hi = {hi} < lo = {lo}")
+    if hi - lo + 1 > window:
+        raise SketchError(f"range of {hi - lo + 1} ticks exceeds the window of {window}")
+    if clock is not None and lo < clock - window + 1:
+        raise SketchError(f"range starts at tick {lo}, before clock - window + 1 = "
+                          f"{clock - window + 1}: those ticks have expired")
+    return lo, hi
+
+
 class Batch(NamedTuple):
     """One batch of events, the single input type of :meth:`Sketch.feed`.
 
@@ -196,6 +217,7 @@ class Sketch:
     NOUN: ClassVar[str]  #: ... and in the plural ("splittable histograms")
     PARAMS: ClassVar[str]  #: what must match to merge, in words ("epsilon or window")
     BATCH: ClassVar[tuple[str, ...]] = ("ticks", "weights")  #: ``update``'s columns
+    SHOWN: ClassVar[tuple[str, ...]] = ("epsilon", "window", "clock")  #: what ``repr`` shows
 
     # -- what a family provides ---------------------------------------------------------
     def _params(self) -> tuple:
@@ -250,6 +272,16 @@ class Sketch:
     def nbytes(self) -> int:
         """Serialized size: ``len(to_bytes())``."""
         return len(self.to_bytes())
+
+    def __repr__(self) -> str:
+        """``Family(name=value, ...)`` over ``SHOWN``; an empty sketch's clock is None."""
+
+        def shown(name: str) -> str:
+            value = None if name == "clock" and self.is_empty else getattr(self, name)
+            value = value.item() if hasattr(value, "item") else value  # NumPy scalars
+            return f"{name}={value:g}" if isinstance(value, float) else f"{name}={value!r}"
+
+        return f"{type(self).__name__}({', '.join(map(shown, self.SHOWN))})"
 
     _OWNED: ClassVar[tuple[str, ...] | None] = None  #: what a field-wise copy duplicates
 

@@ -126,6 +126,10 @@ class TimeBucketed(Sketch):
         """True when no event with a positive weight is kept in the window."""
         return len(self._tb) == 0
 
+    @property
+    def n_buckets(self) -> int:
+        return len(self._tb)
+
 
 def write_buckets(wr: Writer, tb: TimeBuckets) -> None:
     """The (non-empty) buckets of ``tb``, column by column, as drawn in :class:`CellSketch`."""
@@ -186,10 +190,6 @@ class CellSketch(TimeBucketed):
         self._parts = 1  # leaf sketches merged in
 
     # -- shared properties ------------------------------------------------------------
-    @property
-    def n_buckets(self) -> int:
-        return len(self._tb)
-
     @property
     def merge_depth(self) -> int:
         """Height of the tree of merges that built this sketch (0: never merged)."""
@@ -426,6 +426,7 @@ class ECMSketch(CellSketch):
     KIND = 0  # header flags: which class of the ECM family the blob holds
     WHAT, NOUN = "ECM sketch", "ECM sketches"
     PARAMS = "epsilon, delta, window, purpose or seed"
+    SHOWN = ("epsilon", "delta", "window", "purpose", "depth", "width", "n_buckets", "clock", "merge_depth", "nbytes")
 
     _SALT = 0xEC3
     _method = METHOD
@@ -577,8 +578,3 @@ class ECMSketch(CellSketch):
         sk._load_state(rd)
         return sk
 
-    def __repr__(self) -> str:
-        clock = "none" if self.clock == NO_CLOCK else self.clock
-        return (f"ECMSketch(epsilon={self.epsilon:g}, delta={self.delta:g}, window={self.window}, "
-                f"purpose={self.purpose!r}, d={self.depth}, w={self.width}, buckets={self.n_buckets}, "
-                f"clock={clock}, merge_depth={self._depth}, nbytes={self.nbytes})")

@@ -139,6 +139,7 @@ class KeyDictionary(TimeBucketed):
     WHAT, NOUN = "key dictionary", "key dictionaries"
     PARAMS = "capacity, window or epsilon"
     BATCH = ("ticks", "names", "keys", "weights")
+    SHOWN = ("capacity", "window", "epsilon", "n_buckets", "n_keys", "clock", "nbytes")
 
     # parameters (little endian): u32 capacity | 4 x u8 zero | i64 window | f64 epsilon
     _PARAMS = struct.Struct("<I4xqd")
@@ -362,7 +363,7 @@ class KeyDictionary(TimeBucketed):
         kd._tb, kd._keys, kd._depth, kd._parts = tb, dict(zip(table.tolist(), strings)), int(depth), int(parts)
         return kd
 
-    def __repr__(self) -> str:
-        clock = "none" if self.clock == NO_CLOCK else self.clock
-        return (f"KeyDictionary(capacity={self.capacity}, window={self.window}, epsilon={self.epsilon:g}, "
-                f"buckets={len(self._tb)}, keys={len(self._keys)}, clock={clock}, nbytes={self.nbytes})")
+    @property
+    def n_keys(self) -> int:
+        """Number of key strings held (``len``)."""
+        return len(self._keys)

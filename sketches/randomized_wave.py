@@ -309,6 +309,7 @@ class RandomizedWave(Sketch):
     WHAT, NOUN = "randomized wave", "randomized waves"
     PARAMS = "epsilon, delta, window, seed or max_distinct"
     BATCH = ("ticks", "keys")
+    SHOWN = ("epsilon", "delta", "window", "seed", "instances", "capacity", "entries", "clock")
 
     def __init__(self, epsilon: float, delta: float, window: int, seed: int = 0,
                  max_distinct: int = 2**40):
@@ -430,11 +431,10 @@ class RandomizedWave(Sketch):
     def is_empty(self) -> bool:
         return self._clock is None
 
-    def __repr__(self) -> str:
-        return (f"RandomizedWave(epsilon={self.epsilon}, delta={self.delta}, window={self.window}, "
-                f"seed={self.seed}, instances={self.instances}, capacity={self.capacity}, "
-                f"levels={self.top + 1}, entries={sum(int(w.meta[2]) for w in self._waves)}, "
-                f"clock={self._clock})")
+    @property
+    def entries(self) -> int:
+        """Keys held, over every instance and level."""
+        return sum(int(w.meta[2]) for w in self._waves)
 
     # -- bytes ---------------------------------------------------------------------------------
     # payload (format 2; varints are LEB128, see sketches._codec):

@@ -37,7 +37,7 @@ import numpy as np
 
 from sketches._bytes import Reader, Writer
 from sketches._splittable_kernels import aggregate_sorted, insert_all, is_sorted, suffix_at
-from sketches.base import CorruptSketchError, Estimate, Family, Sketch, SketchError
+from sketches.base import CorruptSketchError, Estimate, Family, Sketch, SketchError, window_range
 
 __all__ = [
     "SplittableHistogram",
@@ -312,6 +312,7 @@ class SplittableHistogram(Sketch):
     FAMILY, FORMAT = Family.SPLITTABLE_HISTOGRAM, 2  # format 2: compact encodings
     WHAT, NOUN = "splittable histogram", "splittable histograms"
     PARAMS = "epsilon, window, max_total or unit"
+    SHOWN = ("epsilon", "window", "max_total", "unit", "alpha", "parts", "clock")
 
     def __init__(self, epsilon: float, window: int, max_total: float = 2.0**48, *,
                  unit: float = 1.0):
@@ -451,23 +452,10 @@ class SplittableHistogram(Sketch):
         have expired); raises :class:`SketchError` otherwise. See the class notes for
         the bounds.
         """
-        try:
-            lo, hi = operator.index(lo), operator.index(hi)
-        except TypeError:
-            raise SketchError("query bounds must be integer ticks") from None
-        if hi < lo:
-            raise SketchError(f"empty range: hi = {hi} < lo = {lo}")
-        if hi - lo + 1 > self.window:
-            raise SketchError(f"range of {hi - lo + 1} ticks exceeds the window of {self.window}")
+        lo, hi = window_range(lo, hi, self.window, None if self.is_empty else self.clock)
         eps = Fraction(self.epsilon)
         if self.is_empty:
             return Estimate(0.0, 0.0, 0.0, "relative", self.epsilon, 1.0, METHOD)
-        clock = self.clock
-        if lo < clock - self.window + 1:
-            raise SketchError(
-                f"range starts at tick {lo}, before clock - window + 1 = "
-                f"{clock - self.window + 1}: those ticks have expired"
-            )
         est = Fraction(0)
         lower: Fraction | None = Fraction(0)  # None: no lower bound above zero
         upper: Fraction | None = Fraction(0)  # None: no upper bound
@@ -573,7 +561,6 @@ class SplittableHistogram(Sketch):
     def _params(self) -> tuple:
         return (self.epsilon, self.window, self.max_total, self.unit)
 
-
     @property
     def parts(self) -> int:
         """Number of sub-stream parts held (1 unless merged)."""
@@ -582,12 +569,6 @@ class SplittableHistogram(Sketch):
     @property
     def is_empty(self) -> bool:
         return all(p.clock is None for p in self._parts)
-
-    def __repr__(self) -> str:
-        clock = None if self.is_empty else self.clock
-        return (f"SplittableHistogram(epsilon={self.epsilon}, window={self.window}, "
-                f"max_total={self.max_total:g}, unit={self.unit:g}, alpha={self.alpha}, "
-                f"parts={self.parts}, clock={clock})")
 
     # -- bytes -------------------------------------------------------------------------------
     _HEAD = struct.Struct("<dqddI")

@@ -96,7 +96,7 @@ import numpy as np
 
 from sketches import _windowed_quantile_kernels as K
 from sketches._bytes import Reader, Writer
-from sketches.base import CorruptSketchError, Family, Sketch, SketchError, integer_ticks
+from sketches.base import CorruptSketchError, Family, Sketch, SketchError, integer_ticks, window_range
 from sketches.splittable_histogram import suggest_alpha
 
 __all__ = ["WindowedQuantiles", "QuantileBracket", "RankTable", "DistributionRow"]
@@ -198,6 +198,7 @@ class WindowedQuantiles(Sketch):
     FAMILY, FORMAT = Family.WINDOWED_QUANTILES, 2  # format 2: varint nodes and entries
     WHAT, NOUN = "windowed quantile sketch", "windowed quantile sketches"
     PARAMS = "epsilon, window or value_accuracy"
+    SHOWN = ("epsilon", "window", "value_accuracy", "nodes", "entries", "clock")
     BATCH = ("ticks", "values")
     _OWNED = ("_left", "_lg", "_off", "_keys", "_cnts", "_wt")
 
@@ -305,20 +306,14 @@ class WindowedQuantiles(Sketch):
     def nodes(self) -> int:
         return int(self._left.size)
 
+    @property
+    def entries(self) -> int:
+        """(node, value key) pairs held: what the bytes and the queries' work follow."""
+        return int(self._keys.size)
+
     # -- ranges ----------------------------------------------------------------------------
     def _check_range(self, lo: int, hi: int) -> tuple[int, int]:
-        try:
-            lo, hi = operator.index(lo), operator.index(hi)
-        except TypeError:
-            raise SketchError("query bounds must be integer ticks") from None
-        if hi < lo:
-            raise SketchError(f"empty range: hi = {hi} < lo = {lo}")
-        if hi - lo + 1 > self.window:
-            raise SketchError(f"range of {hi - lo + 1} ticks exceeds the window of {self.window}")
-        if not self.is_empty and lo < self._clock - self.window + 1:
-            raise SketchError(f"range starts at tick {lo}, before clock - window + 1 = "
-                              f"{self._clock - self.window + 1}: those ticks have expired")
-        return lo, hi
+        return window_range(lo, hi, self.window, None if self.is_empty else self._clock)
 
     def _spans(self):
         """(first tick, last tick that can hold an event) of every node."""
@@ -505,12 +500,6 @@ class WindowedQuantiles(Sketch):
     @property
     def is_empty(self) -> bool:
         return self._clock == EMPTY_CLOCK
-
-    def __repr__(self) -> str:
-        clock = None if self.is_empty else self._clock
-        return (f"WindowedQuantiles(epsilon={self.epsilon}, window={self.window}, "
-                f"value_accuracy={self.value_accuracy}, nodes={self.nodes}, "
-                f"entries={self._keys.size}, clock={clock})")
 
     # -- bytes -------------------------------------------------------------------------------
     _HEAD = struct.Struct("<dqdqI")

@@ -220,6 +220,7 @@ class DecayedAdditiveSketch(Sketch):
     WHAT, NOUN = "decayed additive sketch", "decayed additive sketches"
     PARAMS = "parameters or seed"
     BATCH = ("ticks", "values", "weights")
+    SHOWN = ("epsilon", "delta", "value_min", "value_max", "k", "stored", "total_weight")
 
     def __init__(self, epsilon, delta, value_min, value_max, seed=0, max_total: float = 2**48,
                  *, stream: int | None = None):
@@ -401,10 +402,6 @@ class DecayedAdditiveSketch(Sketch):
     def total_weight(self) -> float:
         return self._total
 
-    def __repr__(self) -> str:
-        return (f"DecayedAdditiveSketch(epsilon={self.epsilon}, delta={self.delta}, "
-                f"values=[{self.value_min}, {self.value_max}], k={self.k}, stored={self.stored}, "
-                f"events={self._inserted}, total_weight={self._total:g})")
 
     # -- bytes ---------------------------------------------------------------------------------
     # payload (format 2, little endian; varints are LEB128, see sketches._codec):

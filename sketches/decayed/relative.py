@@ -143,6 +143,7 @@ class DecayedRelativeSketch(Sketch):
     WHAT, NOUN = "decayed relative sketch", "decayed relative sketches"
     PARAMS = "epsilon, decay or value grid"
     BATCH = ("ticks", "values", "weights")
+    SHOWN = ("epsilon", "decay", "value_min", "value_max", "resolution", "clock", "buckets")
 
     def __init__(self, epsilon, decay, value_min, value_max, resolution: float | None = None):
         if not 0 < float(epsilon) < 1:
@@ -340,10 +341,6 @@ class DecayedRelativeSketch(Sketch):
     def buckets(self) -> int:
         return int(self._starts.size)
 
-    def __repr__(self) -> str:
-        return (f"DecayedRelativeSketch(epsilon={self.epsilon}, decay={self.decay.spec()}, "
-                f"values=[{self.value_min}, {self.value_max}] step {self.resolution:g}, "
-                f"clock={self._clock}, buckets={self.buckets})")
 
     # -- bytes -------------------------------------------------------------------------------------
     # payload (format 2, little endian; varints are LEB128, see sketches._codec):

@@ -18,17 +18,8 @@ import numpy as np
 from sketches.extra import _wave_kernels as K
 from sketches.extra._eh_kernels import TICK_LIMIT
 from sketches._bytes import HEADER_SIZE, Reader
-from sketches.base import CorruptSketchError, Estimate, Family, Sketch, SketchError
-from sketches.extra.exponential_histogram import (
-    NO_CLOCK,
-    _as_int,
-    _bracket_estimate,
-    _check_in_order,
-    _check_query,
-    _coerce_ticks,
-    _difference,
-    _exact_zero,
-)
+from sketches.base import CorruptSketchError, Estimate, Family, SketchError
+from sketches.extra._in_order import NO_CLOCK, _U, InOrderWindowSum, _as_int, _bracket_estimate, _check_in_order, _coerce_ticks
 
 __all__ = ["DeterministicWave", "wave_levels", "suggest_max_window_weight"]
 
@@ -36,7 +27,6 @@ METHOD = "deterministic-wave"
 MAX_WINDOW_WEIGHT = 1 << 58
 MIN_EPSILON = 1e-4  # queues hold k + 1 = 1/ε + 1 items per level, allocated up front
 _REBASE_AT = 1 << 61  # partial sums are int64; shift them down before they get near 2^63
-_U = 2.0**-53
 # payload: epsilon, window, max window weight, clock, total, floor tick, floor sum, eta,
 # flags, item count
 _FIXED = struct.Struct("<dqqqqqqdIQ")
@@ -62,7 +52,7 @@ def suggest_max_window_weight(max_rate: float, window: int, max_weight: int = 1)
     return int(math.ceil(max_rate * (window + 1))) * int(max_weight)
 
 
-class DeterministicWave(Sketch):
+class DeterministicWave(InOrderWindowSum):
     """ε-relative count or sum of non-negative integers over the window ``[lo, clock]``.
 
     Parameters
@@ -139,17 +129,16 @@ class DeterministicWave(Sketch):
     (True, 0.21)
     """
 
-    FAMILY = Family.DETERMINISTIC_WAVE
+    FAMILY, METHOD = Family.DETERMINISTIC_WAVE, METHOD
     WHAT, NOUN = "deterministic wave", "deterministic waves"
     PARAMS = "epsilon, window or max_window_weight"
+    SHOWN = ("epsilon", "window", "max_window_weight", "clock", "items", "levels", "eta")
 
     def __init__(self, epsilon: float, window: int, max_window_weight: int = 1 << 40):
         epsilon = float(epsilon)
         if not MIN_EPSILON <= epsilon < 1.0:
             raise SketchError(f"epsilon must be in [1e-4, 1), got {epsilon}")
-        window = _as_int(window, "window")
-        if not 0 <= window < TICK_LIMIT:
-            raise SketchError(f"window must be in [0, 2^62), got {window}")
+        window = self._check_window(window)
         u = _as_int(max_window_weight, "max_window_weight")
         if not 1 <= u <= MAX_WINDOW_WEIGHT:
             raise SketchError(f"max_window_weight must be in [1, 2^58], got {u}")
@@ -172,10 +161,6 @@ class DeterministicWave(Sketch):
 
     # ------------------------------------------------------------------ properties
     @property
-    def epsilon(self) -> float:
-        return self._eps
-
-    @property
     def epsilon_wave(self) -> float:
         """``ε_w = 1/k``, the ε the levels are built for."""
         return 1.0 / self._k
@@ -186,10 +171,6 @@ class DeterministicWave(Sketch):
         if self._eta == 0.0:
             return 1.0 / self._k
         return (1.0 + 1.0 / self._k) * (1.0 + self._eta) - 1.0
-
-    @property
-    def window(self) -> int:
-        return self._window
 
     @property
     def max_window_weight(self) -> int:
@@ -228,12 +209,6 @@ class DeterministicWave(Sketch):
     def nbytes(self) -> int:
         return HEADER_SIZE + _FIXED.size + 25 * self.items
 
-    def __repr__(self) -> str:
-        return (
-            f"DeterministicWave(epsilon={self._eps}, window={self._window}, "
-            f"max_window_weight={self._u}, clock={None if self.is_empty else self.clock}, "
-            f"items={self.items}, levels={self._levels}, eta={self._eta:.4g})"
-        )
 
     def copy(self) -> "DeterministicWave":
         new = DeterministicWave(self._eps, self._window, self._u)
@@ -318,37 +293,14 @@ class DeterministicWave(Sketch):
         K.load(self._qp, self._qv, self._qz, self._qn, self._qh, self._caps, lv, p, v, z - base)
 
     # ----------------------------------------------------------------------- query
-    def query(self, lo: int, hi: int) -> Estimate:
-        """Estimated total weight of the events with tick in ``[lo, hi]``.
-
-        ``lo`` must be ``>= clock − window``; ``hi`` above the clock is read as the clock.
-        See the class docstring for the bounds.
-        """
-        lo, hi, empty = _check_query(lo, hi, self.clock, self._window)
-        if empty:
-            return _exact_zero(self.epsilon_bound, METHOD)
-        x = self._suffix(lo)
-        if hi == self.clock:
-            return x
-        return _difference(x, self._suffix(hi + 1))
-
     def _suffix(self, lo: int) -> Estimate:
         a, b = K.bracket(self._qp, self._qv, self._qz, self._qn, self._sc, lo)
         return _bracket_estimate(float(a), float(b), 1.0 / self._k, self._eta, 0.0, METHOD)
 
     # ----------------------------------------------------------------------- merge
-    def _merge(self, other: "DeterministicWave") -> None:
-        """Order-preserving aggregation (ECM §5.1), as :meth:`merge_many`."""
-        self.merge_many([other])
-
-    def merge_many(self, others) -> "DeterministicWave":
-        """Fold several waves into ``self`` at the cost of one aggregation level."""
-        others = list(others)
-        for o in others:
-            self.check_mergeable(o)
-        parts = [p for p in [self, *others] if not p.is_empty]
-        if not parts:
-            return self
+    def _fold(self, parts: list) -> None:
+        """Aggregate the non-empty ``parts``: the one part with events in the window as it
+        is, else a new wave fed the logs reconstructed from every part (ECM §5.1)."""
         clock = max(p.clock for p in parts)
         logs = [(p, *p._reconstruct(clock)) for p in parts]
         logs = [x for x in logs if x[1].size]
@@ -375,7 +327,6 @@ class DeterministicWave(Sketch):
             self._update_sorted(t[order], w[order])
         self._sc[0] = clock
         self._sc[5] |= overflowed
-        return self
 
     def _adopt(self, other: "DeterministicWave") -> None:
         for name in ("_qp", "_qv", "_qz", "_qn", "_qh", "_sc"):

@@ -17,7 +17,7 @@ from fractions import Fraction
 import numba as nb
 import numpy as np
 
-from sketches._ecm_kernels import NO_CLOCK, _cell
+from sketches._ecm_kernels import _cell
 from sketches._bytes import Reader
 from sketches.base import CorruptSketchError, Estimate, SketchError
 from sketches.ecm import CellSketch, _check_seed, _check_unit, _check_window, as_batch
@@ -185,6 +185,8 @@ class DyadicECM(CellSketch):
     KIND = 1  # header flags: which class of the ECM family the blob holds
     WHAT, NOUN = "dyadic ECM sketch", "dyadic ECM sketches"
     PARAMS = "epsilon, delta, window, levels or seed"
+    SHOWN = ("epsilon", "delta", "window", "levels", "depth", "width", "hashed_levels", "n_buckets", "clock",
+             "merge_depth", "nbytes")
 
     _SALT = 0xD7AD
     _method = METHOD
@@ -408,8 +410,3 @@ class DyadicECM(CellSketch):
         sk._load_state(rd)
         return sk
 
-    def __repr__(self) -> str:
-        clock = "none" if self.clock == NO_CLOCK else self.clock
-        return (f"DyadicECM(epsilon={self.epsilon:g}, delta={self.delta:g}, window={self.window}, "
-                f"levels={self.levels}, d={self.depth}, w={self.width}, hashed_levels={self.hashed_levels}, "
-                f"buckets={self.n_buckets}, clock={clock}, merge_depth={self._depth}, nbytes={self.nbytes})")

@@ -6,14 +6,14 @@ sliding windows.* SIAM J. Computing. Used as in Papapetrou, Garofalakis and Deli
 (2012), *Sketching distributed sliding-window data streams* (ECM-sketch), §3 (invariant 1),
 §4.2.1 (time-based windows) and §5.1 (aggregation, Theorem 4, multi-level aggregation).
 
-The helpers at the bottom (batch coercion, query checks, the bracket of a relative estimate)
-are shared with :mod:`sketches.extra.deterministic_wave`.
+What it shares with :mod:`sketches.extra.deterministic_wave` (range queries from suffixes,
+aggregation of many parts, the bracket of a relative estimate) is in
+:mod:`sketches.extra._in_order`.
 """
 
 from __future__ import annotations
 
 import math
-import operator
 import struct
 
 import numpy as np
@@ -28,13 +28,12 @@ from sketches.extra._eh_kernels import (
     suffix,
 )
 from sketches._bytes import HEADER_SIZE, Reader
-from sketches.base import CorruptSketchError, Estimate, Family, Sketch, SketchError, integer_ticks
+from sketches.base import CorruptSketchError, Estimate, Family, SketchError
+from sketches.extra._in_order import NO_CLOCK, _U, InOrderWindowSum, _bracket_estimate, _check_in_order, _coerce_ticks
 
 __all__ = ["ExponentialHistogram", "suggest_epsilon", "max_buckets"]
 
 METHOD = "exponential-histogram"
-NO_CLOCK = -(1 << 63)  # clock of a sketch that has seen no event
-_U = 2.0**-53  # unit roundoff of float64
 _MAX_DEPTH = 4096
 _MAX_SUM = 1e300  # keeps every sum, and the bounds derived from it, finite
 # payload: epsilon, window, clock, depth, flags, terms, bucket count
@@ -64,7 +63,7 @@ def max_buckets(epsilon: float, max_window_weight: float, min_weight: float = 1.
     return int(2 * math.ceil(math.log(max(r, 1.0)) / math.log1p(2.0 * epsilon)) + 2)
 
 
-class ExponentialHistogram(Sketch):
+class ExponentialHistogram(InOrderWindowSum):
     """ε-relative sum (or count) of the events of a time window ``[lo, clock]``.
 
     Parameters
@@ -152,19 +151,17 @@ class ExponentialHistogram(Sketch):
     True
     """
 
-    FAMILY = Family.EXPONENTIAL_HISTOGRAM
+    FAMILY, METHOD = Family.EXPONENTIAL_HISTOGRAM, METHOD
     WHAT, NOUN = "exponential histogram", "exponential histograms"
     PARAMS = "epsilon or window"
+    SHOWN = ("epsilon", "window", "clock", "buckets", "depth")
 
     def __init__(self, epsilon: float, window: int):
         epsilon = float(epsilon)
         if not 0.0 < epsilon < 1.0:
             raise SketchError(f"epsilon must be in (0, 1), got {epsilon}")
-        window = _as_int(window, "window")
-        if not 0 <= window < TICK_LIMIT:
-            raise SketchError(f"window must be in [0, 2^62), got {window}")
         self._eps = epsilon
-        self._window = window
+        self._window = self._check_window(window)
         self._two_eps = 2.0 * epsilon * (1.0 - 2.0**-50)
         self._reset(64)
 
@@ -179,14 +176,6 @@ class ExponentialHistogram(Sketch):
         self._terms = 0
 
     # ------------------------------------------------------------------ properties
-    @property
-    def epsilon(self) -> float:
-        return self._eps
-
-    @property
-    def window(self) -> int:
-        return self._window
-
     @property
     def clock(self) -> int:
         """Newest tick seen (``-2^63`` before the first event)."""
@@ -217,12 +206,6 @@ class ExponentialHistogram(Sketch):
     def nbytes(self) -> int:
         return HEADER_SIZE + _FIXED.size + 24 * self._m
 
-    def __repr__(self) -> str:
-        return (
-            f"ExponentialHistogram(epsilon={self._eps}, window={self._window}, "
-            f"clock={self.clock if not self.is_empty else None}, buckets={self._m}, "
-            f"depth={self._depth})"
-        )
 
     def copy(self) -> "ExponentialHistogram":
         new = ExponentialHistogram(self._eps, self._window)
@@ -283,20 +266,6 @@ class ExponentialHistogram(Sketch):
         self._integral = self._integral and bool(integral) and wmax < 2.0**53
 
     # ----------------------------------------------------------------------- query
-    def query(self, lo: int, hi: int) -> Estimate:
-        """Estimated total weight of the events with tick in ``[lo, hi]``.
-
-        ``lo`` must be ``>= clock − window``; ``hi`` above the clock is read as the clock
-        (no later event has been seen). See the class docstring for the bounds.
-        """
-        lo, hi, empty = _check_query(lo, hi, self._clock, self._window)
-        if empty:
-            return _exact_zero(self.epsilon_bound, METHOD)
-        x = self._suffix(lo)
-        if hi == self._clock:
-            return x
-        return _difference(x, self._suffix(hi + 1))
-
     def _suffix(self, lo: int) -> Estimate:
         m = self._m
         a, s = suffix(self._st, self._en, self._w, m, lo)
@@ -311,18 +280,9 @@ class ExponentialHistogram(Sketch):
         return _bracket_estimate(a, a + s, self._eps, eta, g, METHOD)
 
     # ----------------------------------------------------------------------- merge
-    def _merge(self, other: "ExponentialHistogram") -> None:
-        """Order-preserving aggregation (ECM §5.1), as :meth:`merge_many`."""
-        self.merge_many([other])
-
-    def merge_many(self, others) -> "ExponentialHistogram":
-        """Fold several histograms into ``self`` at the cost of one aggregation level."""
-        others = list(others)
-        for o in others:
-            self.check_mergeable(o)
-        parts = [p for p in [self, *others] if not p.is_empty]
-        if not parts:
-            return self
+    def _fold(self, parts: list) -> None:
+        """Aggregate the non-empty ``parts``: concatenated when their buckets are disjoint in
+        time (exact), else rebuilt from their reconstructed logs (one level deeper)."""
         clock = max(p._clock for p in parts)
         horizon = clock - self._window
         live = []
@@ -340,7 +300,6 @@ class ExponentialHistogram(Sketch):
             self._rebuild(live, clock)
         self._clock = clock
         self._m = compress(self._st, self._en, self._w, self._m, self._two_eps, horizon)
-        return self
 
 
     def _params(self) -> tuple:
@@ -425,21 +384,7 @@ class ExponentialHistogram(Sketch):
         return sk
 
 
-# ---------------------------------------------------------------- shared helpers
-def _as_int(x, name: str) -> int:
-    try:
-        return operator.index(x)
-    except TypeError:
-        raise SketchError(f"{name} must be an integer tick count, got {x!r}") from None
-
-
-def _coerce_ticks(ticks) -> np.ndarray:
-    t = integer_ticks(ticks)
-    if t.size and t.dtype.kind == "u" and int(t.max()) >= TICK_LIMIT:
-        raise SketchError("ticks must lie in (-2^62, 2^62)")
-    return np.ascontiguousarray(t, dtype=np.int64)
-
-
+# ---------------------------------------------------------------- batch helpers
 def _coerce_batch(ticks, weights):
     t = _coerce_ticks(ticks)
     if weights is None:
@@ -459,92 +404,6 @@ def _raise_scan(status: int) -> None:
         raise SketchError("weights must be finite and non-negative")
 
 
-def _check_in_order(first_tick: int, clock: int) -> None:
-    if first_tick < clock:
-        raise SketchError(
-            f"out-of-order event: tick {first_tick} is older than the clock {clock}; "
-            "this sketch takes in-order streams only"
-        )
-
-
-def _check_query(lo, hi, clock: int, window: int):
-    """Validated ``(lo, hi, empty)``; ``hi`` is clamped to the clock."""
-    lo, hi = _as_int(lo, "lo"), _as_int(hi, "hi")
-    if lo > hi:
-        raise SketchError(f"empty query range: lo={lo} > hi={hi}")
-    if clock == NO_CLOCK:
-        return lo, hi, True
-    if lo < clock - window:
-        raise SketchError(
-            f"query starts at {lo}, before the window the sketch keeps "
-            f"[{clock - window}, {clock}]"
-        )
-    hi = min(hi, clock)
-    return lo, hi, lo > hi
-
-
 def _gamma(k: int) -> float:
     ku = k * _U
     return 1.0 if ku >= 0.5 else ku / (1.0 - ku)
-
-
-def _exact_zero(eps: float, method: str) -> Estimate:
-    return Estimate(0.0, 0.0, 0.0, "relative", eps, 1.0, method)
-
-
-def _bracket_estimate(a: float, b: float, eps: float, eta: float, g: float,
-                      method: str) -> Estimate:
-    """Estimate of ``x`` from a state bracket ``a <= S* <= b`` of a stream ``S*`` with
-    ``|S* − x| <= η·x``, sums within ``1 ± g`` of exact, and relative half-width ``<= ε``.
-
-    ``ε`` is raised to the bracket's own half-width when that is larger (a structure
-    whose sizing assumption was exceeded), so the reported bound always follows from the
-    state.
-    """
-    if b <= 0.0:
-        return Estimate(0.0, 0.0, 0.0, "relative", _compose(eps, eta, g), 1.0, method)
-    if b - a <= 2.0 * eps * (1.0 - 2.0**-50) * a:
-        e = eps  # the test is conservative, so the exact half-width is below ε too
-    elif a <= 0.0:
-        e = math.inf
-    else:
-        e = max(eps, float(np.nextafter((b - a) / (2.0 * a), math.inf)))
-    if g > 0.0:
-        e *= ((1.0 + g) / (1.0 - g)) ** 2 * (1.0 + 4 * _U)
-    eps_rep = _compose(e, eta, g)
-    if g == 0.0 and eta == 0.0:
-        lower, upper = a, b
-    else:
-        lower = a / ((1.0 + g) * (1.0 + eta)) * (1.0 - 4 * _U)
-        den = (1.0 - g) * (1.0 - eta)
-        upper = b / den * (1.0 + 4 * _U) if den > 0.0 else math.inf
-    est = min(max(0.5 * (a + b), lower), upper)
-    return Estimate(float(est), float(lower), float(upper), "relative", eps_rep, 1.0, method)
-
-
-def _compose(e: float, eta: float, g: float) -> float:
-    """``(1 + e)(1 + η)(1 + g) − 1`` rounded up."""
-    if g == 0.0 and eta == 0.0:
-        return e
-    return ((1.0 + e) * (1.0 + eta) * (1.0 + g) - 1.0) * (1.0 + 4 * _U)
-
-
-def _difference(x: Estimate, y: Estimate) -> Estimate:
-    """``[lo, hi]`` as suffix ``[lo, clock]`` minus suffix ``[hi+1, clock]``.
-
-    Truth ``X − Y`` with ``X ∈ [x.lower, x.upper]`` and ``Y ∈ [y.lower, y.upper]``;
-    ``|X̂ − X| <= ε_x·X`` and ``|Ŷ − Y| <= ε_y·Y <= ε_y·X``, so the error is additive,
-    at most ``(ε_x + ε_y)·X`` with ``X`` the weight of ``[lo, clock]``.
-    """
-    lower = max(0.0, _round(x.lower - y.upper, x.lower, y.upper, -math.inf))
-    upper = _round(x.upper - y.lower, x.upper, y.lower, math.inf)
-    est = min(max(x.estimate - y.estimate, lower), upper)
-    return Estimate(float(est), float(lower), float(upper), "additive",
-                    x.epsilon + y.epsilon, 1.0, x.method)
-
-
-def _round(d: float, p: float, q: float, toward: float) -> float:
-    """``d = p − q`` as computed, moved one ulp ``toward`` unless it is surely exact."""
-    if math.isinf(d) or (p.is_integer() and q.is_integer() and max(abs(p), abs(q)) < 2.0**53):
-        return d
-    return float(np.nextafter(d, toward))
