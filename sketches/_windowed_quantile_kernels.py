@@ -92,6 +92,23 @@ def _sort_small(a, lo, hi):
 
 
 @njit(cache=True)
+def _counting_sort(by, lo, span, ticks, keys, out_ticks, out_keys):
+    """The pairs (ticks[k], keys[k]) into ``out_*``, stably sorted by ``by[k]`` (all within
+    ``[lo, lo + span)``)."""
+    start = np.zeros(span + 1, np.int64)
+    for k in range(by.shape[0]):
+        start[np.int64(by[k]) - lo + 1] += 1
+    for s in range(span):
+        start[s + 1] += start[s]
+    for k in range(by.shape[0]):
+        s = np.int64(by[k]) - lo
+        p = start[s]
+        out_ticks[p] = ticks[k]
+        out_keys[p] = keys[k]
+        start[s] = p + 1
+
+
+@njit(cache=True)
 def batch_nodes(ticks, keys):
     """The batch as single-tick nodes (pre-order). Sorted by (tick, key) with two counting
     sorts when ticks and keys span little more than the batch; else by tick (counting or
@@ -106,43 +123,13 @@ def batch_nodes(ticks, keys):
     presorted = False
     if span <= 4 * n + 4096 and kspan <= 4 * n + 4096:
         # LSD radix: a stable counting sort by key, then one by tick.
-        start = np.zeros(kspan + 1, np.int64)
-        for k in range(n):
-            start[np.int64(keys[k]) - kmin + 1] += 1
-        for s in range(kspan):
-            start[s + 1] += start[s]
         t1 = np.empty(n, np.int64)
         k1 = np.empty(n, np.int32)
-        for k in range(n):
-            s = np.int64(keys[k]) - kmin
-            p = start[s]
-            t1[p] = ticks[k]
-            k1[p] = keys[k]
-            start[s] = p + 1
-        start = np.zeros(span + 1, np.int64)
-        for k in range(n):
-            start[t1[k] - tmin + 1] += 1
-        for s in range(span):
-            start[s + 1] += start[s]
-        for k in range(n):
-            s = t1[k] - tmin
-            p = start[s]
-            st[p] = t1[k]
-            sk[p] = k1[k]
-            start[s] = p + 1
+        _counting_sort(keys, np.int64(kmin), kspan, ticks, keys, t1, k1)
+        _counting_sort(t1, tmin, span, t1, k1, st, sk)
         presorted = True
     elif span <= 4 * n + 4096:
-        start = np.zeros(span + 1, np.int64)
-        for k in range(n):
-            start[ticks[k] - tmin + 1] += 1
-        for s in range(span):
-            start[s + 1] += start[s]
-        for k in range(n):
-            s = ticks[k] - tmin
-            p = start[s]
-            st[p] = ticks[k]
-            sk[p] = keys[k]
-            start[s] = p + 1
+        _counting_sort(ticks, tmin, span, ticks, keys, st, sk)
     else:
         order = np.argsort(ticks, kind="mergesort")
         for k in range(n):

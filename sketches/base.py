@@ -165,6 +165,23 @@ def integer_ticks(ticks):
     return t
 
 
+def epsilon_and_window(epsilon, window, max_window: int) -> tuple[float, int]:
+    """The guarantee of a sliding-window sketch, checked: ``epsilon`` a float in (0, 1) and
+    ``window`` a whole number of ticks from 1 to ``max_window`` (a power of two)."""
+    import operator
+
+    try:
+        window = operator.index(window)
+    except TypeError:
+        raise SketchError(f"window must be an integer number of ticks, got {window!r}") from None
+    epsilon = float(epsilon)
+    if not 0.0 < epsilon < 1.0:
+        raise SketchError(f"epsilon must be in (0, 1), got {epsilon}")
+    if not 1 <= window <= max_window:
+        raise SketchError(f"window must be between 1 and 2^{max_window.bit_length() - 1} ticks, got {window}")
+    return epsilon, window
+
+
 def window_range(lo, hi, window: int, clock: int | None) -> tuple[int, int]:
     """``(lo, hi)`` as ints, refused unless ``[lo, hi]`` is a range of at most ``window``
     ticks that starts at or after ``clock − window + 1`` (older ticks have expired; no

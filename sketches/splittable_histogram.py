@@ -29,7 +29,6 @@ before ``clock - window + 1`` is left out (``has_old = 0``).
 from __future__ import annotations
 
 import math
-import operator
 import struct
 from fractions import Fraction
 
@@ -37,7 +36,7 @@ import numpy as np
 
 from sketches._bytes import Reader, Writer
 from sketches._splittable_kernels import aggregate_sorted, insert_all, is_sorted, suffix_at
-from sketches.base import CorruptSketchError, Estimate, Family, Sketch, SketchError, window_range
+from sketches.base import CorruptSketchError, Estimate, Family, Sketch, SketchError, epsilon_and_window, window_range
 
 __all__ = [
     "SplittableHistogram",
@@ -316,15 +315,8 @@ class SplittableHistogram(Sketch):
 
     def __init__(self, epsilon: float, window: int, max_total: float = 2.0**48, *,
                  unit: float = 1.0):
-        epsilon, max_total, unit = float(epsilon), float(max_total), float(unit)
-        try:
-            window = operator.index(window)
-        except TypeError:
-            raise SketchError(f"window must be an integer number of ticks, got {window!r}") from None
-        if not 0.0 < epsilon < 1.0:
-            raise SketchError(f"epsilon must be in (0, 1), got {epsilon}")
-        if not 1 <= window <= MAX_WINDOW:
-            raise SketchError(f"window must be between 1 and 2^40 ticks, got {window}")
+        epsilon, window = epsilon_and_window(epsilon, window, MAX_WINDOW)
+        max_total, unit = float(max_total), float(unit)
         if not (math.isfinite(unit) and 2.0**-200 <= unit <= 2.0**200):
             raise SketchError(f"unit must be a positive number in [2^-200, 2^200], got {unit}")
         if not (math.isfinite(max_total) and unit <= max_total <= unit * 2.0**600):

@@ -96,7 +96,7 @@ import numpy as np
 
 from sketches import _windowed_quantile_kernels as K
 from sketches._bytes import Reader, Writer
-from sketches.base import CorruptSketchError, Family, Sketch, SketchError, integer_ticks, window_range
+from sketches.base import CorruptSketchError, Family, Sketch, SketchError, epsilon_and_window, integer_ticks, window_range
 from sketches.splittable_histogram import suggest_alpha
 
 __all__ = ["WindowedQuantiles", "QuantileBracket", "RankTable", "DistributionRow"]
@@ -203,17 +203,10 @@ class WindowedQuantiles(Sketch):
     _OWNED = ("_left", "_lg", "_off", "_keys", "_cnts", "_wt")
 
     def __init__(self, epsilon: float, window: int, value_accuracy: float = 0.01):
-        epsilon, value_accuracy = float(epsilon), float(value_accuracy)
-        try:
-            window = operator.index(window)
-        except TypeError:
-            raise SketchError(f"window must be an integer number of ticks, got {window!r}") from None
-        if not 0.0 < epsilon < 1.0:
-            raise SketchError(f"epsilon must be in (0, 1), got {epsilon}")
+        epsilon, window = epsilon_and_window(epsilon, window, MAX_WINDOW)
+        value_accuracy = float(value_accuracy)
         if not 1e-6 <= value_accuracy < 1.0:
             raise SketchError(f"value_accuracy must be in [1e-6, 1), got {value_accuracy}")
-        if not 1 <= window <= MAX_WINDOW:
-            raise SketchError(f"window must be between 1 and 2^40 ticks, got {window}")
         self.epsilon, self.window, self.value_accuracy = epsilon, window, value_accuracy
         self.log_w = max(0, (window - 1).bit_length())
         self.wp = 1 << self.log_w
