@@ -35,7 +35,7 @@ True
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import numpy as np
 
@@ -91,6 +91,11 @@ class Decay:
         raise NotImplementedError
 
     @property
+    def age_limit(self) -> int | None:
+        """``N`` of a finite decay (``f(x) = 0`` for ``x > N``), else None."""
+        return None
+
+    @property
     def finite(self) -> bool:
         return self.category == FINITE
 
@@ -107,17 +112,28 @@ class Decay:
         """Converging and not exponential (§1.2): the class Theorem 3.3 serves in small space."""
         return self.category == CONVERGING
 
-    @property
-    def age_limit(self) -> int | None:
-        """``N`` of a finite decay (``f(x) = 0`` for ``x > N``), else None."""
-        return None
+    def __post_init__(self):
+        """Every parameter is a positive finite float; :meth:`_check` adds a kind's limits."""
+        for n in self.names():
+            object.__setattr__(self, n, _positive(n, getattr(self, n)))
+        self._check()
 
-    def spec(self) -> dict:  # pragma: no cover - abstract
-        raise NotImplementedError
+    def _check(self) -> None:
+        pass
+
+    @classmethod
+    def names(cls) -> tuple[str, ...]:
+        """The parameters, in order: the dataclass fields of a kind."""
+        return tuple(f.name for f in fields(cls))
+
+    def spec(self) -> dict:
+        """``{"kind": ..., <params>}``, the input of :func:`parse_decay`."""
+        return {"kind": self.kind, **{n: getattr(self, n) for n in self.names()}}
 
     def params(self) -> tuple[float, float]:
         """Two numbers that, with :attr:`code`, serialise the decay."""
-        return (0.0, 0.0)
+        values = [float(getattr(self, n)) for n in self.names()]
+        return tuple(values + [0.0] * (2 - len(values)))
 
 
 @dataclass(frozen=True)
@@ -131,8 +147,6 @@ class NoDecay(Decay):
     def __call__(self, age) -> np.ndarray:
         return np.ones_like(_ages(age))
 
-    def spec(self) -> dict:
-        return {"kind": self.kind}
 
 
 @dataclass(frozen=True)
@@ -157,12 +171,6 @@ class SlidingWindow(Decay):
     def age_limit(self) -> int:
         return self.window
 
-    def spec(self) -> dict:
-        return {"kind": self.kind, "window": self.window}
-
-    def params(self) -> tuple[float, float]:
-        return (float(self.window), 0.0)
-
 
 @dataclass(frozen=True)
 class Exponential(Decay):
@@ -173,17 +181,8 @@ class Exponential(Decay):
     code = 2
     category = EXPONENTIAL
 
-    def __post_init__(self):
-        object.__setattr__(self, "half_life", _positive("half_life", self.half_life))
-
     def __call__(self, age) -> np.ndarray:
         return np.exp2(-_ages(age) / self.half_life)
-
-    def spec(self) -> dict:
-        return {"kind": self.kind, "half_life": self.half_life}
-
-    def params(self) -> tuple[float, float]:
-        return (self.half_life, 0.0)
 
 
 @dataclass(frozen=True)
@@ -195,20 +194,12 @@ class Polynomial(Decay):
     code = 3
     category = CONVERGING
 
-    def __post_init__(self):
-        a = _positive("alpha", self.alpha)
-        if a > 64:
+    def _check(self) -> None:
+        if self.alpha > 64:
             raise SketchError("polynomial decay alpha must be <= 64")
-        object.__setattr__(self, "alpha", a)
 
     def __call__(self, age) -> np.ndarray:
         return np.power(_ages(age) + 1.0, -self.alpha)
-
-    def spec(self) -> dict:
-        return {"kind": self.kind, "alpha": self.alpha}
-
-    def params(self) -> tuple[float, float]:
-        return (self.alpha, 0.0)
 
 
 @dataclass(frozen=True)
@@ -224,13 +215,10 @@ class FiniteExponential(Decay):
     code = 4
     category = FINITE
 
-    def __post_init__(self):
-        object.__setattr__(self, "half_life", _positive("half_life", self.half_life))
-        mu = _positive("mu", self.mu)
-        if not mu < 1:
+    def _check(self) -> None:
+        if not self.mu < 1:
             raise SketchError("finite exponential threshold mu must be in (0, 1)")
-        object.__setattr__(self, "mu", mu)
-        if self.half_life * math.log2(1 / mu) >= 2**62:
+        if self.half_life * math.log2(1 / self.mu) >= 2**62:
             raise SketchError("finite exponential age limit must be below 2^62 ticks")
 
     @property
@@ -240,12 +228,6 @@ class FiniteExponential(Decay):
     def __call__(self, age) -> np.ndarray:
         a = _ages(age)
         return np.where(a <= self.age_limit, np.exp2(-a / self.half_life), 0.0)
-
-    def spec(self) -> dict:
-        return {"kind": self.kind, "half_life": self.half_life, "mu": self.mu}
-
-    def params(self) -> tuple[float, float]:
-        return (self.half_life, self.mu)
 
 
 @dataclass(frozen=True)
@@ -261,21 +243,12 @@ class SuperExponential(Decay):
     code = 5
     category = SUPER_EXPONENTIAL
 
-    def __post_init__(self):
-        object.__setattr__(self, "scale", _positive("scale", self.scale))
-        b = _positive("beta", self.beta)
-        if not 1 < b <= 64:
+    def _check(self) -> None:
+        if not 1 < self.beta <= 64:
             raise SketchError("super-exponential decay needs beta in (1, 64]")
-        object.__setattr__(self, "beta", b)
 
     def __call__(self, age) -> np.ndarray:
         return np.exp2(-np.power(_ages(age) / self.scale, self.beta))
-
-    def spec(self) -> dict:
-        return {"kind": self.kind, "scale": self.scale, "beta": self.beta}
-
-    def params(self) -> tuple[float, float]:
-        return (self.scale, self.beta)
 
 
 @dataclass(frozen=True)
@@ -291,6 +264,9 @@ class CallableDecay(Decay):
     code = -1
     category = ""
 
+    def __post_init__(self):
+        pass  # a function, checked on the ages it is evaluated at
+
     def __call__(self, age) -> np.ndarray:
         a = _ages(age)
         out = np.asarray(self.fn(a), dtype=np.float64)
@@ -301,16 +277,13 @@ class CallableDecay(Decay):
     def spec(self) -> dict:
         raise SketchError("a callable decay has no spec")
 
+    def params(self) -> tuple[float, float]:
+        return (0.0, 0.0)  # never serialised: a callable lives with the query
 
-_KINDS = {
-    "none": (NoDecay, ()),
-    "sliding": (SlidingWindow, ("window",)),
-    "exponential": (Exponential, ("half_life",)),
-    "polynomial": (Polynomial, ("alpha",)),
-    "finite_exponential": (FiniteExponential, ("half_life", "mu")),
-    "super_exponential": (SuperExponential, ("scale", "beta")),
-}
-_BY_CODE = {cls.code: (cls, names) for cls, names in _KINDS.values()}
+
+_KINDS = {cls.kind: cls for cls in (NoDecay, SlidingWindow, Exponential, Polynomial, FiniteExponential,
+                                     SuperExponential)}
+_BY_CODE = {cls.code: cls for cls in _KINDS.values()}
 
 
 def parse_decay(spec) -> Decay:
@@ -327,7 +300,8 @@ def parse_decay(spec) -> Decay:
     kind = spec["kind"]
     if kind not in _KINDS:
         raise SketchError(f"unknown decay kind {kind!r}; expected one of {sorted(_KINDS)}")
-    cls, names = _KINDS[kind]
+    cls = _KINDS[kind]
+    names = cls.names()
     extra = set(spec) - {"kind", *names}
     missing = [n for n in names if n not in spec]
     if extra or missing:
@@ -348,12 +322,12 @@ def decay_from_code(code: int, p1: float, p2: float) -> Decay:
     """Inverse of ``(decay.code, *decay.params())``; raises SketchError when invalid."""
     if code not in _BY_CODE:
         raise SketchError(f"unknown decay code {code}")
-    cls, names = _BY_CODE[code]
+    cls = _BY_CODE[code]
     if cls is SlidingWindow:
         if not (math.isfinite(p1) and p1 == int(p1)):
             raise SketchError("sliding window must be integral")
         return cls(int(p1))
-    return cls(*(p1, p2)[: len(names)])
+    return cls(*(p1, p2)[: len(cls.names())])
 
 
 def relative_guarantee_refusal(decay) -> str | None:

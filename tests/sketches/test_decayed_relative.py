@@ -246,7 +246,7 @@ def _small():
 def test_a_read_back_sketch_answers_the_same():  # round trips in general: test_contract
     sk = _small()
     assert DecayedRelativeSketch.from_bytes(sk.to_bytes()).query(10, 400) == sk.query(10, 400)
-    assert "polynomial" in repr(sk)
+    assert "decay=Polynomial(alpha=1.5)" in repr(sk)
     empty = DecayedRelativeSketch(0.2, NoDecay(), 0, 1)
     assert DecayedRelativeSketch.from_bytes(empty.to_bytes()).is_empty
 
