@@ -248,6 +248,17 @@ def _find(uf, i):
     return r
 
 
+@nb.njit(cache=True, inline="always")
+def _put_row(c0, c1, c2, c3, c4, k, v0, v1, v2, v3, v4):
+    """Row ``k`` of five parallel columns (a frontier's or the output's); returns k + 1."""
+    c0[k] = v0
+    c1[k] = v1
+    c2[k] = v2
+    c3[k] = v3
+    c4[k] = v4
+    return k + 1
+
+
 @nb.njit(cache=True)
 def compress(lvl, idx, s, e, m, ratio):
     """One bottom-up pass folding sibling buckets into their parent wherever (C) allows.
@@ -296,13 +307,8 @@ def compress(lvl, idx, s, e, m, ratio):
     lam_done = 0
     for k in range(lvl_lo[0], lvl_lo[1]):
         i = o3[k]
-        f_rep[nf] = i
-        f_idx[nf] = idx[i]
-        f_s[nf] = s[i]
-        f_e[nf] = e[i]
-        f_m[nf] = m[i]
         f_nsa[nf] = par[i]
-        nf += 1
+        nf = _put_row(f_rep, f_idx, f_s, f_e, f_m, nf, i, idx[i], s[i], e[i], m[i])
     for lam in range(MAX_LEVEL):
         plev = lam + 1
         b, bend = lvl_lo[plev], lvl_lo[plev + 1]
@@ -334,13 +340,8 @@ def compress(lvl, idx, s, e, m, ratio):
                 own = o3[b]
                 b += 1
             if k1 < 0:  # only the parent's own bucket: carry it up unchanged
-                g_rep[ng] = own
-                g_idx[ng] = p
-                g_s[ng] = s[own]
-                g_e[ng] = e[own]
-                g_m[ng] = m[own]
                 g_nsa[ng] = par[own]
-                ng += 1
+                ng = _put_row(g_rep, g_idx, g_s, g_e, g_m, ng, own, p, s[own], e[own], m[own])
                 continue
             blocked = f_rep[k1] < 0 or (k2 >= 0 and f_rep[k2] < 0)
             if not blocked:
@@ -366,33 +367,17 @@ def compress(lvl, idx, s, e, m, ratio):
                         uf[f_rep[k2]] = rep
                     if own >= 0:
                         uf[own] = rep
-                    g_rep[ng] = rep
-                    g_idx[ng] = p
-                    g_s[ng] = lo_s
-                    g_e[ng] = hi_e
-                    g_m[ng] = mm
                     g_nsa[ng] = nsa
-                    ng += 1
+                    ng = _put_row(g_rep, g_idx, g_s, g_e, g_m, ng, rep, p, lo_s, hi_e, mm)
                     continue
             # the parent cannot absorb: its children and own bucket are final
             for k in (k1, k2):
                 if k >= 0 and f_rep[k] >= 0:
-                    r = f_rep[k]
-                    out_no[r] = n_out
-                    o_lvl[n_out] = lam
-                    o_idx[n_out] = f_idx[k]
-                    o_s[n_out] = f_s[k]
-                    o_e[n_out] = f_e[k]
-                    o_m[n_out] = f_m[k]
-                    n_out += 1
+                    out_no[f_rep[k]] = n_out
+                    n_out = _put_row(o_lvl, o_idx, o_s, o_e, o_m, n_out, lam, f_idx[k], f_s[k], f_e[k], f_m[k])
             if own >= 0:
                 out_no[own] = n_out
-                o_lvl[n_out] = plev
-                o_idx[n_out] = p
-                o_s[n_out] = s[own]
-                o_e[n_out] = e[own]
-                o_m[n_out] = m[own]
-                n_out += 1
+                n_out = _put_row(o_lvl, o_idx, o_s, o_e, o_m, n_out, plev, p, s[own], e[own], m[own])
             g_rep[ng] = -1
             g_idx[ng] = p
             ng += 1
@@ -406,14 +391,8 @@ def compress(lvl, idx, s, e, m, ratio):
         lam_done = plev
     for k in range(nf):  # what is left at the top level is final
         if f_rep[k] >= 0:
-            r = f_rep[k]
-            out_no[r] = n_out
-            o_lvl[n_out] = lam_done
-            o_idx[n_out] = f_idx[k]
-            o_s[n_out] = f_s[k]
-            o_e[n_out] = f_e[k]
-            o_m[n_out] = f_m[k]
-            n_out += 1
+            out_no[f_rep[k]] = n_out
+            n_out = _put_row(o_lvl, o_idx, o_s, o_e, o_m, n_out, lam_done, f_idx[k], f_s[k], f_e[k], f_m[k])
     dest = np.empty(n, np.int64)
     for i in range(n):
         dest[i] = out_no[_find(uf, i)]
