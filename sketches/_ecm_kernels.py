@@ -248,6 +248,13 @@ def _find(uf, i):
     return r
 
 
+@nb.njit(cache=True)
+def _columns(n):
+    """Six columns of ``n`` rows: four int64, the float64 mass, one int64."""
+    return (np.empty(n, np.int64), np.empty(n, np.int64), np.empty(n, np.int64), np.empty(n, np.int64),
+            np.empty(n), np.empty(n, np.int64))
+
+
 @nb.njit(cache=True, inline="always")
 def _put_row(c0, c1, c2, c3, c4, k, v0, v1, v2, v3, v4):
     """Row ``k`` of five parallel columns (a frontier's or the output's); returns k + 1."""
@@ -284,25 +291,12 @@ def compress(lvl, idx, s, e, m, ratio):
         lvl_lo[k] += lvl_lo[k - 1]
     uf = np.arange(n)
     out_no = np.full(n, -1, np.int64)
-    o_lvl = np.empty(n, np.int64)
-    o_idx = np.empty(n, np.int64)
-    o_s = np.empty(n, np.int64)
-    o_e = np.empty(n, np.int64)
-    o_m = np.empty(n)
+    o_lvl, o_idx, o_s, o_e, o_m, _ = _columns(n)  # the output: level, position, hull, mass
     n_out = 0
-    # frontier at the current level: rep (initial bucket, -1 = blocked marker), position, hull, mass, nearest stored ancestor
-    f_rep = np.empty(n, np.int64)
-    f_idx = np.empty(n, np.int64)
-    f_s = np.empty(n, np.int64)
-    f_e = np.empty(n, np.int64)
-    f_m = np.empty(n)
-    f_nsa = np.empty(n, np.int64)
-    g_rep = np.empty(n, np.int64)
-    g_idx = np.empty(n, np.int64)
-    g_s = np.empty(n, np.int64)
-    g_e = np.empty(n, np.int64)
-    g_m = np.empty(n)
-    g_nsa = np.empty(n, np.int64)
+    # frontier at the current level (f) and the next (g): rep (initial bucket, -1 = blocked
+    # marker), position, hull, mass, nearest stored ancestor
+    f_rep, f_idx, f_s, f_e, f_m, f_nsa = _columns(n)
+    g_rep, g_idx, g_s, g_e, g_m, g_nsa = _columns(n)
     nf = 0
     lam_done = 0
     for k in range(lvl_lo[0], lvl_lo[1]):
