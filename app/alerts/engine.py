@@ -25,7 +25,7 @@ import httpx
 from app.alerts.rules import AlertRule, crossed
 from app.alerts.store import RULES, UNREADABLE, AlertStore
 from app.alerts.webhooks import PinnedTransport, WebhookRefused
-from app.answers import QueryError, answer_from_store
+from app.answers import QueryError, answer_from_store, lookup, streams_of
 from app.store import Store, StreamNotFound, announcements
 
 __all__ = ["AlertEngine", "sign", "evaluate"]
@@ -47,14 +47,9 @@ class NoAnswerYet(QueryError):
 
 def rule_answer(store: Store, rule: AlertRule) -> tuple[dict, float, float, float, int]:
     """The rule's current answer: (answer, estimate, lower, upper, version)."""
-    if rule.query == "inner-product":
-        from app.kinds.keyed import inner_product_from_store
-
-        body = inner_product_from_store(store, rule.params)
-        version = sum(body["as_of"]["sketch_versions"].values())
-    else:
-        body = answer_from_store(store, rule.query, rule.stream, rule.params)
-        version = body["as_of"]["sketch_version"]
+    body = answer_from_store(store, rule.query, rule.stream, rule.params)
+    versions = body["as_of"].get("sketch_versions")  # a query over several streams
+    version = sum(versions.values()) if versions else body["as_of"]["sketch_version"]
     if "items" in body:  # quantiles: the rule names one q
         item = body["items"][0]
         if item["bound"] is None:
@@ -102,10 +97,16 @@ def judge(store: Store, rule: AlertRule, answers: dict, now_iso: str | None = No
     return rule, version, state, last, body
 
 
+def rule_streams(rule: AlertRule) -> list[str]:
+    """The streams the rule's query reads, as its kind in the query table says."""
+    try:
+        return streams_of(lookup(rule.query), rule.stream, rule.params)
+    except QueryError:  # its evaluation says why
+        return []
+
+
 def _involves(rule: AlertRule, stream: str) -> bool:
-    if rule.query == "inner-product":
-        return stream in str(rule.params.get("streams", "")).split(",")
-    return rule.stream == stream
+    return stream in rule_streams(rule)
 
 
 def _error_class(e: BaseException) -> str:
@@ -190,8 +191,7 @@ class AlertEngine:
                  if streams is None or any(_involves(rule, s) for s in streams)]
         # The announced versions themselves: queries may still be answered from the
         # version before while these decode, alerts wait for them.
-        asked = {r.stream for r in rules} | {s for r in rules if r.query == "inner-product"
-                                             for s in str(r.params.get("streams", "")).split(",") if s}
+        asked = {s for r in rules for s in rule_streams(r)}
         for stream in sorted(asked if streams is None else asked & set(streams)):
             try:
                 self.store.summary(stream, fresh=True)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from app.answers import (QueryError, QueryKind, Window, _exact_zero, answer_from_store, bound_of,
+from app.answers import (QueryError, QueryKind, Window, _exact_zero, bound_of,
                          bracket, register, window_estimate)
 from sketches.base import Estimate
 from tidemark.events import MAX_KEY_BYTES
@@ -140,8 +140,3 @@ register(QueryKind("frequency", _frequency, lambda c, p: _zero(c), _check_key, a
 register(QueryKind("heavy-hitters", _heavy_hitters, lambda c, p: HeavyHitters([], 0.0, True), _check_phi))
 register(QueryKind("self-join", _self_join, lambda c, p: _zero(c), alert=True))
 register(QueryKind("inner-product", _inner_product, check=_same_shape, streams=2, alert=True))
-
-
-def inner_product_from_store(store, params: dict) -> dict:
-    """Kept for callers written before the registry: ``answer_from_store`` answers it."""
-    return answer_from_store(store, "inner-product", None, params)

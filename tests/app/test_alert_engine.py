@@ -88,6 +88,35 @@ def test_each_distinct_question_is_answered_once_and_states_follow_the_bound(own
     assert engine.evaluate_streams({"e0"}) == 0
 
 
+def test_a_rule_over_two_streams_is_read_through_the_query_table(own_redis):
+    """An inner-product rule is evaluated like every kind (``answer_from_store`` through the
+    query table): an announcement of either of its streams evaluates it, one of the stream
+    it is filed under but does not read does not, and its version counts both streams'."""
+    rng = np.random.default_rng(5)
+    config = StreamConfig(max_window="1h", resolution="10s")
+    publisher = Publisher(own_redis)
+    for version, name in enumerate(["ip-a", "ip-b"], start=1):
+        n = 400
+        ts = T0 + rng.uniform(0, 3000, n)
+        keys = [f"k{k}" for k in rng.integers(0, 20, n)]
+        summary = StreamSummary.create(config, TEST_SECRET)
+        summary.update_table(decode_chunk(encode_chunk(ts, keys, np.full(n, np.nan), np.ones(n))))
+        publisher.publish_summary(name, summary, version=version, events=n)
+    store = Store(own_redis, TEST_SECRET)
+    alerts = AlertStore(own_redis, SecretBox(Fernet.generate_key()))
+    params = {"streams": "ip-a,ip-b", "window": "3600"}
+    alerts.add(AlertRule(stream="e0", query="inner-product", params=params, op=">", threshold=-1.0,
+                         webhook_url="http://127.0.0.1:9/x", secret="s" * 16, id="ip", created_at="now"))
+    engine = AlertEngine(store, alerts, own_redis, retry_for=60, allow_hosts=["127.0.0.1"])
+    assert engine.evaluate_streams({"e0"}) == 0 and alerts.state("ip")["version"] == -1
+    assert engine.evaluate_streams({"ip-b"}) == 1
+    body = answer_from_store(store, "inner-product", None, params)
+    state = alerts.state("ip")
+    assert state["state"] == "firing" and state["version"] == 1 + 2
+    assert state["last"]["estimate"] == body["estimate"] > 0 and state["last"]["bound"] == body["bound"]
+    assert engine.evaluate_streams({"ip-a"}) == 0  # the same versions: nothing changes
+
+
 class Receiver:
     """An HTTP/1.1 receiver that records, per connection, the Host of each request."""
 
@@ -138,13 +167,21 @@ class Receiver:
         self.server.server_close()
 
 
-def _send_all(transport: PinnedTransport, urls: list[str], together: bool = False) -> list[int]:
+def _session(talk, transport: PinnedTransport | None = None):
+    """``await talk(client)`` on one client of kept-alive connections (to 127.0.0.1 only,
+    unless a ``transport`` is given)."""
     async def go():
-        async with httpx.AsyncClient(transport=transport, timeout=5) as client:
-            if together:
-                return [r.status_code for r in await asyncio.gather(*[client.post(u, content=b"{}") for u in urls])]
-            return [(await client.post(u, content=b"{}")).status_code for u in urls]
+        async with httpx.AsyncClient(transport=transport or PinnedTransport(["127.0.0.1"]), timeout=5) as client:
+            return await talk(client)
     return asyncio.run(go())
+
+
+def _send_all(transport: PinnedTransport, urls: list[str], together: bool = False) -> list[int]:
+    async def talk(client):
+        if together:
+            return [r.status_code for r in await asyncio.gather(*[client.post(u, content=b"{}") for u in urls])]
+        return [(await client.post(u, content=b"{}")).status_code for u in urls]
+    return _session(talk, transport)
 
 
 @pytest.fixture
@@ -185,15 +222,13 @@ def test_a_connection_the_receiver_closed_is_replaced():
     try:
         url = f"http://127.0.0.1:{receiver.port}/hook"
 
-        async def go():
-            transport = PinnedTransport(["127.0.0.1"])
-            async with httpx.AsyncClient(transport=transport, timeout=5) as client:
-                out = []
-                for _ in range(3):
-                    out.append((await client.post(url, content=b"{}")).status_code)
-                    await asyncio.sleep(0.1)  # the hang-up reaches us while idle, or not
-                return out
-        assert asyncio.run(go()) == [200, 200, 200]
+        async def talk(client):
+            out = []
+            for _ in range(3):
+                out.append((await client.post(url, content=b"{}")).status_code)
+                await asyncio.sleep(0.1)  # the hang-up reaches us while idle, or not
+            return out
+        assert _session(talk) == [200, 200, 200]
         assert len(receiver.hosts) == 3
     finally:
         receiver.close()
@@ -213,14 +248,12 @@ def test_a_reply_nobody_asked_for_is_never_read_as_the_next_one():
     try:
         url = f"http://127.0.0.1:{receiver.port}/hook"
 
-        async def go():
-            transport = PinnedTransport(["127.0.0.1"])
-            async with httpx.AsyncClient(transport=transport, timeout=5) as client:
-                first = (await client.post(url, content=b"{}")).status_code
-                await asyncio.sleep(0.3)
-                second = (await client.post(url, content=b"{}")).status_code
-                return first, second
-        assert asyncio.run(go()) == (500, 500)
+        async def talk(client):
+            first = (await client.post(url, content=b"{}")).status_code
+            await asyncio.sleep(0.3)
+            second = (await client.post(url, content=b"{}")).status_code
+            return first, second
+        assert _session(talk) == (500, 500)
         assert len(receiver.hosts) == 2  # the polluted connection was not reused
     finally:
         receiver.close()
