@@ -206,7 +206,8 @@ def run_worker(args) -> None:
     checkpoint = args.checkpoint or settings.checkpoint
     worker_main(redis_url, checkpoint, args.master or settings.spark_master,
                 args.partitions or settings.state_partitions, settings.trigger,
-                load_or_create(checkpoint, settings.hash_secret))
+                load_or_create(checkpoint, settings.hash_secret), settings.spark_conf,
+                settings.warm_workers)
 
 
 def run_api(args) -> None:
