@@ -15,7 +15,6 @@ import httpx
 import yaml
 from pydantic import ValidationError
 
-from tidemark import capacity
 from tidemark.errors import CliError
 from tidemark.settings import Settings
 from tidemark.streams import STREAM_NAME_PATTERN, StreamConfig
@@ -27,6 +26,7 @@ __all__ = ["main"]
 def load_streams(path: str | None) -> dict[str, StreamConfig]:
     if not path:
         return {}
+    from tidemark import capacity  # imports the sketches: not before a worker starts Spark
     try:
         raw = yaml.safe_load(Path(path).read_text()) or {}
     except (OSError, yaml.YAMLError) as e:

@@ -25,11 +25,13 @@ import logging
 import os
 import threading
 import time
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from tidemark.hash_secret import HashSecret, load_or_create
 from tidemark.streams import StreamConfig
+
+if TYPE_CHECKING:
+    import pandas as pd  # the driver starts Spark first; executors import pandas anyway
 
 __all__ = ["main", "start", "build_spark", "warm_up_workers", "shard_updater", "republish_all",
            "has_commits", "STATE_SCHEMA"]
@@ -122,6 +124,8 @@ def shard_updater(redis_url: str, secret: HashSecret):
     """The function Spark runs per (stream, shard) group on the executors."""
 
     def update(key, pdfs, group_state):
+        import pandas as pd
+
         stream, shard = key[0], int(key[1])
         rows = pd.concat(list(pdfs), ignore_index=True)
         previous = dict(zip(_STATE_FIELDS, group_state.get)) if group_state.exists else None
@@ -351,11 +355,15 @@ def main(redis_url: str, checkpoint: str, master: str | None = None, partitions:
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s worker %(message)s")
     logging.getLogger("py4j").setLevel(logging.WARNING)
-    from tidemark.summary import warm_up
-
     _phase("driver imports")
-    # Fill (or load) Numba's cache while the JVM starts, so executors load kernels instead
-    # of compiling them; the query starts only once the cache is there.
+
+    def warm_up():
+        from tidemark.summary import warm_up
+
+        warm_up()
+
+    # Import the sketches and fill (or load) Numba's cache while the JVM starts, so
+    # executors load kernels instead of compiling them; the query starts once it is there.
     kernels = threading.Thread(target=warm_up, daemon=True, name="tidemark-warm-up")
     kernels.start()
     spark = build_spark(master, partitions, conf=spark_conf)
