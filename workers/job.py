@@ -247,7 +247,8 @@ def _warm_workers(batches):
         yield batch
 
 
-def warm_up_workers(spark, tasks: int | None = None) -> threading.Thread:
+def warm_up_workers(spark, tasks: int | None = None,
+                    stopping: threading.Event | None = None) -> threading.Thread:
     """Start the executors' Python workers while the driver plans the stream.
 
     A batch job of ``tasks`` (default: Spark's parallelism) tasks runs ``_warm_workers``;
@@ -263,7 +264,8 @@ def warm_up_workers(spark, tasks: int | None = None) -> threading.Thread:
              .write.format("noop").mode("overwrite").save())
             _phase(f"{tasks} Python workers warm")
         except Exception as e:  # noqa: BLE001 — only a head start: the batches start their own
-            log.warning("warming up the Python workers failed: %s", e)
+            if not (stopping and stopping.is_set()):  # else Spark stopped under it: no news
+                log.warning("warming up the Python workers failed: %s", e)
 
     thread = threading.Thread(target=run, daemon=True, name="tidemark-warm-workers")
     thread.start()
@@ -358,9 +360,12 @@ def main(redis_url: str, checkpoint: str, master: str | None = None, partitions:
     _phase("driver imports")
 
     def warm_up():
-        from tidemark.summary import warm_up
+        try:
+            from tidemark.summary import warm_up
 
-        warm_up()
+            warm_up()
+        except Exception as e:  # noqa: BLE001 — executors then compile what they need
+            log.warning("compiling the kernels ahead failed: %s", e)
 
     # Import the sketches and fill (or load) Numba's cache while the JVM starts, so
     # executors load kernels instead of compiling them; the query starts once it is there.
@@ -371,10 +376,10 @@ def main(redis_url: str, checkpoint: str, master: str | None = None, partitions:
     _phase("Spark session")
     kernels.join()
     _phase("kernels in Numba's cache")
-    if warm_workers:
-        warm_up_workers(spark)
-    query, driver = start(spark, redis_url, checkpoint, trigger, secret)
     stopping = threading.Event()
+    if warm_workers:
+        warm_up_workers(spark, stopping=stopping)
+    query, driver = start(spark, redis_url, checkpoint, trigger, secret)
 
     def shutdown(*_):
         # Signal handlers run on the main thread, which is inside a py4j call
