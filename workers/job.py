@@ -260,6 +260,10 @@ def warm_up_workers(spark, tasks: int | None = None,
 
     def run():
         try:
+            if spark.sparkContext.master.startswith("local"):
+                # The executor is this JVM: load RocksDB's native library (unpacked from
+                # its jar on every start) now rather than when the first batch opens state.
+                spark.sparkContext._jvm.org.rocksdb.RocksDB.loadLibrary()
             (spark.range(tasks, numPartitions=tasks).mapInPandas(_warm_workers, "id long")
              .write.format("noop").mode("overwrite").save())
             _phase(f"{tasks} Python workers warm")
