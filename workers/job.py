@@ -259,11 +259,13 @@ def warm_up_workers(spark, tasks: int | None = None,
     tasks = tasks or spark.sparkContext.defaultParallelism
 
     def run():
-        try:
-            if spark.sparkContext.master.startswith("local"):
-                # The executor is this JVM: load RocksDB's native library (unpacked from
-                # its jar on every start) now rather than when the first batch opens state.
+        if spark.sparkContext.master.startswith("local"):
+            try:  # the executor is this JVM: unpack and load RocksDB's native library now,
+                # not when the first batch opens its state
                 spark.sparkContext._jvm.org.rocksdb.RocksDB.loadLibrary()
+            except Exception as e:  # noqa: BLE001 — the state store loads it itself
+                log.info("RocksDB not loaded ahead: %s", e)
+        try:
             (spark.range(tasks, numPartitions=tasks).mapInPandas(_warm_workers, "id long")
              .write.format("noop").mode("overwrite").save())
             _phase(f"{tasks} Python workers warm")
