@@ -25,6 +25,8 @@ $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e ".[dev]"
+	# Compile the sketches' kernels into Numba's cache now: the first start is then warm.
+	$(PY) -c "from tidemark.summary import warm_up; warm_up()"
 	touch $(STAMP)
 
 # Redis, Java for Spark and Chromium for the browser tests, from Debian's packages.

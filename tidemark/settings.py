@@ -50,6 +50,12 @@ class Settings(BaseSettings):
         default=None, description="hex secret the key hashes derive from; default: the file "
         "hash-secret beside the worker checkpoint, created on first start")
     trigger: str = "1 second"
+    spark_conf: dict[str, str] = Field(
+        default_factory=dict, description="JSON object of Spark settings for the worker; "
+        "overrides every setting the worker makes itself")
+    warm_workers: bool = Field(
+        default=True, description="start the executors' Python workers (imports, compiled "
+        "kernels) with a small job while the worker plans its stream")
     worker_stale_after: float = Field(
         default=3.0, gt=0, description="seconds since the worker's last heartbeat (it beats "
         "every second) after which /readyz says it is not running")

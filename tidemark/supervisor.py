@@ -1,5 +1,5 @@
-"""Keeps the parts of ``tidemark up`` running: a part that dies is restarted after an
-exponential backoff; only a crash loop (``max_failures`` failures of one part within
+"""Keeps the parts of ``tidemark up`` running: a part that dies is restarted at once the
+first time, then after an exponential backoff while it keeps failing; only a crash loop (``max_failures`` failures of one part within
 ``window`` seconds) stops everything.
 
 Each part is a ``start()`` that returns a handle with ``poll()`` (``None`` while it runs,
@@ -71,8 +71,12 @@ class Supervisor:
         self._write_state()
 
     def delay(self, failures: int) -> float:
-        """Seconds to wait before the restart that follows ``failures`` recent failures."""
-        return min(self.max_delay, self.base_delay * 2 ** (failures - 1))
+        """Seconds to wait before the restart that follows ``failures`` recent failures:
+        none after a lone failure (a crash or a kill is not a loop, and every second of
+        the wait is a second without answers), then ``base_delay`` doubling."""
+        if failures <= 1:
+            return 0.0
+        return min(self.max_delay, self.base_delay * 2 ** (failures - 2))
 
     def tick(self) -> None:
         """Notice dead parts and restart those whose backoff is over; raises ``GiveUp``."""

@@ -15,7 +15,6 @@ import httpx
 import yaml
 from pydantic import ValidationError
 
-from tidemark import capacity
 from tidemark.errors import CliError
 from tidemark.settings import Settings
 from tidemark.streams import STREAM_NAME_PATTERN, StreamConfig
@@ -27,6 +26,7 @@ __all__ = ["main"]
 def load_streams(path: str | None) -> dict[str, StreamConfig]:
     if not path:
         return {}
+    from tidemark import capacity  # imports the sketches: not before a worker starts Spark
     try:
         raw = yaml.safe_load(Path(path).read_text()) or {}
     except (OSError, yaml.YAMLError) as e:
@@ -206,7 +206,8 @@ def run_worker(args) -> None:
     checkpoint = args.checkpoint or settings.checkpoint
     worker_main(redis_url, checkpoint, args.master or settings.spark_master,
                 args.partitions or settings.state_partitions, settings.trigger,
-                load_or_create(checkpoint, settings.hash_secret))
+                load_or_create(checkpoint, settings.hash_secret), settings.spark_conf,
+                settings.warm_workers)
 
 
 def run_api(args) -> None:

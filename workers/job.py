@@ -22,16 +22,27 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import os
 import threading
-
-import pandas as pd
+import time
+from typing import TYPE_CHECKING
 
 from tidemark.hash_secret import HashSecret, load_or_create
 from tidemark.streams import StreamConfig
 
-__all__ = ["main", "start", "build_spark", "shard_updater", "republish_all", "STATE_SCHEMA"]
+if TYPE_CHECKING:
+    import pandas as pd  # the driver starts Spark first; executors import pandas anyway
+
+__all__ = ["main", "start", "build_spark", "warm_up_workers", "shard_updater", "republish_all",
+           "has_commits", "STATE_SCHEMA"]
 
 log = logging.getLogger("tidemark.worker")
+_STARTED = time.monotonic()
+
+
+def _phase(what: str) -> None:
+    """One start-up phase done: the log says where a start's seconds go."""
+    log.info("start-up: %s (%.1f s since the worker's imports)", what, time.monotonic() - _STARTED)
 
 STATE_SCHEMA = ("blob binary, config string, events long, late_dropped long, clock double, "
                 "version long, failed string, failed_events long")
@@ -113,6 +124,8 @@ def shard_updater(redis_url: str, secret: HashSecret):
     """The function Spark runs per (stream, shard) group on the executors."""
 
     def update(key, pdfs, group_state):
+        import pandas as pd
+
         stream, shard = key[0], int(key[1])
         rows = pd.concat(list(pdfs), ignore_index=True)
         previous = dict(zip(_STATE_FIELDS, group_state.get)) if group_state.exists else None
@@ -162,8 +175,34 @@ def republish_all(spark, redis_url: str, checkpoint: str) -> int:
     return rows.count()
 
 
-def build_spark(master: str | None, partitions: int, app_name: str = "tidemark-worker"):
-    import os
+def has_commits(spark_checkpoint: str) -> bool:
+    """Has the streaming query ever committed a batch under this checkpoint? (Spark writes
+    ``commits/<batch id>`` after each batch; a checkpoint without one holds no state.)"""
+    import pyarrow.fs as pafs
+
+    uri = spark_checkpoint if "://" in spark_checkpoint else os.path.abspath(spark_checkpoint)
+    try:
+        fs, root = pafs.FileSystem.from_uri(uri)
+        infos = fs.get_file_info(pafs.FileSelector(f"{root}/commits", allow_not_found=True))
+    except Exception:  # noqa: BLE001 — a file system only Spark reads: let Spark look
+        return True
+    return any(i.type == pafs.FileType.File and i.base_name.isdigit() for i in infos)
+
+
+# Spark settings that cut the fixed cost of a start in local mode (``local[*]``: the
+# embedded deployment of ``tidemark up``); a cluster keeps its own spark-defaults.
+LOCAL_CONF = {
+    # The driver JVM runs Spark's planning and moves chunk blobs (the sketches run in
+    # Python): C1-compiled code and a serial collector start faster on few cores and leave
+    # them to the Python workers, instead of C2 compiler threads competing at start-up.
+    "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
+}
+
+
+def build_spark(master: str | None, partitions: int, app_name: str = "tidemark-worker",
+                conf: dict[str, str] | None = None):
+    """The worker's SparkSession; ``conf`` (``TIDEMARK_SPARK_CONF``) overrides every
+    setting made here."""
     import sys
 
     from pyspark.sql import SparkSession
@@ -175,23 +214,68 @@ def build_spark(master: str | None, partitions: int, app_name: str = "tidemark-w
     builder = SparkSession.builder.appName(app_name)
     if master:
         builder = builder.master(master)
-    conf = {
+    settings = {
         "spark.sql.shuffle.partitions": str(partitions),
         "spark.ui.enabled": "false",
         "spark.sql.execution.arrow.pyspark.enabled": "true",
+        "spark.sql.execution.arrow.pyspark.fallback.enabled": "false",
         "spark.sql.streaming.minBatchesToRetain": "20",
         "spark.sql.streaming.stateStore.providerClass":
             "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
         "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
-        # Keep the Python workers (and their compiled kernels) between batches.
+        # Keep the Python workers (and their loaded kernels) between batches.
         "spark.python.worker.reuse": "true",
     }
     if not master or master.startswith("local"):
         # On a cluster the executors' Python is the cluster's business (spark-defaults).
-        conf["spark.pyspark.python"] = sys.executable
-    for k, v in conf.items():
+        settings["spark.pyspark.python"] = sys.executable
+        settings.update(LOCAL_CONF)
+    settings.update(conf or {})
+    for k, v in settings.items():
         builder = builder.config(k, v)
     return builder.getOrCreate()
+
+
+def _warm_workers(batches):
+    """Runs in each Python worker of the warm-up job: import what the shard updater imports
+    and load its compiled kernels, so the reused worker has them when the first batch comes."""
+    import workers.update  # noqa: F401 — the updater's imports
+    from tidemark.summary import warm_up
+
+    warm_up()
+    for batch in batches:
+        yield batch
+
+
+def warm_up_workers(spark, tasks: int | None = None,
+                    stopping: threading.Event | None = None) -> threading.Thread:
+    """Start the executors' Python workers while the driver plans the stream.
+
+    A batch job of ``tasks`` (default: Spark's parallelism) tasks runs ``_warm_workers``;
+    with ``spark.python.worker.reuse`` the first micro-batch then finds workers that have
+    imported the sketches and loaded their kernels instead of starting them. Runs in a
+    thread: it only overlaps with the driver's work and delays nothing (the first batch's
+    tasks queue behind it at worst)."""
+    tasks = tasks or spark.sparkContext.defaultParallelism
+
+    def run():
+        if spark.sparkContext.master.startswith("local"):
+            try:  # the executor is this JVM: unpack and load RocksDB's native library now,
+                # not when the first batch opens its state
+                spark.sparkContext._jvm.org.rocksdb.RocksDB.loadLibrary()
+            except Exception as e:  # noqa: BLE001 — the state store loads it itself
+                log.info("RocksDB not loaded ahead: %s", e)
+        try:
+            (spark.range(tasks, numPartitions=tasks).mapInPandas(_warm_workers, "id long")
+             .write.format("noop").mode("overwrite").save())
+            _phase(f"{tasks} Python workers warm")
+        except Exception as e:  # noqa: BLE001 — only a head start: the batches start their own
+            if not (stopping and stopping.is_set()):  # else Spark stopped under it: no news
+                log.warning("warming up the Python workers failed: %s", e)
+
+    thread = threading.Thread(target=run, daemon=True, name="tidemark-warm-workers")
+    thread.start()
+    return thread
 
 
 class Driver:
@@ -205,9 +289,15 @@ class Driver:
         self.publisher = Publisher(redis_url)
         self.query = None
         self.stop_event = threading.Event()
+        self.first_batch_logged = False
 
     def republish_if_needed(self) -> None:
         if self.publisher.needs_republish():
+            if not has_commits(self.checkpoint + "/spark"):
+                # A new checkpoint has nothing to publish: skip planning a state-store read
+                # (seconds of Spark's time before the first batch).
+                self.publisher.mark_published()
+                return
             n = republish_all(self.spark, self.redis_url, self.checkpoint + "/spark")
             if n:
                 log.warning("Redis had lost the published sketches; published %d shards again", n)
@@ -216,6 +306,10 @@ class Driver:
     def beat(self) -> None:
         q = self.query
         progress = (q.lastProgress or {}) if q is not None else {}
+        if not self.first_batch_logged and progress.get("batchId", -1) >= 0:
+            self.first_batch_logged = True
+            _phase(f"first batch {progress['batchId']} done, {progress.get('numInputRows', 0)} "
+                   f"chunks, ms {progress.get('durationMs')}")
         self.publisher.heartbeat({
             "run_id": str(q.runId) if q is not None else None,
             "active": bool(q is not None and q.isActive),
@@ -245,6 +339,7 @@ def start(spark, redis_url: str, checkpoint: str, trigger: str = "1 second",
     spark.dataSource.register(RedisChunkSource)
     driver = Driver(spark, redis_url, checkpoint)
     driver.republish_if_needed()
+    _phase("republish checked")
     stream = spark.readStream.format("tidemark-redis").option("redis_url", redis_url).load()
     query = (
         stream.groupBy("stream", "shard")
@@ -256,23 +351,41 @@ def start(spark, redis_url: str, checkpoint: str, trigger: str = "1 second",
         .start()
     )
     driver.query = query
+    _phase("streaming query started")
     threading.Thread(target=driver.run_forever, daemon=True, name="tidemark-heartbeat").start()
     return query, driver
 
 
 def main(redis_url: str, checkpoint: str, master: str | None = None, partitions: int = 4,
-         trigger: str = "1 second", secret: HashSecret | None = None) -> None:
+         trigger: str = "1 second", secret: HashSecret | None = None,
+         spark_conf: dict[str, str] | None = None, warm_workers: bool = True) -> None:
     import signal
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s worker %(message)s")
     logging.getLogger("py4j").setLevel(logging.WARNING)
-    from tidemark.summary import warm_up
+    _phase("driver imports")
 
-    warm_up()  # fills Numba's cache, so executors load kernels instead of compiling them
-    spark = build_spark(master, partitions)
+    def warm_up():
+        try:
+            from tidemark.summary import warm_up
+
+            warm_up()
+        except Exception as e:  # noqa: BLE001 — executors then compile what they need
+            log.warning("compiling the kernels ahead failed: %s", e)
+
+    # Import the sketches and fill (or load) Numba's cache while the JVM starts, so
+    # executors load kernels instead of compiling them; the query starts once it is there.
+    kernels = threading.Thread(target=warm_up, daemon=True, name="tidemark-warm-up")
+    kernels.start()
+    spark = build_spark(master, partitions, conf=spark_conf)
     spark.sparkContext.setLogLevel("WARN")
-    query, driver = start(spark, redis_url, checkpoint, trigger, secret)
+    _phase("Spark session")
+    kernels.join()
+    _phase("kernels in Numba's cache")
     stopping = threading.Event()
+    if warm_workers:
+        warm_up_workers(spark, stopping=stopping)
+    query, driver = start(spark, redis_url, checkpoint, trigger, secret)
 
     def shutdown(*_):
         # Signal handlers run on the main thread, which is inside a py4j call

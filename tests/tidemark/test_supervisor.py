@@ -40,9 +40,14 @@ def _supervised(tmp_path, **kw):
     return sup, part, clock, started, stopped, logs
 
 
-def test_a_dead_part_is_restarted_after_a_doubling_backoff_and_reaped_first(tmp_path):
+def test_a_dead_part_is_restarted_at_once_then_after_a_doubling_backoff_and_reaped_first(tmp_path):
     sup, part, clock, started, stopped, logs = _supervised(tmp_path, base_delay=0.5, window=60)
-    for n, wait in enumerate([0.5, 1.0, 2.0, 4.0], start=1):
+    started[-1].code = -9
+    sup.tick()  # a lone failure: reaped and started again in the same tick
+    assert stopped[-1] is started[0] and len(started) == 2 and part.restarts == 1
+    assert "worker was killed by SIGKILL; restarting in 0.0 s (1 failure(s)" in logs[-2]
+    assert logs[-1] == f"tidemark up: worker restarted (pid {started[-1].pid}, restart 1)"
+    for n, wait in enumerate([0.5, 1.0, 2.0], start=2):
         started[-1].code = -9
         sup.tick()
         assert stopped[-1] is started[-1]  # its leftovers are reaped before the wait
@@ -80,7 +85,7 @@ def test_failures_further_apart_than_the_window_never_give_up_and_reset_the_back
     for _ in range(5):
         started[-1].code = 1
         sup.tick()
-        assert "restarting in 0.5 s (1 failure(s)" in logs[-1]
+        assert "restarting in 0.0 s (1 failure(s)" in logs[-2]
         clock.now += 61
         sup.tick()
     assert part.restarts == 5
@@ -96,10 +101,12 @@ def test_a_start_that_raises_counts_as_a_failure(tmp_path):
         return FakeProcess(1)
 
     part = Part("redis", start, lambda _: None)
-    sup = Supervisor([part], max_failures=2, clock=clock, log=logs.append)
+    sup = Supervisor([part], max_failures=3, clock=clock, log=logs.append)
     sup.start()
     part.handle.code = 0
-    sup.tick()
+    sup.tick()  # exited, restarted at once, that start raised: two failures, a backoff
+    assert len(calls) == 2 and "redis could not start: redis-server did not start in time; " \
+        "restarting in 0.5 s (2 failure(s)" in logs[-1]
     clock.now += 1
     with pytest.raises(GiveUp, match="redis could not start: redis-server did not start in time"):
         sup.tick()

@@ -1,0 +1,206 @@
+"""Quick return: ``kill -9`` of the worker under a steady load → events flowing again.
+
+Runs ``tidemark up`` (embedded Redis, the Spark worker, the API, under its supervisor) from a
+source tree on free ports in a fresh run directory, posts a steady in-order load (100 events
+every 0.1 s through the retrying ingest client) and, once events are counted, kills the
+worker's Python driver (or, with ``--jvm``, its JVM) with SIGKILL, ``--kills`` times. Per
+kill it measures the seconds from the fault until
+
+* the supervisor has started a new worker (its ``supervisor.json``),
+* ``/readyz`` answers 200 again (after having said 503),
+* the first event accepted after the fault is counted (the published count exceeds what had
+  been accepted at the fault: the load is in order and nothing is counted twice).
+
+At the end the load stops and every accepted event must be counted exactly once (count =
+received = accepted, none late). The log of ``tidemark up`` is stamped in seconds since
+the last fault (``--log``), which says where the time goes.
+
+    .venv/bin/python bench/bench_recovery.py [--kills 3] [--jvm] [--src DIR] [--log]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import httpx
+
+from tidemark.ingest_client import NDJSON, post_batch
+from tidemark.redis_server import free_port
+
+HERE = str(Path(__file__).resolve().parents[1])
+
+
+class Load(threading.Thread):
+    """In-order events, 100 per request every 0.1 s, retried through 503/429/dropped links."""
+
+    def __init__(self, client: httpx.Client, stream: str):
+        super().__init__(daemon=True)
+        self.client, self.stream = client, stream
+        self.accepted, self.sent, self.error = 0, 0, None
+        self.stop = threading.Event()
+        self.t0 = time.time() - 600
+
+    def run(self):
+        try:
+            while not self.stop.is_set():
+                body = "".join(json.dumps({"ts": self.t0 + (self.sent + i) * 0.001}) + "\n"
+                               for i in range(100)).encode()
+                self.accepted += post_batch(self.client, self.stream, body, NDJSON,
+                                            retry_for=600)["accepted"]
+                self.sent += 100
+                time.sleep(0.1)
+        except Exception as e:  # noqa: BLE001 — reported at the end
+            self.error = e
+
+
+def _get(c: httpx.Client, path: str):
+    try:
+        return c.get(path)
+    except httpx.HTTPError:
+        return None
+
+
+def _counted(c: httpx.Client, stream: str) -> dict | None:
+    r = _get(c, f"/v1/streams/{stream}")
+    return r.json()["status"] if r is not None and r.status_code == 200 else None
+
+
+def _java_child(pid: int) -> int:
+    out = subprocess.run(["pgrep", "-P", str(pid), "java"], capture_output=True, text=True).stdout
+    if not out.split():
+        raise RuntimeError(f"no JVM under the worker (pid {pid})")
+    return int(out.split()[0])
+
+
+def run(src: str, kills: int, jvm: bool, show_log: bool) -> dict:
+    tmp = tempfile.mkdtemp(prefix="tm-bench-recovery-")
+    key = secrets.token_urlsafe(24)
+    config = Path(tmp, "streams.yaml")
+    config.write_text("streams:\n  rec:\n    max_window: 1h\n")
+    port = free_port()
+    env = {**os.environ, "PYTHONPATH": src, "TIDEMARK_RUN_DIR": tmp,
+           "TIDEMARK_CHECKPOINT": f"{tmp}/checkpoint",
+           "TIDEMARK_API_KEYS": json.dumps([{"key": key, "scopes": ["admin"]}])}
+    env.pop("REDIS_URL", None)
+    state_file = Path(tmp, "supervisor.json")
+    started = time.perf_counter()
+    fault_at = [started]
+    up = subprocess.Popen([sys.executable, "-m", "tidemark_cli", "up", "--config", str(config),
+                           "--port", str(port)], env=env, cwd=src, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    log: list[tuple[int, float, str]] = []  # (kill number, seconds since it, line)
+
+    def read():
+        for line in up.stdout:
+            log.append((len(fault_at) - 1, time.perf_counter() - fault_at[-1], line.rstrip()))
+
+    threading.Thread(target=read, daemon=True).start()
+
+    def wait(what, check, timeout):
+        deadline = time.perf_counter() + timeout
+        while True:
+            value = check()
+            if value:
+                return value
+            if up.poll() is not None or time.perf_counter() > deadline:
+                raise RuntimeError(f"{what}:\n" + "\n".join(l for _, _, l in log[-40:]))
+            time.sleep(0.05)
+
+    rounds, load = [], None
+    out = {"rounds": rounds}
+    try:
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=5,
+                          headers={"Authorization": f"Bearer {key}"}) as c:
+            wait("not ready", lambda: (r := _get(c, "/readyz")) is not None and r.status_code == 200, 300)
+            load = Load(httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10,
+                                     headers={"Authorization": f"Bearer {key}"}), "rec")
+            load.start()
+            wait("no events counted", lambda: ((_counted(c, "rec") or {}).get("events") or 0) > 0, 300)
+            for _ in range(kills):
+                time.sleep(5)  # steady state: batches every second
+                part = json.loads(state_file.read_text())["parts"]["worker"]
+                victim = _java_child(part["pid"]) if jvm else part["pid"]
+                accepted = load.accepted
+                fault = time.perf_counter()
+                fault_at.append(fault)
+                os.kill(victim, signal.SIGKILL)
+                row = {}
+                seen_503, now = False, 0.0
+                while "flowing" not in row or ("ready" not in row and now < 120):
+                    now = time.perf_counter() - fault
+                    if now > 300 or up.poll() is not None:
+                        raise RuntimeError("events not flowing again:\n" +
+                                           "\n".join(l for _, _, l in log[-40:]))
+                    if "restarted" not in row and json.loads(state_file.read_text())["parts"][
+                            "worker"]["restarts"] > part["restarts"]:
+                        row["restarted"] = now
+                    r = _get(c, "/readyz")
+                    if r is not None and r.status_code != 200:
+                        seen_503 = True
+                    elif r is not None and seen_503 and "ready" not in row:
+                        row["ready"] = time.perf_counter() - fault
+                    if "flowing" not in row and ((_counted(c, "rec") or {}).get("events") or 0) > accepted:
+                        row["flowing"] = time.perf_counter() - fault
+                    time.sleep(0.05)
+                rounds.append(row)
+            load.stop.set()
+            load.join(120)
+            if load.error is not None:
+                raise RuntimeError(f"the load failed: {load.error!r}")
+            status = wait("not every accepted event counted",
+                          lambda: (s := _counted(c, "rec")) and s["events"] >= load.accepted and s, 300)
+            time.sleep(3)  # a double count would show by now
+            status = _counted(c, "rec")
+            out.update(accepted=load.accepted, sent=load.sent, events=status["events"],
+                       received=status["received"], late=status["late_dropped"])
+            out["exactly_once"] = (status["events"] == status["received"] == load.accepted
+                                   == load.sent and status["late_dropped"] == 0)
+    finally:
+        if load is not None:
+            load.stop.set()
+        os.killpg(up.pid, signal.SIGINT)
+        try:
+            up.wait(90)
+        except subprocess.TimeoutExpired:
+            os.killpg(up.pid, signal.SIGKILL)
+            up.wait()
+        if show_log:
+            for n, t, line in log:
+                if n and not line.startswith(("\tat ", " ")):
+                    print(f"  kill {n} {t:7.2f} s  {line[:200]}")
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--kills", type=int, default=3)
+    ap.add_argument("--jvm", action="store_true", help="kill the worker's JVM, not its Python driver")
+    ap.add_argument("--src", default=HERE)
+    ap.add_argument("--log", action="store_true", help="print the log of tidemark up after each kill")
+    args = ap.parse_args()
+    r = run(args.src, args.kills, args.jvm, args.log)
+    victim = "worker JVM" if args.jvm else "worker Python driver"
+    print(f"| kill -9 of the {victim} | restarted | /readyz 200 | first new event counted |")
+    print("|---|---|---|---|")
+    for i, row in enumerate(r["rounds"], 1):
+        ready = f"{row['ready']:.1f} s" if "ready" in row else "—"
+        print(f"| kill {i} | {row.get('restarted', float('nan')):.1f} s | {ready} | "
+              f"{row['flowing']:.1f} s |")
+    print(f"\naccepted {r['accepted']:,}, counted {r['events']:,}, received {r['received']:,}, "
+          f"late {r['late']}: {'exactly once' if r['exactly_once'] else 'NOT EXACTLY ONCE'}")
+    if not r["exactly_once"]:
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
