@@ -18,6 +18,7 @@ import app.kinds  # noqa: F401  (registers the query kinds)
 from app.alerts.engine import AlertEngine
 from app.alerts.secrets import SecretBox
 from app.alerts.store import AlertNotFound, AlertStore
+from app.answer_cache import AnswerCache, FastAnswers
 from app.answers import QueryError
 from app.live_hub import LiveHub
 from app.metrics import Metrics
@@ -125,6 +126,7 @@ def create_app(settings: Settings, redis_url: str) -> FastAPI:
     app.state.alerts = AlertStore(redis_url, SecretBox(secret_key(settings)))
     app.state.alert_engine_wake = lambda: None
     app.state.metrics = Metrics()
+    app.state.answer_cache = AnswerCache()
     app.state.live_hub = LiveHub(redis_url, settings.max_sse_clients,
                                  prepare=lambda name: app.state.store.summary(name, fresh=True))
     app.state.keychain = keychain = Keychain(settings.api_keys)
@@ -138,8 +140,10 @@ def create_app(settings: Settings, redis_url: str) -> FastAPI:
     for module in (health, streams, ingest, alerts, history, queries, live):
         app.include_router(module.router)
     # The last added runs first: a request for a Host we do not answer for (DNS
-    # rebinding) is refused before anything else, then the dashboard's sign-in link.
+    # rebinding) is refused before anything else, then a repeated query is answered,
+    # then the dashboard's sign-in link.
     app.add_middleware(SignInMiddleware, keychain=keychain)
+    app.add_middleware(FastAnswers, owner=app)  # a repeated query: answered before routing
     app.add_middleware(TrustedHostMiddleware, allowed_hosts=settings.answered_hosts())
     try:
         from frontend import mount
