@@ -4,8 +4,8 @@ An answer is a function of the stream's decoded shard versions, the query and it
 parameters alone (``at`` defaults to the clock of those versions), so it is rendered once
 per version and question (:class:`AnswerCache`). A request asked again exactly as before
 (same path, same query string) and whose stream still serves the version it was rendered
-from is answered by :class:`FastAnswers` before routing, dependency injection and
-parameter parsing: a header scan, a key check and a dict lookup. Everything else — a
+from is answered by :class:`FastAnswers` before the middleware stack, routing, dependency
+injection and parameter parsing: a header scan, a host and key check and a dict lookup. Everything else — a
 first question, a new version, a missing or wrong key, a stream whose statuses must be
 read again — goes the full way and gets exactly the answer it got before.
 
@@ -21,7 +21,7 @@ from collections import OrderedDict
 
 from fastapi.security.utils import get_authorization_scheme_param
 from starlette.requests import cookie_parser
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import Scope, Send
 
 from app.security import COOKIE, allows
 
@@ -94,21 +94,26 @@ class AnswerCache:
         return len(self._answers)
 
 
-def _headers(scope: Scope) -> tuple[str | None, str | None, bool]:
-    """The Authorization and Cookie headers (the first of each, as Starlette reads them)
-    and whether gzip is accepted."""
-    authorization = cookie = None
-    gzip_ok = False
+def _headers(scope: Scope) -> tuple[str, str | None, str | None, bool]:
+    """The Host, Authorization and Cookie headers (the first of each, as Starlette reads
+    them) and whether gzip is accepted (in the first Accept-Encoding, as GZipMiddleware
+    reads it)."""
+    host = ""
+    authorization = cookie = encoding = None
     for name, value in scope["headers"]:
-        if name == b"authorization":
+        if name == b"host":
+            if not host:
+                host = value.decode("latin-1")
+        elif name == b"authorization":
             if authorization is None:
                 authorization = value.decode("latin-1")
         elif name == b"cookie":
             if cookie is None:
                 cookie = value.decode("latin-1")
         elif name == b"accept-encoding":
-            gzip_ok = gzip_ok or b"gzip" in value
-    return authorization, cookie, gzip_ok
+            if encoding is None:
+                encoding = value.decode("latin-1")
+    return host, authorization, cookie, "gzip" in (encoding or "")
 
 
 def presented_key(authorization: str | None, cookie: str | None) -> str | None:
@@ -124,31 +129,38 @@ def presented_key(authorization: str | None, cookie: str | None) -> str | None:
 
 class FastAnswers:
     """Answers a repeated query from :class:`AnswerCache` when that is exactly what the
-    query route would answer: the same request form was answered from the version the
-    stream serves now, the stream needs no Redis read now (``Store.in_memory``) and the
-    request carries a key with the ``read`` scope. Anything else passes through untouched,
-    so errors (401, 403, 404, 422) keep their one source.
-
-    Placed inside the Host check (``TrustedHostMiddleware``) and outside the rest.
+    full way would answer: the Host is one the API answers for (by name: a wildcard
+    pattern goes the full way), the same request form was answered from the version the
+    stream serves now, the stream needs no Redis read now (``Store.in_memory``), and the
+    request carries a key with the ``read`` scope. Otherwise :meth:`answer` says False and
+    the request goes the full way untouched, so errors (400, 401, 403, 404, 422) keep
+    their one source. Called by the app before its middleware stack
+    (``app.main.TidemarkAPI``).
     """
 
-    def __init__(self, app: ASGIApp, owner) -> None:
-        self.app, self.owner = app, owner  # owner: the FastAPI app, for its state
+    def __init__(self, state, allowed_hosts: list[str]) -> None:
+        self.state = state  # the app's state: store, answer_cache, keychain, metrics
+        self.any_host = "*" in allowed_hosts
+        self.hosts = frozenset(allowed_hosts)
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["method"] == "GET" and scope["path"].startswith(_PREFIX):
-            started = time.perf_counter()
-            state = self.owner.state
-            hit = state.answer_cache.sent(scope["path"], scope["query_string"])
-            if hit is not None and self._current(state.store, hit):
-                authorization, cookie, gzip_ok = _headers(scope)
-                key = presented_key(authorization, cookie)
-                scopes = state.keychain.scopes(key) if key else None
-                if scopes is not None and allows(scopes, "read"):
-                    await self._send(hit, gzip_ok, send)
-                    state.metrics.query_seconds.labels(hit.query).observe(time.perf_counter() - started)
-                    return
-        await self.app(scope, receive, send)
+    async def answer(self, scope: Scope, send: Send) -> bool:
+        if scope["method"] != "GET" or not scope["path"].startswith(_PREFIX):
+            return False
+        started = time.perf_counter()
+        state = self.state
+        hit = state.answer_cache.sent(scope["path"], scope["query_string"])
+        if hit is None or not self._current(state.store, hit):
+            return False
+        host, authorization, cookie, gzip_ok = _headers(scope)
+        if not (self.any_host or host.split(":")[0] in self.hosts):
+            return False
+        key = presented_key(authorization, cookie)
+        scopes = state.keychain.scopes(key) if key else None
+        if scopes is None or not allows(scopes, "read"):
+            return False
+        await self._send(hit, gzip_ok, send)
+        state.metrics.query_seconds.labels(hit.query).observe(time.perf_counter() - started)
+        return True
 
     @staticmethod
     def _current(store, hit: _Sent) -> bool:
