@@ -122,7 +122,7 @@ class Store:
     def __init__(self, redis_url: str, secret: HashSecret | None = None,
                  max_pending_chunks: int = 1000, max_pending_events: int = 2_000_000,
                  cached_streams: int = 256, config_ttl: float = 1.0, read_ttl: float = 0.25,
-                 revalidate_within: float = 1.0):
+                 revalidate_within: float = 2.0):
         self.redis = redis.Redis.from_url(redis_url, health_check_interval=30)
         self.secret = secret
         self.max_pending_chunks = max_pending_chunks
