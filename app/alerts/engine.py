@@ -164,6 +164,15 @@ class AlertEngine:
         self._announced: set[str] = set()  # streams published since the last evaluation
         self._evaluate_all = True  # at start: every rule
         self._announce = asyncio.Event()
+        self._urls: dict[str, httpx.URL] = {}  # webhook URLs parsed once, not once per send
+
+    def _url(self, url: str) -> httpx.URL:
+        parsed = self._urls.get(url)
+        if parsed is None:
+            if len(self._urls) >= 4096:
+                self._urls.clear()
+            parsed = self._urls[url] = httpx.URL(url)
+        return parsed
 
     def wake(self) -> None:
         """Look for due deliveries now (called from request threads)."""
@@ -321,7 +330,7 @@ class AlertEngine:
                    "X-Tidemark-Delivery": body["delivery_id"]}
         started = time.perf_counter()
         try:
-            request = httpx.Request("POST", rule.webhook_url, content=raw, headers=headers,
+            request = httpx.Request("POST", self._url(rule.webhook_url), content=raw, headers=headers,
                                     extensions={"timeout": self._timeouts})
             resp = await client.handle_async_request(request)
             attempt.update(status=resp.status_code, error=None)
