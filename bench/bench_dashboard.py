@@ -144,11 +144,13 @@ def main() -> None:
     ap.add_argument("--updates", type=int, default=10)
     ap.add_argument("--window", default="10m", help="the page's window (shorter than max_window 1h: a history to draw)")
     ap.add_argument("--before", default=BEFORE, help="git revision of the 'before' dashboard ('' to skip)")
+    ap.add_argument("--before-gzip", action="store_true", help="serve 'before' compressed too (a revision "
+                    "that had compression)")
     args = ap.parse_args()
     with redis_server("tm-bench-dash-") as (redis, _):
         servers = {}
         if args.before:
-            servers["before"] = start_api(redis.url, old_frontend(args.before), "plain")
+            servers["before"] = start_api(redis.url, old_frontend(args.before), "gzip" if args.before_gzip else "plain")
         servers["after"] = start_api(redis.url, ROOT, "gzip")
         try:
             base = servers["after"][1]
