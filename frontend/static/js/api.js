@@ -25,38 +25,12 @@ let reachableHook = () => {};
 /** Called after every successful answer (the live badge leaves "offline"). */
 export function onReachable(fn) { reachableHook = fn; }
 
-function urlOf(path, params) {
+/** GET a JSON endpoint. Never throws: {ok, status, body, detail}. */
+export function api(path, params = {}) {
   const url = new URL(path, window.location.origin);
   for (const [k, v] of Object.entries(params)) {
     if (v !== undefined && v !== null && v !== '') url.searchParams.set(k, String(v));
   }
-  return url;
-}
-
-const EARLY_FOR_MS = 3000;  // an answer asked early serves the first identical ask this long
-const early = new Map();    // url -> {promise, at}
-
-/** Ask now what the page will ask as soon as it knows it needs it (the stream and window
- * named in the address, before the stream's settings arrive): the first identical `api`
- * call within EARLY_FOR_MS takes this answer instead of asking again, so the first numbers
- * come one round trip after the page starts rather than two. */
-export function askEarly(path, params = {}) {
-  const url = urlOf(path, params).href;
-  if (!early.has(url)) early.set(url, { promise: get(new URL(url)), at: performance.now() });
-}
-
-/** GET a JSON endpoint. Never throws: {ok, status, body, detail}. */
-export function api(path, params = {}) {
-  const url = urlOf(path, params);
-  const kept = early.get(url.href);
-  if (kept) {
-    early.delete(url.href);
-    if (performance.now() - kept.at < EARLY_FOR_MS) return kept.promise;
-  }
-  return get(url);
-}
-
-function get(url) {
   return limited(async () => {
     let res;
     try {

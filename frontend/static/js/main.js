@@ -12,7 +12,7 @@
  * This module wires the panels: choosing a stream and a window, the live announcements,
  * and the controls. Each panel is a module of its own. */
 import { refreshAlerts } from './alerts.js';
-import { api, askEarly, discover, missing, onReachable } from './api.js';
+import { api, discover, missing, onReachable } from './api.js';
 import { emptyPlot, loadPlotly } from './charts.js';
 import { DECAY_KINDS, fillDecayDefaults, refreshDecay, resetDecay } from './decayed.js';
 import { $, el, setBanner } from './dom.js';
@@ -220,13 +220,7 @@ function start() {
   connectLive(onAnnouncement, onReconnected);
   // The stream named in the address is shown without waiting for the list of all streams
   // (hundreds of them take a while), nor for the discovery of the server's routes.
-  if (h.stream) {
-    openNamed(h.stream);
-    // What the first refresh will ask, asked beside the stream's settings (same URLs, so
-    // a window the stream refuses is simply not reused).
-    askEarly(`/v1/streams/${enc(h.stream)}`);
-    if (h.window) for (const q of ['count', 'sum']) askEarly(`/v1/streams/${enc(h.stream)}/${q}`, { window: h.window });
-  }
+  if (h.stream) openNamed(h.stream);
   loadStreams();
   discover();
   setTimeout(loadPlotly, PLOTLY_AT_LATEST_MS); // the charts, even if no answer comes
