@@ -25,6 +25,7 @@ from app.metrics import Metrics
 from app.routes import alerts, health, history, ingest, live, queries, streams
 from app.security import PUBLIC_PATHS, Keychain, RedactKeys, SignInMiddleware, api_routes, required_scope
 from app.store import Backpressure, Store, StreamConflict, StreamNotFound
+from app.warm import warm_answers
 from sketches.base import CorruptSketchError
 from tidemark import __version__
 from tidemark.capacity import CapacityError
@@ -102,7 +103,10 @@ async def _lifespan(app: FastAPI):
                          settings.webhook_retry_for, settings.webhook_allow_hosts)
     engine.start()
     app.state.alert_engine_wake = engine.wake
+    # Off the start-up path: /healthz answers at once, the first queries find warm kernels.
+    warming = asyncio.create_task(asyncio.to_thread(warm_answers))
     yield
+    warming.cancel()
     await app.state.live_hub.stop()
     await engine.stop()
 

@@ -225,3 +225,10 @@ def test_a_read_due_again_runs_in_the_background_while_the_decoded_version_answe
         assert time.monotonic() < deadline
         time.sleep(0.02)
     assert not store.in_memory(name)
+
+
+def test_each_process_warms_every_single_stream_kind_off_the_start_path():
+    from app.answers import QUERY_KINDS
+    from app.warm import warm_answers
+
+    assert warm_answers() == sum(q.streams == 1 for q in QUERY_KINDS.values())
