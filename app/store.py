@@ -139,14 +139,13 @@ class Store:
         self._decoding: dict[str, threading.Lock] = {}  # one decode per stream at a time
         self._configs: dict[str, tuple[float, StreamConfig]] = {}
         self._refreshing: set[str] = set()  # streams being decoded in the background
-        self._decoder: ThreadPoolExecutor | None = None
+        self._pools: dict[bool, ThreadPoolExecutor] = {}  # fresh=True: the decoder; False: readers
         self.config_ttl, self.read_ttl = config_ttl, read_ttl
         self.revalidate_within = max(revalidate_within, read_ttl, config_ttl)
         self._reads: dict[str, tuple[float, tuple]] = {}
         self._read_at: dict[str, float] = {}  # when each kept read was made (an announcement does not move it)
         self._reading = threading.Lock()
         self._revalidating: set[str] = set()  # streams whose statuses are being read in the background
-        self._reader: ThreadPoolExecutor | None = None
 
     # -- declarations --------------------------------------------------------------------
     def declare(self, name: str, config: StreamConfig) -> bool:
@@ -296,24 +295,7 @@ class Store:
     def _revalidate_later(self, name: str) -> None:
         """Read the declaration and statuses again in the background (one read per stream
         at a time), which starts decoding a newer version if there is one."""
-        with self._lock:
-            if name in self._revalidating:
-                return
-            self._revalidating.add(name)
-            if self._reader is None:
-                self._reader = ThreadPoolExecutor(2, thread_name_prefix="tidemark-read")
-        self._reader.submit(self._revalidate, name)
-
-    def _revalidate(self, name: str) -> None:
-        try:
-            self.summary(name)
-        except Exception as e:  # gone, corrupt or Redis away: the next query goes the full way and says so
-            log.info("reading %s in the background failed: %s", name, type(e).__name__)
-            with self._lock:
-                self._merged.pop(name, None)
-        finally:
-            with self._lock:
-                self._revalidating.discard(name)
+        self._behind(name, fresh=False)
 
     def status(self, name: str) -> Status:
         """The status of the version the answers come from now (see ``summary``), with the
@@ -357,24 +339,33 @@ class Store:
             return self._decode(name, shards, ingested, versions)
 
     def _refresh_later(self, name: str) -> None:
-        with self._lock:
-            if name in self._refreshing:
-                return
-            self._refreshing.add(name)
-            if self._decoder is None:
-                self._decoder = ThreadPoolExecutor(1, thread_name_prefix="tidemark-decode")
-        self._decoder.submit(self._refresh, name)
+        """Decode the newest version in the background (one decoder thread)."""
+        self._behind(name, fresh=True)
 
-    def _refresh(self, name: str) -> None:
+    def _behind(self, name: str, fresh: bool) -> None:
+        """``summary(name, fresh)`` in the background, once per stream at a time."""
+        pending = self._refreshing if fresh else self._revalidating
+        with self._lock:
+            if name in pending:
+                return
+            pending.add(name)
+            pool = self._pools.get(fresh)
+            if pool is None:
+                pool = self._pools[fresh] = ThreadPoolExecutor(
+                    1 if fresh else 2, thread_name_prefix="tidemark-decode" if fresh else "tidemark-read")
+        pool.submit(self._in_background, name, fresh, pending)
+
+    def _in_background(self, name: str, fresh: bool, pending: set[str]) -> None:
         try:
-            self.summary(name, fresh=True)
-        except Exception as e:  # a corrupt blob or Redis away: the next query decodes and says so
-            log.warning("decoding %s in the background failed: %s", name, type(e).__name__)
+            self.summary(name, fresh=fresh)
+        except Exception as e:  # gone, corrupt or Redis away: the next query goes the full way and says so
+            log.warning("%s %s in the background failed: %s", "decoding" if fresh else "reading", name,
+                        type(e).__name__)
             with self._lock:
                 self._merged.pop(name, None)
         finally:
             with self._lock:
-                self._refreshing.discard(name)
+                pending.discard(name)
 
     def _decode(self, name: str, shards: dict, ingested: dict, versions: tuple):
         stale = [k for k, v in versions if self._shards.get((name, k), (None,))[0] != v]
