@@ -18,12 +18,14 @@ import app.kinds  # noqa: F401  (registers the query kinds)
 from app.alerts.engine import AlertEngine
 from app.alerts.secrets import SecretBox
 from app.alerts.store import AlertNotFound, AlertStore
+from app.answer_cache import AnswerCache, FastAnswers
 from app.answers import QueryError
 from app.live_hub import LiveHub
 from app.metrics import Metrics
 from app.routes import alerts, health, history, ingest, live, queries, streams
 from app.security import PUBLIC_PATHS, Keychain, RedactKeys, SignInMiddleware, api_routes, required_scope
 from app.store import Backpressure, Store, StreamConflict, StreamNotFound
+from app.warm import warm_answers
 from sketches.base import CorruptSketchError
 from tidemark import __version__
 from tidemark.capacity import CapacityError
@@ -101,7 +103,10 @@ async def _lifespan(app: FastAPI):
                          settings.webhook_retry_for, settings.webhook_allow_hosts)
     engine.start()
     app.state.alert_engine_wake = engine.wake
+    # Off the start-up path: /healthz answers at once, the first queries find warm kernels.
+    warming = asyncio.create_task(asyncio.to_thread(warm_answers))
     yield
+    warming.cancel()
     await app.state.live_hub.stop()
     await engine.stop()
 
@@ -115,8 +120,21 @@ def _check_guarded(app: FastAPI) -> None:
             raise RuntimeError(f"route {path} has no access guard")
 
 
+class TidemarkAPI(FastAPI):
+    """FastAPI, with a repeated query answered before the middleware stack when the
+    answer kept for it is current (``app.answer_cache.FastAnswers``): at thousands of
+    queries a second the stack's layers cost more than the answer."""
+
+    fast_answers: FastAnswers | None = None
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] == "http" and self.fast_answers and await self.fast_answers.answer(scope, send):
+            return
+        await super().__call__(scope, receive, send)
+
+
 def create_app(settings: Settings, redis_url: str) -> FastAPI:
-    app = FastAPI(title="Tidemark", version=__version__, lifespan=_lifespan,
+    app = TidemarkAPI(title="Tidemark", version=__version__, lifespan=_lifespan,
                   description="Live approximate queries over event streams, with error bounds.")
     app.state.settings = settings
     app.state.redis_url = redis_url
@@ -125,6 +143,7 @@ def create_app(settings: Settings, redis_url: str) -> FastAPI:
     app.state.alerts = AlertStore(redis_url, SecretBox(secret_key(settings)))
     app.state.alert_engine_wake = lambda: None
     app.state.metrics = Metrics()
+    app.state.answer_cache = AnswerCache()
     app.state.live_hub = LiveHub(redis_url, settings.max_sse_clients,
                                  prepare=lambda name: app.state.store.summary(name, fresh=True))
     app.state.keychain = keychain = Keychain(settings.api_keys)
@@ -148,4 +167,5 @@ def create_app(settings: Settings, redis_url: str) -> FastAPI:
     else:
         mount(app)
     _check_guarded(app)
+    app.fast_answers = FastAnswers(app.state, settings.answered_hosts())
     return app

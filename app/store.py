@@ -121,7 +121,8 @@ def _status(shards: dict[int, dict], ingested: dict) -> Status:
 class Store:
     def __init__(self, redis_url: str, secret: HashSecret | None = None,
                  max_pending_chunks: int = 1000, max_pending_events: int = 2_000_000,
-                 cached_streams: int = 256, config_ttl: float = 1.0, read_ttl: float = 0.25):
+                 cached_streams: int = 256, config_ttl: float = 1.0, read_ttl: float = 0.25,
+                 revalidate_within: float = 2.0):
         self.redis = redis.Redis.from_url(redis_url, health_check_interval=30)
         self.secret = secret
         self.max_pending_chunks = max_pending_chunks
@@ -138,10 +139,13 @@ class Store:
         self._decoding: dict[str, threading.Lock] = {}  # one decode per stream at a time
         self._configs: dict[str, tuple[float, StreamConfig]] = {}
         self._refreshing: set[str] = set()  # streams being decoded in the background
-        self._decoder: ThreadPoolExecutor | None = None
+        self._pools: dict[bool, ThreadPoolExecutor] = {}  # fresh=True: the decoder; False: readers
         self.config_ttl, self.read_ttl = config_ttl, read_ttl
+        self.revalidate_within = max(revalidate_within, read_ttl, config_ttl)
         self._reads: dict[str, tuple[float, tuple]] = {}
+        self._read_at: dict[str, float] = {}  # when each kept read was made (an announcement does not move it)
         self._reading = threading.Lock()
+        self._revalidating: set[str] = set()  # streams whose statuses are being read in the background
 
     # -- declarations --------------------------------------------------------------------
     def declare(self, name: str, config: StreamConfig) -> bool:
@@ -247,7 +251,9 @@ class Store:
         read = shards, ingested, tuple(sorted((k, s["version"]) for k, s in shards.items()))
         if len(self._reads) >= 4 * self.cached_streams:
             self._reads.clear()
+            self._read_at.clear()
         self._reads[name] = (now, read)
+        self._read_at[name] = now
         return read
 
     def forget_reads(self, name: str) -> None:
@@ -264,12 +270,32 @@ class Store:
         return served[0] if served else None
 
     def in_memory(self, name: str) -> bool:
-        """Can a query of this stream be answered now without Redis (its declaration and
-        a recent read kept, a version decoded)? Then it may run on the event loop."""
+        """Can a query of this stream be answered now without waiting for Redis? Then it
+        may run on the event loop.
+
+        Yes when a version is decoded and the declaration and statuses were read recently
+        (``config_ttl``, ``read_ttl``, no announcement since). Also when they were read
+        within ``revalidate_within`` seconds but are due again (an announcement came, or
+        ``read_ttl`` passed): a stream with a decoded version is answered from that version
+        whatever the read says — the read only decides whether to decode a newer one, off
+        the request path — so the read starts now in the background and the query does
+        not wait for it. Its answer says which version it is (``as_of``).
+        """
         now = time.monotonic()
         config, read = self._configs.get(name), self._reads.get(name)
-        return bool(config and read and name in self._merged and now - config[0] < self.config_ttl
-                    and now - read[0] <= self.read_ttl)
+        if not (config and read and name in self._merged):
+            return False
+        if now - config[0] < self.config_ttl and now - read[0] <= self.read_ttl:
+            return True
+        if now - config[0] < self.revalidate_within and now - self._read_at.get(name, -math.inf) < self.revalidate_within:
+            self._revalidate_later(name)
+            return True
+        return False
+
+    def _revalidate_later(self, name: str) -> None:
+        """Read the declaration and statuses again in the background (one read per stream
+        at a time), which starts decoding a newer version if there is one."""
+        self._behind(name, fresh=False)
 
     def status(self, name: str) -> Status:
         """The status of the version the answers come from now (see ``summary``), with the
@@ -313,24 +339,33 @@ class Store:
             return self._decode(name, shards, ingested, versions)
 
     def _refresh_later(self, name: str) -> None:
-        with self._lock:
-            if name in self._refreshing:
-                return
-            self._refreshing.add(name)
-            if self._decoder is None:
-                self._decoder = ThreadPoolExecutor(1, thread_name_prefix="tidemark-decode")
-        self._decoder.submit(self._refresh, name)
+        """Decode the newest version in the background (one decoder thread)."""
+        self._behind(name, fresh=True)
 
-    def _refresh(self, name: str) -> None:
+    def _behind(self, name: str, fresh: bool) -> None:
+        """``summary(name, fresh)`` in the background, once per stream at a time."""
+        pending = self._refreshing if fresh else self._revalidating
+        with self._lock:
+            if name in pending:
+                return
+            pending.add(name)
+            pool = self._pools.get(fresh)
+            if pool is None:
+                pool = self._pools[fresh] = ThreadPoolExecutor(
+                    1 if fresh else 2, thread_name_prefix="tidemark-decode" if fresh else "tidemark-read")
+        pool.submit(self._in_background, name, fresh, pending)
+
+    def _in_background(self, name: str, fresh: bool, pending: set[str]) -> None:
         try:
-            self.summary(name, fresh=True)
-        except Exception as e:  # a corrupt blob or Redis away: the next query decodes and says so
-            log.warning("decoding %s in the background failed: %s", name, type(e).__name__)
+            self.summary(name, fresh=fresh)
+        except Exception as e:  # gone, corrupt or Redis away: the next query goes the full way and says so
+            log.warning("%s %s in the background failed: %s", "decoding" if fresh else "reading", name,
+                        type(e).__name__)
             with self._lock:
                 self._merged.pop(name, None)
         finally:
             with self._lock:
-                self._refreshing.discard(name)
+                pending.discard(name)
 
     def _decode(self, name: str, shards: dict, ingested: dict, versions: tuple):
         stale = [k for k, v in versions if self._shards.get((name, k), (None,))[0] != v]

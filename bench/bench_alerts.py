@@ -5,47 +5,35 @@ Starts a real Redis, the API (uvicorn, in a subprocess) and a webhook receiver t
 worker does (``workers.publish.Publisher.publish_summary``), so every rule crosses its
 threshold at once, and measures until the receiver holds every firing message.
 
-Side by side: ``--src DIR`` (repeatable) runs the API from another source tree as well
+``--workers N`` (repeatable) runs the API with N processes (``tidemark api --workers``),
+which share the deliveries through Redis. Side by side: ``--src DIR`` (repeatable) runs the
+API from another source tree as well
 (e.g. ``git archive <rev> | tar -x -C DIR``), one fresh Redis and API per run, runs
 interleaved, so both meet the same machine load. "API CPU" is the CPU time the API process
 spent from the publish to the last webhook: on a loaded machine it says more than the
 wall-clock figures, which include waiting for a core.
 
-    .venv/bin/python bench/bench_alerts.py [--src /tmp/before] [--runs 2] [--profile DIR]
+    .venv/bin/python bench/bench_alerts.py [--src /tmp/before] [--runs 2] [--workers 1 --workers 2] [--profile DIR]
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import secrets
 import statistics
-import subprocess
-import sys
-import tempfile
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 
 import httpx
 import numpy as np
 
-from tidemark.chunks import decode_chunk, encode_chunk
-from tidemark.hash_secret import HashSecret
-from tidemark.redis_server import EmbeddedRedis, free_port
+from _common import HEADERS, ROOT, SECRET, cpu_seconds, profile, profile_path, redis_server, start_api, stop, table_of
+from tidemark.redis_server import free_port
 from tidemark.streams import StreamConfig
 from tidemark.summary import StreamSummary
 from workers.publish import Publisher
 
-SECRET = HashSecret(b"tidemark-bench-secret")
 STREAMS, RULES, ANSWER_SECONDS = 10, 1000, 0.05
-HERE = str(Path(__file__).resolve().parents[1])
-
-# An admin key for this run only (contract §9).
-KEY = secrets.token_urlsafe(24)
-HEADERS = {"Authorization": f"Bearer {KEY}"}
 
 
 class Receiver:
@@ -88,49 +76,22 @@ class Receiver:
         self.server.server_close()
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of a process so far (Linux)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def _profile(pid: int, seconds: float, out: str) -> subprocess.Popen:
-    spy = Path(sys.executable).with_name("py-spy")
-    return subprocess.Popen([str(spy), "record", "-p", str(pid), "-d", str(int(seconds)), "-r", "100",
-                             "-f", "raw", "-o", out, "--nonblocking"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-
-
-def run(src: str, profile: str | None = None) -> dict:
+def run(src: str, workers: int = 1, profile_to: str | None = None) -> dict:
     receiver = Receiver()
-    tmp = tempfile.mkdtemp(prefix="tm-bench-alerts-")
     try:
-        with EmbeddedRedis(f"{tmp}/redis") as redis_server:
-            port = free_port()
-            env = {**os.environ, "PYTHONPATH": src, "TIDEMARK_HASH_SECRET": SECRET.secret.hex(),
-                   "TIDEMARK_RUN_DIR": tmp,
-                   "TIDEMARK_API_KEYS": json.dumps([{"key": KEY, "scopes": ["admin"]}]),
-                   "TIDEMARK_WEBHOOK_ALLOW_HOSTS": '["127.0.0.1"]'}
-            api = subprocess.Popen([sys.executable, "-m", "tidemark_cli", "api", "--redis",
-                                    redis_server.url, "--port", str(port)], env=env, cwd=src,
-                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        with redis_server("tm-bench-alerts-") as (redis, tmp):
+            extra = ("--workers", str(workers)) if workers > 1 else ()
+            api, port = start_api(src, redis.url, tmp, *extra, TIDEMARK_WEBHOOK_ALLOW_HOSTS='["127.0.0.1"]')
             try:
-                return _measure(api, port, redis_server.url, receiver, profile)
+                return _measure(api, port, redis.url, receiver, profile_to)
             finally:
-                api.terminate()
-                api.wait(30)
+                stop(api)
     finally:
         receiver.close()
 
 
-def _measure(api, port: int, redis_url: str, receiver: Receiver, profile: str | None) -> dict:
+def _measure(api, port: int, redis_url: str, receiver: Receiver, profile_to: str | None) -> dict:
     c = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30, headers=HEADERS)
-    while True:
-        try:
-            c.get("/healthz")
-            break
-        except httpx.HTTPError:
-            time.sleep(0.2)
     config = StreamConfig(max_window="1h")
     for s in range(STREAMS):
         c.put(f"/v1/streams/b{s}", json={"max_window": "1h"})
@@ -139,15 +100,14 @@ def _measure(api, port: int, redis_url: str, receiver: Receiver, profile: str | 
                                    "params": {"window": "600"}, "op": ">", "threshold": 10 + r % 50,
                                    "webhook_url": receiver.url, "secret": "x" * 16, "mode": "certain"})
     publisher = Publisher(redis_url)
-    ts = 1e9 + np.arange(1000.0)
-    table = decode_chunk(encode_chunk(ts, [None] * ts.size, np.full(ts.size, np.nan), np.ones(ts.size)))
+    table = table_of(1e9 + np.arange(1000.0))
     summaries = []
     for s in range(STREAMS):
         summary = StreamSummary.create(config, SECRET)
         summary.update_table(table)
         summaries.append(summary)
     time.sleep(1.0)  # let the API settle after the rules were created
-    spy = _profile(api.pid, 12, profile) if profile else None
+    spy = profile(api.pid, 12, profile_to) if profile_to else None
     cpu = cpu_seconds(api.pid)
     started = time.perf_counter()
     for s, summary in enumerate(summaries):
@@ -169,18 +129,19 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--src", action="append", default=[], help="another source tree to run beside this one")
     ap.add_argument("--runs", type=int, default=1)
+    ap.add_argument("--workers", type=int, action="append", help="API processes (repeatable; default 1)")
     ap.add_argument("--profile", help="directory for py-spy raw profiles of each run's API")
     args = ap.parse_args()
-    sources = [("this tree", HERE)] + [(s, s) for s in args.src]
+    sources = []
+    for label, src in [("this tree", str(ROOT))] + [(s, s) for s in args.src]:
+        for w in args.workers or [1]:
+            if w == 1 or "--workers" in open(f"{src}/tidemark_cli/main.py").read():
+                sources.append((label if w == 1 else f"{label}, {w} workers", src, w))
     print("| API | rules | streams | webhooks | connections | first | median | last | API CPU |")
     print("|---|---|---|---|---|---|---|---|---|")
     for i in range(args.runs):
-        for label, src in sources:
-            out = None
-            if args.profile:
-                os.makedirs(args.profile, exist_ok=True)
-                out = f"{args.profile}/{label.replace('/', '_').replace(' ', '_')}-{i}.txt"
-            r = run(src, out)
+        for label, src, workers in sources:
+            r = run(src, workers, profile_path(args.profile, label, i))
             print(f"| {label} | {RULES} | {STREAMS} | {r['webhooks']} | {r['connections']} | "
                   f"{r['first']:.3f} s | {r['median']:.3f} s | {r['last']:.3f} s | {r['cpu']:.2f} s |",
                   flush=True)

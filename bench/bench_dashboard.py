@@ -20,8 +20,6 @@ from __future__ import annotations
 
 
 import argparse
-import json
-import secrets
 import io
 import os
 import statistics
@@ -36,17 +34,11 @@ import httpx
 import numpy as np
 from playwright.sync_api import sync_playwright
 
-from tidemark.chunks import decode_chunk, encode_chunk
-from tidemark.redis_server import EmbeddedRedis, free_port
-from tidemark.hash_secret import HashSecret
+from _common import HEADERS, KEY, ROOT, SECRET, api_env, redis_server, stop, table_of, wait_healthy
+from tidemark.redis_server import free_port
 from tidemark.streams import StreamConfig
 from tidemark.summary import StreamSummary
 from workers.publish import Publisher
-
-ROOT = Path(__file__).resolve().parents[1]
-SECRET = HashSecret(b"tidemark-bench-secret")
-KEY = secrets.token_urlsafe(24)
-HEADERS = {"Authorization": f"Bearer {KEY}"}
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 BEFORE = "93b49dc"  # the last revision with the one-script dashboard and the full plotly.js
@@ -54,10 +46,8 @@ EVENTS = 3000       # one a second: the history has something to draw across the
 
 
 def publish(publisher, name, config, n, version):
-    ts = 1e9 + np.arange(float(n))
-    table = decode_chunk(encode_chunk(ts, [None] * n, np.full(n, np.nan), np.ones(n)))
     summary = StreamSummary.create(config, SECRET)
-    summary.update_table(table)
+    summary.update_table(table_of(1e9 + np.arange(float(n))))
     publisher.publish_summary(name, summary, version=version, events=n)
 
 
@@ -91,21 +81,12 @@ uvicorn.run(app, host='127.0.0.1', port=int(sys.argv[2]), log_level='warning')
 def start_api(redis_url: str, cwd: Path, mode: str) -> tuple[subprocess.Popen, str]:
     """The API; ``python -c`` puts ``cwd`` first on sys.path, so its ``frontend`` wins."""
     port = free_port()
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
-           "TIDEMARK_HASH_SECRET": SECRET.secret.hex(), "TIDEMARK_RUN_DIR": tempfile.mkdtemp(),
-           "TIDEMARK_API_KEYS": json.dumps([{"key": KEY, "scopes": ["admin"]}])}
+    env = api_env(os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]), tempfile.mkdtemp())
     proc = subprocess.Popen([sys.executable, "-c", LAUNCH, redis_url, str(port), mode], cwd=cwd, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            httpx.get(f"{base}/healthz")
-            return proc, base
-        except httpx.HTTPError:
-            if time.monotonic() > deadline or proc.poll() is not None:
-                raise RuntimeError("the API did not start")
-            time.sleep(0.2)
+    wait_healthy(base, proc)
+    return proc, base
 
 
 MILESTONES = {
@@ -163,17 +144,18 @@ def main() -> None:
     ap.add_argument("--updates", type=int, default=10)
     ap.add_argument("--window", default="10m", help="the page's window (shorter than max_window 1h: a history to draw)")
     ap.add_argument("--before", default=BEFORE, help="git revision of the 'before' dashboard ('' to skip)")
+    ap.add_argument("--before-gzip", action="store_true", help="serve 'before' compressed too (a revision "
+                    "that had compression)")
     args = ap.parse_args()
-    tmp = tempfile.mkdtemp(prefix="tm-bench-dash-")
-    with EmbeddedRedis(f"{tmp}/redis") as redis_server:
+    with redis_server("tm-bench-dash-") as (redis, _):
         servers = {}
         if args.before:
-            servers["before"] = start_api(redis_server.url, old_frontend(args.before), "plain")
-        servers["after"] = start_api(redis_server.url, ROOT, "gzip")
+            servers["before"] = start_api(redis.url, old_frontend(args.before), "gzip" if args.before_gzip else "plain")
+        servers["after"] = start_api(redis.url, ROOT, "gzip")
         try:
             base = servers["after"][1]
             config = StreamConfig(max_window="1h")
-            publisher = Publisher(redis_server.url)
+            publisher = Publisher(redis.url)
             for s in range(args.streams):
                 httpx.put(f"{base}/v1/streams/s{s:03d}", json={"max_window": "1h"}, headers=HEADERS)
                 publish(publisher, f"s{s:03d}", config, EVENTS, 1)
@@ -212,8 +194,7 @@ def main() -> None:
             print(f"\npublish → number on screen: median {med(delays):.2f} s, max {max(delays):.2f} s")
         finally:
             for proc, _ in servers.values():
-                proc.terminate()
-                proc.wait(30)
+                stop(proc)
 
 
 if __name__ == "__main__":

@@ -14,10 +14,13 @@ for the first time (its answer computed, not kept from before).
 The client is a small asyncio HTTP/1.1 client (httptools parses the replies): an httpx
 client spends more CPU per request than the API it measures, on the same two cores.
 
-Side by side: ``--src DIR`` (repeatable) runs the API from another source tree as well.
+Side by side: ``--src DIR`` (repeatable) runs the API from another source tree as well;
+``--workers N`` (repeatable) runs each tree with N API processes (``tidemark api --workers``;
+a tree that has no such option runs with one). Runs are interleaved, so every side meets
+the same machine load.
 
     .venv/bin/python bench/bench_query_latency.py [--rate 2000] [--clients 50] [--seconds 20]
-        [--src /tmp/before] [--profile DIR]
+        [--src /tmp/before] [--workers 1 --workers 2] [--profile DIR]
 """
 
 from __future__ import annotations
@@ -26,29 +29,18 @@ import argparse
 import asyncio
 import json
 import multiprocessing
-import os
-import secrets
-import subprocess
-import sys
-import tempfile
 import threading
 import time
-from pathlib import Path
 
 import httptools
 import httpx
 import numpy as np
 
-from tidemark.chunks import decode_chunk, encode_chunk
-from tidemark.hash_secret import HashSecret
-from tidemark.redis_server import EmbeddedRedis, free_port
+from _common import KEY, ROOT, SECRET, cpu_seconds, profile, profile_path, redis_server, start_api, stop, table_of
 from tidemark.streams import StreamConfig
 from tidemark.summary import StreamSummary
 from workers.publish import Publisher
 
-SECRET = HashSecret(b"tidemark-bench-secret")
-HERE = str(Path(__file__).resolve().parents[1])
-KEY = secrets.token_urlsafe(24)
 STREAM = "lat"
 T0 = 1_700_000_000.0
 EVENTS = 200_000
@@ -72,14 +64,9 @@ def summaries(n: int = EVENTS, versions: int = 2) -> list[StreamSummary]:
         keys = [f"k{k}" for k in rng.zipf(1.3, n) % 5000]
         values = np.minimum(rng.lognormal(3, 1, n), 1000.0)
         summary = StreamSummary.create(config, SECRET)
-        summary.update_table(decode_chunk(encode_chunk(ts, keys, values, np.ones(n))))
+        summary.update_table(table_of(ts, keys, values))
         out.append(summary)
     return out
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 class Reply:
@@ -203,45 +190,33 @@ def _background(redis_url: str, port: int, key: str, stop, counts) -> None:
         t.join()
 
 
-def run(src: str, args, versions: list[StreamSummary], profile: str | None) -> dict:
-    tmp = tempfile.mkdtemp(prefix="tm-bench-latency-")
-    with EmbeddedRedis(f"{tmp}/redis") as redis_server:
-        port = free_port()
-        env = {**os.environ, "PYTHONPATH": src, "TIDEMARK_HASH_SECRET": SECRET.secret.hex(),
-               "TIDEMARK_RUN_DIR": tmp, "TIDEMARK_API_KEYS": json.dumps([{"key": KEY, "scopes": ["admin"]}])}
-        api = subprocess.Popen([sys.executable, "-m", "tidemark_cli", "api", "--redis", redis_server.url,
-                                "--port", str(port)], env=env, cwd=src,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+def _supports_workers(src: str) -> bool:
+    return "--workers" in open(f"{src}/tidemark_cli/main.py").read()
+
+
+def run(src: str, workers: int, args, versions: list[StreamSummary], profile_to: str | None) -> dict:
+    with redis_server("tm-bench-latency-") as (redis, tmp):
+        extra = ("--workers", str(workers)) if workers > 1 else ()
+        api, port = start_api(src, redis.url, tmp, *extra)
         try:
             c = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30,
                              headers={"Authorization": f"Bearer {KEY}"})
-            while True:
-                try:
-                    c.get("/healthz")
-                    break
-                except httpx.HTTPError:
-                    time.sleep(0.2)
             assert c.put(f"/v1/streams/{STREAM}", json=CONFIG).status_code in (200, 201)
-            Publisher(redis_server.url).publish_summary(STREAM, versions[0], version=2, events=EVENTS)
+            Publisher(redis.url).publish_summary(STREAM, versions[0], version=2, events=EVENTS)
             single = asyncio.run(_single(port))
             ctx = multiprocessing.get_context("spawn")
-            stop, counts = ctx.Event(), ctx.Array("q", 3)
-            background = ctx.Process(target=_background, args=(redis_server.url, port, KEY, stop, counts))
+            stop_event, counts = ctx.Event(), ctx.Array("q", 3)
+            background = ctx.Process(target=_background, args=(redis.url, port, KEY, stop_event, counts))
             if not args.quiet:
                 background.start()
                 deadline = time.monotonic() + 180
                 while counts[0] < 1 and time.monotonic() < deadline:  # its first publish
                     time.sleep(0.1)
-            spy = None
-            if profile:
-                spy_bin = Path(sys.executable).with_name("py-spy")
-                spy = subprocess.Popen([str(spy_bin), "record", "-p", str(api.pid), "-d", str(int(args.seconds)),
-                                        "-r", "100", "-f", "raw", "-o", profile, "--nonblocking"],
-                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            spy = profile(api.pid, args.seconds, profile_to) if profile_to else None
             cpu = cpu_seconds(api.pid)
             results, errors, elapsed = asyncio.run(_load(port, args.rate, args.clients, args.seconds))
             cpu = cpu_seconds(api.pid) - cpu
-            stop.set()
+            stop_event.set()
             if not args.quiet:
                 background.join(60)
             if spy:
@@ -249,8 +224,7 @@ def run(src: str, args, versions: list[StreamSummary], profile: str | None) -> d
             return {"single": single, "results": results, "errors": errors, "elapsed": elapsed,
                     "cpu": cpu, "published": counts[0], "posted": counts[1]}
         finally:
-            api.terminate()
-            api.wait(30)
+            stop(api)
 
 
 def main() -> None:
@@ -261,19 +235,18 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=1)
     ap.add_argument("--src", action="append", default=[], help="another source tree to run beside this one")
     ap.add_argument("--quiet", action="store_true", help="no ingest and no new versions during the load")
+    ap.add_argument("--workers", type=int, action="append", help="API processes (repeatable; default 1)")
     ap.add_argument("--profile", help="directory for py-spy raw profiles of each run's API")
     args = ap.parse_args()
     versions = summaries()
-    sources = [("this tree", HERE)] + [(s, s) for s in args.src]
-    rows = []
+    sources = []
+    for label, src in [("this tree", str(ROOT))] + [(s, s) for s in args.src]:
+        for w in args.workers or [1]:
+            if w == 1 or _supports_workers(src):
+                sources.append((label if w == 1 else f"{label}, {w} workers", src, w))
     for i in range(args.runs):
-        for label, src in sources:
-            out = None
-            if args.profile:
-                os.makedirs(args.profile, exist_ok=True)
-                out = f"{args.profile}/{label.replace('/', '_').replace(' ', '_')}-{i}.txt"
-            r = run(src, args, versions, out)
-            rows.append((label, r))
+        for label, src, workers in sources:
+            r = run(src, workers, args, versions, profile_path(args.profile, label, i))
             total = sum(len(v) for v in r["results"].values())
             print(f"\n{label}: {total / r['elapsed']:.0f} queries/s answered of {args.rate:.0f} offered, "
                   f"{args.clients} clients, {r['elapsed']:.1f} s; {len(r['errors'])} errors; "

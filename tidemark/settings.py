@@ -40,6 +40,9 @@ class Settings(BaseSettings):
     config_file: str | None = None
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=0, le=65535)
+    api_workers: int = Field(
+        default=1, ge=1, le=64, description="API processes answering on the one port "
+        "(uvicorn workers; each decodes and caches on its own, alerts are shared through Redis)")
     spark_master: str | None = None
     checkpoint: str = Field(default=".run/checkpoint", description="pyarrow.fs URI of worker state")
     state_partitions: int = Field(

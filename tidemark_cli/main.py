@@ -210,25 +210,51 @@ def run_worker(args) -> None:
                 settings.warm_workers)
 
 
+def _api_settings(args=None) -> tuple[Settings, str]:
+    """The API's settings and Redis URL: from ``args`` in the parent, from the environment
+    the parent set in each worker process."""
+    from tidemark.credentials import ensure_api_keys
+
+    settings = Settings(host=args.host, port=args.port) if args else Settings()
+    redis_url = (args.redis if args else None) or settings.redis_url
+    if not redis_url:
+        raise CliError("the API needs --redis URL (or REDIS_URL)")
+    keys, generated = ensure_api_keys(settings)
+    if generated and args:
+        print(f"tidemark api: no TIDEMARK_API_KEYS; using the admin key in "
+              f"{Path(settings.run_dir) / 'api-key'}", file=sys.stderr, flush=True)
+    return settings.model_copy(update={"api_keys": keys}), redis_url
+
+
+def api_app():
+    """The app of one API worker process (``uvicorn --factory``), built as ``run_api`` does."""
+    from app.main import create_app
+
+    return create_app(*_api_settings())
+
+
 def run_api(args) -> None:
     import uvicorn
 
     from app.main import create_app
 
-    from tidemark.credentials import ensure_api_keys
-
-    settings = Settings(host=args.host, port=args.port)
-    redis_url = args.redis or settings.redis_url
-    if not redis_url:
-        raise CliError("the API needs --redis URL (or REDIS_URL)")
+    settings, redis_url = _api_settings(args)
     declare_streams(redis_url, load_streams(args.config))
-    keys, generated = ensure_api_keys(settings)
-    if generated:
-        print(f"tidemark api: no TIDEMARK_API_KEYS; using the admin key in "
-              f"{Path(settings.run_dir) / 'api-key'}", file=sys.stderr, flush=True)
-    app = create_app(settings.model_copy(update={"api_keys": keys}), redis_url)
+    workers = args.workers or settings.api_workers
     # Open dashboards hold /v1/live streams: give them 2 s, then stop regardless.
-    uvicorn.run(app, host=args.host, port=args.port, log_level="warning", timeout_graceful_shutdown=2)
+    common = dict(host=args.host, port=args.port, log_level="warning", timeout_graceful_shutdown=2)
+    if workers == 1:
+        uvicorn.run(create_app(settings, redis_url), **common)
+        return
+    # Each worker process builds its own app from these; the files every one of them reads
+    # (API key, hash secret, webhook-secret key) are created here, once, before they start.
+    from tidemark.credentials import secret_key
+    from tidemark.hash_secret import load_or_create
+
+    load_or_create(settings.checkpoint, settings.hash_secret)
+    secret_key(settings)
+    os.environ.update(TIDEMARK_REDIS_URL=redis_url, TIDEMARK_HOST=args.host, TIDEMARK_PORT=str(args.port))
+    uvicorn.run("tidemark_cli.main:api_app", factory=True, workers=workers, **common)
 
 
 def run_ingest(args) -> None:
@@ -270,6 +296,8 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--config")
     s.add_argument("--host", default="127.0.0.1")
     s.add_argument("--port", type=int, default=8000)
+    s.add_argument("--workers", type=int, help="API processes on the port (default "
+                   "TIDEMARK_API_WORKERS or 1)")
     return p
 
 

@@ -23,6 +23,7 @@ import socket
 import ssl
 import time
 from collections import OrderedDict
+from functools import lru_cache
 
 import httptools
 import httpx
@@ -121,12 +122,18 @@ def _literal(host: str) -> IP | None:
     return ip if str(ip) == host else None
 
 
+@lru_cache(maxsize=1024)
+def _judge_literal(host: str, allow: tuple[str, ...]) -> IP:
+    """A literal address's judgement, a function of its spelling and the allow-list alone
+    (refusals are not kept: they raise)."""
+    return _judge(host, [_literal(host)], list(allow))[0]
+
+
 async def resolve_checked(url: httpx.URL, allow: list[str]) -> IP:
     """The address to connect to for ``url``, checked now."""
     host = _normal(url.host)
-    literal = _literal(host)
-    if literal is not None:  # nothing to resolve: judged the same way, without a thread hop
-        return _judge(host, [literal], allow)[0]
+    if _literal(host) is not None:  # nothing to resolve: judged the same way, without a thread hop
+        return _judge_literal(host, tuple(allow))
     loop = asyncio.get_running_loop()
     try:
         infos = await asyncio.wait_for(
@@ -210,7 +217,9 @@ class _Connection:
         """Send one request; (status, reply, whether the connection may carry another)."""
         try:
             self.writer.write(head + body)
-            await asyncio.wait_for(self.writer.drain(), timeouts.get("write") or 10.0)
+            # asyncio.timeout, not wait_for: no task per step, a thousand sends a publish
+            async with asyncio.timeout(timeouts.get("write") or 10.0):
+                await self.writer.drain()
         except asyncio.TimeoutError:
             raise httpx.WriteTimeout("write timed out") from None
         except OSError as e:
@@ -220,27 +229,28 @@ class _Connection:
         seen = False
         # The whole reply within the read timeout: a receiver trickling bytes cannot hold
         # a send past its lease.
-        deadline = time.monotonic() + (timeouts.get("read") or 10.0)
-        while not reply.done:
-            try:
-                data = await asyncio.wait_for(self.reader.read(65536), max(deadline - time.monotonic(), 0))
-            except asyncio.TimeoutError:
-                raise httpx.ReadTimeout("read timed out") from None
-            except OSError as e:
-                error = httpx.ReadError(type(e).__name__)
-                raise (error if seen else _Stale(error)) from None
-            if not data:
-                if reply.head_done:  # a body that ends with the connection
-                    return parser.get_status_code(), reply, False
-                error = httpx.RemoteProtocolError("webhook closed the connection")
-                raise error if seen else _Stale(error)
-            seen = True
-            try:
-                parser.feed_data(data)
-            except httptools.HttpParserUpgrade:
-                raise httpx.RemoteProtocolError("webhook asked to upgrade the connection") from None
-            except httptools.HttpParserError:
-                raise httpx.RemoteProtocolError("webhook reply is not HTTP/1.1") from None
+        try:
+            async with asyncio.timeout(timeouts.get("read") or 10.0):
+                while not reply.done:
+                    try:
+                        data = await self.reader.read(65536)
+                    except OSError as e:
+                        error = httpx.ReadError(type(e).__name__)
+                        raise (error if seen else _Stale(error)) from None
+                    if not data:
+                        if reply.head_done:  # a body that ends with the connection
+                            return parser.get_status_code(), reply, False
+                        error = httpx.RemoteProtocolError("webhook closed the connection")
+                        raise error if seen else _Stale(error)
+                    seen = True
+                    try:
+                        parser.feed_data(data)
+                    except httptools.HttpParserUpgrade:
+                        raise httpx.RemoteProtocolError("webhook asked to upgrade the connection") from None
+                    except httptools.HttpParserError:
+                        raise httpx.RemoteProtocolError("webhook reply is not HTTP/1.1") from None
+        except asyncio.TimeoutError:
+            raise httpx.ReadTimeout("read timed out") from None
         self.idle_since = time.monotonic()
         return parser.get_status_code(), reply, reply.keep_alive and reply.messages == 1
 

@@ -8,7 +8,6 @@ answers every kind over one stream, and each kind over several streams has its o
 from __future__ import annotations
 
 import time
-from collections import OrderedDict
 
 from fastapi import APIRouter, Request
 from fastapi.encoders import jsonable_encoder
@@ -16,6 +15,7 @@ from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 
 import app.kinds  # noqa: F401  (registers the kinds)
+from app.answer_cache import AnswerCache
 from app.answers import QUERY_KINDS, answer_from_store
 from app.deps import READ, MetricsDep, StoreDep
 from app.routes.streams import StreamName
@@ -44,64 +44,41 @@ for _kind in sorted(k for k, q in QUERY_KINDS.items() if q.streams > 1):
     router.add_api_route(f"/v1/{_kind}", _multi_stream_route(_kind), methods=["GET"])
 
 
-class AnswerCache:
-    """Answers by (stream, decoded shard versions, query, parameters), rendered: an answer
-    is a function of these alone (``at`` defaults to the clock of those versions), so a
-    question asked again of the same version is answered once per publish."""
-
-    def __init__(self, size: int = 4096):
-        self.size = size
-        self._answers: OrderedDict[tuple, bytes] = OrderedDict()
-
-    def get(self, key: tuple) -> bytes | None:
-        found = self._answers.get(key)
-        if found is not None:
-            self._answers.move_to_end(key)
-        return found
-
-    def put(self, key: tuple, rendered: bytes) -> None:
-        self._answers[key] = rendered
-        while len(self._answers) > self.size:
-            self._answers.popitem(last=False)
-
-
-def _cache(request: Request) -> AnswerCache:
-    cache = getattr(request.app.state, "answer_cache", None)
-    if cache is None:
-        cache = request.app.state.answer_cache = AnswerCache()
-    return cache
-
-
 @router.get("/v1/streams/{name}/{query}")
 async def query(name: StreamName, query: str, request: Request, store: StoreDep, metrics: MetricsDep) -> Response:
     """Answered on the event loop when no Redis read is needed (a decoded version and a
     recent status read kept): the answer is CPU work either way, and a hop to the thread
-    pool costs more than most answers; answered once per version for the same question.
+    pool costs more than most answers; answered once per version for the same question
+    (asked again exactly so, it is answered before routing: ``app.answer_cache``).
     Otherwise in the thread pool."""
     started = time.perf_counter()
     params = dict(request.query_params)
+    sent = request.scope["path"], request.scope["query_string"]
+    cache: AnswerCache = request.app.state.answer_cache
     if store.in_memory(name):
-        rendered = _answer(store, _cache(request), query, name, params)
+        rendered = _answer(store, cache, query, name, params, sent)
     else:
-        rendered = await run_in_threadpool(_read_and_answer, store, _cache(request), query, name, params)
+        rendered = await run_in_threadpool(_read_and_answer, store, cache, query, name, params, sent)
     metrics.query_seconds.labels(query).observe(time.perf_counter() - started)
     return Response(rendered, media_type="application/json")
 
 
-def _read_and_answer(store, cache: AnswerCache, query: str, name: str, params: dict) -> bytes:
+def _read_and_answer(store, cache: AnswerCache, query: str, name: str, params: dict, sent: tuple) -> bytes:
     """Read the statuses first (which starts decoding a newer version), then answer."""
     store.summary(name)
-    return _answer(store, cache, query, name, params)
+    return _answer(store, cache, query, name, params, sent)
 
 
-def _answer(store, cache: AnswerCache, query: str, name: str, params: dict) -> bytes:
+def _answer(store, cache: AnswerCache, query: str, name: str, params: dict, sent: tuple) -> bytes:
     versions = store.served_versions(name)
     key = (name, versions, query, tuple(sorted(params.items())))
     rendered = cache.get(key) if versions is not None else None
     if rendered is None:
         rendered = _render(answer_from_store(store, query, name, params, streams=1))
-        if versions is not None and store.served_versions(name) == versions:
-            cache.put(key, rendered)  # no newer version came in between: it is theirs
+        if versions is None or store.served_versions(name) != versions:
+            return rendered  # a newer version came in between: not known to be theirs
+        cache.put(key, rendered)
+    cache.index(*sent, name, query, versions, rendered)
     return rendered
 
 

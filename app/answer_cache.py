@@ -1,0 +1,181 @@
+"""Rendered answers kept per decoded version, and the short way a repeated query is sent.
+
+An answer is a function of the stream's decoded shard versions, the query and its
+parameters alone (``at`` defaults to the clock of those versions), so it is rendered once
+per version and question (:class:`AnswerCache`). A request asked again exactly as before
+(same path, same query string) and whose stream still serves the version it was rendered
+from is answered by :class:`FastAnswers` before the middleware stack, routing, dependency
+injection and parameter parsing: a header scan, a host and key check and a dict lookup. Everything else — a
+first question, a new version, a missing or wrong key, a stream whose statuses must be
+read again — goes the full way and gets exactly the answer it got before.
+
+Every process keeps its own: nothing here assumes one API process.
+"""
+
+from __future__ import annotations
+
+import gzip
+import threading
+import time
+from collections import OrderedDict
+
+from fastapi.security.utils import get_authorization_scheme_param
+from starlette.requests import cookie_parser
+from starlette.types import Scope, Send
+
+from app.security import COOKIE, allows
+
+__all__ = ["AnswerCache", "FastAnswers", "GZIP_FROM", "MAX_SENT_QUERY"]
+
+GZIP_FROM = 1024  # bytes: the API's GZipMiddleware ``minimum_size``
+MAX_SENT_QUERY = 1024  # bytes of query string: longer requests are answered, not indexed
+_PREFIX = "/v1/streams/"
+
+
+class _Sent:
+    """A request as sent, answered from ``versions`` of ``name``."""
+
+    __slots__ = ("name", "query", "versions", "body", "gzipped")
+
+    def __init__(self, name: str, query: str, versions: tuple, body: bytes):
+        self.name, self.query, self.versions, self.body = name, query, versions, body
+        self.gzipped: bytes | None = None
+
+    def gzip(self) -> bytes:
+        if self.gzipped is None:
+            self.gzipped = gzip.compress(self.body, compresslevel=5, mtime=0)
+        return self.gzipped
+
+
+class AnswerCache:
+    """Answers by (stream, decoded shard versions, query, parameters), rendered, and an
+    index of the requests that were answered, as sent. Both bounded (least recently used
+    first out); the index holds one entry per request form, replaced when the version moves.
+    """
+
+    def __init__(self, size: int = 4096):
+        self.size = size
+        self._answers: OrderedDict[tuple, bytes] = OrderedDict()
+        self._sent: OrderedDict[tuple[str, bytes], _Sent] = OrderedDict()
+        self._lock = threading.Lock()  # answers are also rendered in the thread pool
+
+    def get(self, key: tuple) -> bytes | None:
+        with self._lock:
+            found = self._answers.get(key)
+            if found is not None:
+                self._answers.move_to_end(key)
+            return found
+
+    def put(self, key: tuple, rendered: bytes) -> None:
+        with self._lock:
+            self._answers[key] = rendered
+            self._answers.move_to_end(key)
+            while len(self._answers) > self.size:
+                self._answers.popitem(last=False)
+
+    def index(self, path: str, query_string: bytes, name: str, query: str, versions: tuple,
+              rendered: bytes) -> None:
+        """Remember that ``path?query_string`` is answered by ``rendered`` at ``versions``."""
+        if len(query_string) > MAX_SENT_QUERY or len(path) > 256:
+            return
+        key = (path, query_string)
+        with self._lock:
+            self._sent[key] = _Sent(name, query, versions, rendered)
+            self._sent.move_to_end(key)
+            while len(self._sent) > self.size:
+                self._sent.popitem(last=False)
+
+    def sent(self, path: str, query_string: bytes) -> _Sent | None:
+        """The answer last given to this request form (its version may be old: the
+        caller compares it with the version served now)."""
+        return self._sent.get((path, query_string))
+
+    def __len__(self) -> int:
+        return len(self._answers)
+
+
+def _headers(scope: Scope) -> tuple[str, str | None, str | None, bool]:
+    """The Host, Authorization and Cookie headers (the first of each, as Starlette reads
+    them) and whether gzip is accepted (in the first Accept-Encoding, as GZipMiddleware
+    reads it)."""
+    host = ""
+    authorization = cookie = encoding = None
+    for name, value in scope["headers"]:
+        if name == b"host":
+            if not host:
+                host = value.decode("latin-1")
+        elif name == b"authorization":
+            if authorization is None:
+                authorization = value.decode("latin-1")
+        elif name == b"cookie":
+            if cookie is None:
+                cookie = value.decode("latin-1")
+        elif name == b"accept-encoding":
+            if encoding is None:
+                encoding = value.decode("latin-1")
+    return host, authorization, cookie, "gzip" in (encoding or "")
+
+
+def presented_key(authorization: str | None, cookie: str | None) -> str | None:
+    """The key a ``read`` request presents, read exactly as ``security.authorize`` reads
+    it: a bearer credential, else (no bearer credential at all) the sign-in cookie."""
+    scheme, credentials = get_authorization_scheme_param(authorization)
+    if authorization and scheme and credentials and scheme.lower() == "bearer":
+        return credentials
+    if cookie:
+        return cookie_parser(cookie).get(COOKIE)
+    return None
+
+
+class FastAnswers:
+    """Answers a repeated query from :class:`AnswerCache` when that is exactly what the
+    full way would answer: the Host is one the API answers for (by name: a wildcard
+    pattern goes the full way), the same request form was answered from the version the
+    stream serves now, the stream needs no Redis read now (``Store.in_memory``), and the
+    request carries a key with the ``read`` scope. Otherwise :meth:`answer` says False and
+    the request goes the full way untouched, so errors (400, 401, 403, 404, 422) keep
+    their one source. Called by the app before its middleware stack
+    (``app.main.TidemarkAPI``).
+    """
+
+    def __init__(self, state, allowed_hosts: list[str]) -> None:
+        self.state = state  # the app's state: store, answer_cache, keychain, metrics
+        self.any_host = "*" in allowed_hosts
+        self.hosts = frozenset(allowed_hosts)
+
+    async def answer(self, scope: Scope, send: Send) -> bool:
+        if scope["method"] != "GET" or not scope["path"].startswith(_PREFIX):
+            return False
+        started = time.perf_counter()
+        state = self.state
+        hit = state.answer_cache.sent(scope["path"], scope["query_string"])
+        if hit is None or not self._current(state.store, hit):
+            return False
+        host, authorization, cookie, gzip_ok = _headers(scope)
+        if not (self.any_host or host.split(":")[0] in self.hosts):
+            return False
+        key = presented_key(authorization, cookie)
+        scopes = state.keychain.scopes(key) if key else None
+        if scopes is None or not allows(scopes, "read"):
+            return False
+        await self._send(hit, gzip_ok, send)
+        state.metrics.query_seconds.labels(hit.query).observe(time.perf_counter() - started)
+        return True
+
+    @staticmethod
+    def _current(store, hit: _Sent) -> bool:
+        """Would the query route answer from ``hit.versions`` now, without Redis?"""
+        return store.served_versions(hit.name) == hit.versions and store.in_memory(hit.name)
+
+    @staticmethod
+    async def _send(hit: _Sent, gzip_ok: bool, send: Send) -> None:
+        body = hit.body
+        headers = [(b"content-type", b"application/json")]
+        if len(body) >= GZIP_FROM:  # as the API's GZipMiddleware would answer
+            headers.append((b"vary", b"Accept-Encoding"))
+            if gzip_ok:
+                body = hit.gzip()
+                headers.append((b"content-encoding", b"gzip"))
+        headers.insert(0, (b"content-length", str(len(body)).encode()))
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": body})

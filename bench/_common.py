@@ -1,0 +1,133 @@
+"""What the API benches share: a real Redis on a free port, the API in a subprocess with a
+key of this run, waiting for ``/healthz``, the API's CPU time, py-spy profiles and where
+they go, and the summaries the benches publish."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+import numpy as np
+
+from tidemark.chunks import decode_chunk, encode_chunk
+from tidemark.hash_secret import HashSecret
+from tidemark.redis_server import EmbeddedRedis, free_port
+
+__all__ = ["ROOT", "SECRET", "KEY", "HEADERS", "redis_server", "api_env", "start_api", "wait_healthy",
+           "stop", "cpu_seconds", "profile", "profile_path", "table_of", "run_label"]
+
+ROOT = Path(__file__).resolve().parents[1]
+SECRET = HashSecret(b"tidemark-bench-secret")
+KEY = secrets.token_urlsafe(24)  # an admin key for this run only (contract §9)
+HEADERS = {"Authorization": f"Bearer {KEY}"}
+
+
+@contextlib.contextmanager
+def redis_server(prefix: str):
+    """A fresh real Redis on a free port, in a directory of its own: ``(server, directory)``."""
+    tmp = tempfile.mkdtemp(prefix=prefix)
+    with EmbeddedRedis(f"{tmp}/redis") as server:
+        yield server, tmp
+
+
+def api_env(src: str | Path, run_dir: str, **extra: str) -> dict:
+    """The environment of an API run from source tree ``src``: its code first on the path,
+    the bench's hash secret and key, its own run directory."""
+    return {**os.environ, "PYTHONPATH": str(src), "TIDEMARK_HASH_SECRET": SECRET.secret.hex(),
+            "TIDEMARK_RUN_DIR": run_dir, "TIDEMARK_API_KEYS": json.dumps([{"key": KEY, "scopes": ["admin"]}]),
+            **extra}
+
+
+def start_api(src: str | Path, redis_url: str, run_dir: str, *args: str, **extra: str) -> tuple[subprocess.Popen, int]:
+    """``tidemark api`` from ``src`` on a free port (extra ``args`` after it), answering
+    ``/healthz``: ``(process, port)``."""
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "tidemark_cli", "api", "--redis", redis_url,
+                             "--port", str(port), *args], env=api_env(src, run_dir, **extra), cwd=str(src),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_healthy(f"http://127.0.0.1:{port}", proc)
+    except BaseException:
+        stop(proc)
+        raise
+    return proc, port
+
+
+def wait_healthy(base: str, proc: subprocess.Popen | None = None, timeout: float = 60.0) -> None:
+    """Until ``base`` answers ``/healthz`` (RuntimeError if ``proc`` ends or time runs out)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if httpx.get(f"{base}/healthz", timeout=5).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        if time.monotonic() > deadline or (proc is not None and proc.poll() is not None):
+            raise RuntimeError(f"the API at {base} did not start")
+        time.sleep(0.2)
+
+
+def stop(proc: subprocess.Popen) -> None:
+    proc.terminate()
+    try:
+        proc.wait(30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        found = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:
+        return []
+    return [int(c) for c in found]
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process and its live children so far (Linux): an
+    API with several worker processes counts them all."""
+    total = 0.0
+    for p in [pid, *_children(pid)]:
+        try:
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
+def profile_path(directory: str | None, label: str, run: int) -> str | None:
+    """Where the py-spy profile of ``label``'s ``run`` goes (None: no profile)."""
+    if not directory:
+        return None
+    os.makedirs(directory, exist_ok=True)
+    return f"{directory}/{label.replace('/', '_').replace(' ', '_')}-{run}.txt"
+
+
+def profile(pid: int, seconds: float, out: str) -> subprocess.Popen:
+    """py-spy, sampling ``pid`` and its worker processes 100 times a second for ``seconds``,
+    raw (collapsed) stacks into ``out``."""
+    spy = Path(sys.executable).with_name("py-spy")
+    return subprocess.Popen([str(spy), "record", "-p", str(pid), "-d", str(max(int(seconds), 1)), "-r", "100",
+                             "-f", "raw", "-o", out, "--nonblocking", "--subprocesses"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def table_of(ts: np.ndarray, keys=None, values=None):
+    """An ingest table of events at ``ts`` (keys and values optional), as the worker reads it."""
+    n = ts.size
+    return decode_chunk(encode_chunk(ts, [None] * n if keys is None else keys,
+                                     np.full(n, np.nan) if values is None else values, np.ones(n)))
+
+
+def run_label(src: str | Path) -> str:
+    return "this tree" if Path(src).resolve() == ROOT else str(src)

@@ -1,0 +1,105 @@
+"""``tidemark api --workers N``: N processes answer on one port, each correct on its own —
+every connection, whichever process takes it, gets the answer of a published version that
+says which version it is, and each process moves to a new version by itself; the files all
+of them read (API key, hash secret, webhook-secret key) are made once, before they start."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+
+from tests.conftest import API_KEYS, KEYS
+from tidemark.chunks import decode_chunk, encode_chunk
+from tidemark.hash_secret import HashSecret, load_or_create
+from tidemark.redis_server import free_port
+from tidemark.streams import StreamConfig
+from tidemark.summary import StreamSummary
+from workers.publish import Publisher
+
+ROOT = Path(__file__).resolve().parents[2]
+T0 = 1_700_000_000.0
+
+
+def _summary(n: int, secret: HashSecret) -> StreamSummary:
+    ts = T0 + np.arange(float(n))
+    summary = StreamSummary.create(StreamConfig(max_window=600), secret)
+    summary.update_table(decode_chunk(encode_chunk(ts, [None] * n, np.full(n, np.nan), np.ones(n))))
+    return summary
+
+
+def _children(pid: int) -> list[int]:
+    """The worker processes uvicorn spawned (not multiprocessing's resource tracker)."""
+    try:
+        found = [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
+    return [c for c in found if b"spawn_main" in Path(f"/proc/{c}/cmdline").read_bytes()]
+
+
+@pytest.fixture
+def two_workers(redis_url, tmp_path):
+    port = free_port()
+    # No hash secret in the environment: the parent makes the checkpoint's, once.
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TIDEMARK_RUN_DIR": str(tmp_path / "run"),
+           "TIDEMARK_CHECKPOINT": str(tmp_path / "checkpoint"), "TIDEMARK_API_KEYS": json.dumps(API_KEYS)}
+    env.pop("TIDEMARK_HASH_SECRET", None)
+    proc = subprocess.Popen([sys.executable, "-m", "tidemark_cli", "api", "--redis", redis_url, "--port", str(port),
+                             "--workers", "2"], env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx.get(f"{base}/healthz").status_code == 200 and len(_children(proc.pid)) >= 2:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
+            assert time.monotonic() < deadline, "the API with two workers did not start"
+            time.sleep(0.2)
+        yield proc, base, tmp_path
+    finally:
+        proc.terminate()  # uvicorn's parent stops its workers and waits for them
+        assert proc.wait(30) is not None
+
+
+def _answers(base: str, name: str, connections: int = 24) -> list[dict]:
+    out = []
+    for _ in range(connections):  # a new connection each: the kernel spreads them over the processes
+        with httpx.Client(base_url=base, headers={"Authorization": f"Bearer {KEYS['read']}"}) as c:
+            for _ in range(2):  # the second one of a connection is the kept answer
+                r = c.get(f"/v1/streams/{name}/count", params={"window": "600"})
+                assert r.status_code == 200, r.text
+                out.append(r.json())
+    return out
+
+
+def test_every_process_answers_each_version_and_says_which(two_workers, redis_url):
+    proc, base, tmp = two_workers
+    assert len(_children(proc.pid)) == 2
+    secret = load_or_create(str(tmp / "checkpoint"))  # the parent made it: read, not made again
+    name = f"workers-{os.getpid()}-{time.monotonic_ns()}"
+    with httpx.Client(base_url=base, headers={"Authorization": f"Bearer {KEYS['admin']}"}) as c:
+        assert c.put(f"/v1/streams/{name}", json={"max_window": 600}).status_code == 201
+    publisher = Publisher(redis_url)
+    publisher.publish_summary(name, _summary(10, secret), version=1, events=10)
+    for body in _answers(base, name):
+        assert body["estimate"] == 10 and body["as_of"]["sketch_version"] == 1
+    publisher.publish_summary(name, _summary(25, secret), version=2, events=25)
+    deadline = time.monotonic() + 20
+    while True:
+        answers = _answers(base, name)
+        for body in answers:  # each answer is its own version's, whichever that is
+            assert (body["estimate"], body["as_of"]["sketch_version"]) in {(10, 1), (25, 2)}
+        if all(b["as_of"]["sketch_version"] == 2 for b in answers):
+            break
+        assert time.monotonic() < deadline, "a process never moved to the new version"
+        time.sleep(0.2)
