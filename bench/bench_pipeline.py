@@ -5,7 +5,10 @@ in a subprocess), then for ``--seconds`` posts NDJSON batches from several clien
 and measures: events/s accepted over HTTP, events/s visible in answers (the stream's
 ``events``), and freshness (POST accepted -> first publish that reflects it), p50/p95.
 
-    .venv/bin/python bench/bench_pipeline.py --seconds 60
+    .venv/bin/python bench/bench_pipeline.py --seconds 60 [--format arrow]
+
+``--format arrow`` posts the same events as Arrow IPC streams
+(``application/vnd.apache.arrow.stream``, the ingest client's binary format).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import time
 import httpx
 import numpy as np
 
+from tidemark.ingest_client import _ndjson_as_arrow
 from tidemark.redis_server import EmbeddedRedis, free_port
 
 T0 = 1_700_000_000.0
@@ -48,6 +52,7 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=5000)
     ap.add_argument("--warmup", type=float, default=15, help="seconds left out of freshness (Spark's first batch)")
     ap.add_argument("--rate", type=float, default=0, help="offered events/s (0 = as fast as accepted)")
+    ap.add_argument("--format", choices=["ndjson", "arrow"], default="ndjson", help="request body format")
     args = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="tm-bench-")
     with EmbeddedRedis(f"{tmp}/redis") as redis_server:
@@ -87,6 +92,10 @@ def run(base: str, args) -> None:
     def post_loop(seed: int) -> None:
         rng = np.random.default_rng(seed)
         bodies = [_body(rng, T0 + i * 60, args.batch) for i in range(8)]
+        content_type = "application/x-ndjson"
+        if args.format == "arrow":
+            bodies = [_ndjson_as_arrow(b) for b in bodies]
+            content_type = "application/vnd.apache.arrow.stream"
         with httpx.Client(base_url=base, timeout=60, headers=HEADERS) as c:
             i = 0
             t_start = time.monotonic()
@@ -95,7 +104,7 @@ def run(base: str, args) -> None:
                     due = t_start + i * args.batch * args.clients / args.rate
                     time.sleep(max(0.0, due - time.monotonic()))
                 r = c.post("/v1/streams/bench/events", content=bodies[i % len(bodies)],
-                           headers={"content-type": "application/x-ndjson"})
+                           headers={"content-type": content_type})
                 i += 1
                 if r.status_code == 429:
                     time.sleep(0.2)
