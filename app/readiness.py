@@ -9,7 +9,9 @@ ready only when
 * no ingest request has waited unread longer than ``max_wait`` s: for each stream with
   events not yet counted, the first entry appended since the start of the query's last
   finished batch (``progress_at``; a batch started after an entry was appended has read
-  it) must be younger than ``max_wait``. Entry ids carry Redis' own clock, compared with
+  it) must be younger than ``max_wait``. The worker leaves ``progress_at`` out until a
+  run's second batch has finished (its first may replay offsets planned before a kill, and
+  proves nothing about later entries); then the oldest entry not yet trimmed counts. Entry ids carry Redis' own clock, compared with
   Redis' ``TIME``; ``progress_at`` is the worker's clock (keep clocks in sync).
 """
 

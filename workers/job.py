@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     import pandas as pd  # the driver starts Spark first; executors import pandas anyway
 
 __all__ = ["main", "start", "build_spark", "warm_up_workers", "shard_updater", "republish_all",
-           "has_commits", "STATE_SCHEMA"]
+           "has_commits", "read_everything_before", "STATE_SCHEMA"]
 
 log = logging.getLogger("tidemark.worker")
 _STARTED = time.monotonic()
@@ -278,6 +278,29 @@ def warm_up_workers(spark, tasks: int | None = None,
     return thread
 
 
+def read_everything_before(progress: dict, run_first_batch: int | None) -> str | None:
+    """The start of the last finished batch, when it proves that every entry appended
+    before it was read (readiness relies on that), else None.
+
+    A batch reads every entry there is when it plans its offsets, right after it starts,
+    except the first batch of a run: it may replay the offsets the previous run planned
+    before it was killed, and then entries that came in since are still unread."""
+    batch = progress.get("batchId", -1)
+    if run_first_batch is None or batch <= run_first_batch:
+        return None
+    return progress.get("timestamp")
+
+
+def _first_batch_of_run(query, seen: int) -> int:
+    """The first batch id of this query run (the oldest progress kept, at worst the one
+    seen now: then one more batch is needed before readiness trusts the progress)."""
+    try:
+        recent = query.recentProgress
+        return min(int(seen), int(recent[0]["batchId"])) if recent else int(seen)
+    except Exception:  # noqa: BLE001 — py4j hiccup: be conservative
+        return int(seen)
+
+
 class Driver:
     """What the driver does beside Spark: heartbeat from the query's progress, and
     republishing after Redis lost the published sketches. It holds no sketch bytes."""
@@ -290,6 +313,7 @@ class Driver:
         self.query = None
         self.stop_event = threading.Event()
         self.first_batch_logged = False
+        self.run_first_batch: int | None = None  # the first batch id of the running query
 
     def republish_if_needed(self) -> None:
         if self.publisher.needs_republish():
@@ -306,6 +330,8 @@ class Driver:
     def beat(self) -> None:
         q = self.query
         progress = (q.lastProgress or {}) if q is not None else {}
+        if self.run_first_batch is None and progress.get("batchId", -1) >= 0:
+            self.run_first_batch = _first_batch_of_run(q, progress["batchId"])
         if not self.first_batch_logged and progress.get("batchId", -1) >= 0:
             self.first_batch_logged = True
             _phase(f"first batch {progress['batchId']} done, {progress.get('numInputRows', 0)} "
@@ -315,7 +341,7 @@ class Driver:
             "active": bool(q is not None and q.isActive),
             "batch_id": progress.get("batchId", -1),
             "batch_seconds": round(progress.get("durationMs", {}).get("triggerExecution", 0) / 1000, 4),
-            "progress_at": progress.get("timestamp"),
+            "progress_at": read_everything_before(progress, self.run_first_batch),
         })
 
     def run_forever(self, every: float = 1.0) -> None:
