@@ -21,7 +21,7 @@ from tidemark.chunks import decode_chunk, encode_chunk
 from tidemark.hash_secret import HashSecret
 from tidemark.redis_server import EmbeddedRedis, free_port
 
-__all__ = ["ROOT", "SECRET", "KEY", "HEADERS", "redis_server", "api_env", "start_api", "wait_healthy",
+__all__ = ["ROOT", "SECRET", "KEY", "HEADERS", "redis_server", "api_env", "start_api", "start_up", "wait_healthy",
            "stop", "cpu_seconds", "profile", "profile_path", "table_of", "run_label"]
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -59,6 +59,22 @@ def start_api(src: str | Path, redis_url: str, run_dir: str, *args: str, **extra
         stop(proc)
         raise
     return proc, port
+
+
+def start_up(src: str | Path, stream: str, prefix: str) -> tuple[str, int, subprocess.Popen]:
+    """``tidemark up`` from ``src`` on a free port, in a fresh run directory, with one
+    declared stream (max_window 1h) and its own embedded Redis; its log lines on the
+    process's ``stdout`` (text). Returns ``(run directory, port, process)`` at once."""
+    tmp = tempfile.mkdtemp(prefix=prefix)
+    config = Path(tmp, "streams.yaml")
+    config.write_text(f"streams:\n  {stream}:\n    max_window: 1h\n")
+    port = free_port()
+    env = api_env(src, tmp, TIDEMARK_CHECKPOINT=f"{tmp}/checkpoint")
+    env.pop("REDIS_URL", None)
+    up = subprocess.Popen([sys.executable, "-m", "tidemark_cli", "up", "--config", str(config),
+                           "--port", str(port)], env=env, cwd=str(src), stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    return tmp, port, up
 
 
 def wait_healthy(base: str, proc: subprocess.Popen | None = None, timeout: float = 60.0) -> None:

@@ -13,20 +13,16 @@ where the time goes.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import secrets
 import signal
 import subprocess
-import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
 
 import httpx
 
-from tidemark.redis_server import free_port
+from _common import HEADERS, start_up
 
 HERE = str(Path(__file__).resolve().parents[1])
 
@@ -40,18 +36,8 @@ def clear_kernel_cache(src: str) -> int:
 
 def run(src: str, fresh: bool, show_log: bool) -> dict:
     cleared = clear_kernel_cache(src) if fresh else 0
-    tmp = tempfile.mkdtemp(prefix="tm-bench-first-")
-    key = secrets.token_urlsafe(24)
-    config = Path(tmp, "streams.yaml")
-    config.write_text("streams:\n  first:\n    max_window: 1h\n")
-    port = free_port()
-    env = {**os.environ, "PYTHONPATH": src, "TIDEMARK_RUN_DIR": tmp,
-           "TIDEMARK_CHECKPOINT": f"{tmp}/checkpoint",
-           "TIDEMARK_API_KEYS": json.dumps([{"key": key, "scopes": ["admin"]}])}
     started = time.perf_counter()
-    up = subprocess.Popen([sys.executable, "-m", "tidemark_cli", "up", "--config", str(config),
-                           "--port", str(port)], env=env, cwd=src, stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    _, port, up = start_up(src, "first", "tm-bench-first-")
     log: list[tuple[float, str]] = []
 
     def read():
@@ -62,7 +48,7 @@ def run(src: str, fresh: bool, show_log: bool) -> dict:
     out = {"cleared": cleared}
     try:
         with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=5,
-                          headers={"Authorization": f"Bearer {key}"}) as c:
+                          headers=HEADERS) as c:
             while True:
                 if up.poll() is not None or time.perf_counter() - started > 300:
                     raise RuntimeError("tidemark up did not get ready:\n" + "\n".join(l for _, l in log[-30:]))

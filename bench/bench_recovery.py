@@ -23,11 +23,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import secrets
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -35,7 +33,7 @@ from pathlib import Path
 import httpx
 
 from tidemark.ingest_client import NDJSON, post_batch
-from tidemark.redis_server import free_port
+from _common import HEADERS, start_up
 
 HERE = str(Path(__file__).resolve().parents[1])
 
@@ -83,21 +81,10 @@ def _java_child(pid: int) -> int:
 
 
 def run(src: str, kills: int, jvm: bool, show_log: bool) -> dict:
-    tmp = tempfile.mkdtemp(prefix="tm-bench-recovery-")
-    key = secrets.token_urlsafe(24)
-    config = Path(tmp, "streams.yaml")
-    config.write_text("streams:\n  rec:\n    max_window: 1h\n")
-    port = free_port()
-    env = {**os.environ, "PYTHONPATH": src, "TIDEMARK_RUN_DIR": tmp,
-           "TIDEMARK_CHECKPOINT": f"{tmp}/checkpoint",
-           "TIDEMARK_API_KEYS": json.dumps([{"key": key, "scopes": ["admin"]}])}
-    env.pop("REDIS_URL", None)
-    state_file = Path(tmp, "supervisor.json")
     started = time.perf_counter()
     fault_at = [started]
-    up = subprocess.Popen([sys.executable, "-m", "tidemark_cli", "up", "--config", str(config),
-                           "--port", str(port)], env=env, cwd=src, stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    tmp, port, up = start_up(src, "rec", "tm-bench-recovery-")
+    state_file = Path(tmp, "supervisor.json")
     log: list[tuple[int, float, str]] = []  # (kill number, seconds since it, line)
 
     def read():
@@ -120,10 +107,10 @@ def run(src: str, kills: int, jvm: bool, show_log: bool) -> dict:
     out = {"rounds": rounds}
     try:
         with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=5,
-                          headers={"Authorization": f"Bearer {key}"}) as c:
+                          headers=HEADERS) as c:
             wait("not ready", lambda: (r := _get(c, "/readyz")) is not None and r.status_code == 200, 300)
             load = Load(httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10,
-                                     headers={"Authorization": f"Bearer {key}"}), "rec")
+                                     headers=HEADERS), "rec")
             load.start()
             wait("no events counted", lambda: ((_counted(c, "rec") or {}).get("events") or 0) > 0, 300)
             for _ in range(kills):
