@@ -128,14 +128,15 @@ class RuleCache:
         self.alerts = alerts
         self._parsed: dict[bytes, tuple[bytes, AlertRule]] = {}
 
+    def _entry(self, rule_id: bytes, raw: bytes) -> tuple[bytes, AlertRule]:
+        """The parsed rule for this stored form: kept if the bytes did not change."""
+        hit = self._parsed.get(rule_id)
+        return hit if hit and hit[0] == raw else (raw, self.alerts._load(raw))
+
     def rules(self) -> list[AlertRule]:
         stored = self.alerts.redis.hgetall(RULES)
-        parsed = {}
-        for rule_id, raw in stored.items():
-            hit = self._parsed.get(rule_id)
-            parsed[rule_id] = hit if hit and hit[0] == raw else (raw, self.alerts._load(raw))
-        self._parsed = parsed
-        return [rule for _, rule in parsed.values()]
+        self._parsed = {rule_id: self._entry(rule_id, raw) for rule_id, raw in stored.items()}
+        return [rule for _, rule in self._parsed.values()]
 
     def some(self, ids: list[str]) -> dict[str, AlertRule]:
         """The rules of ``ids`` that exist now (one ``HMGET`` of those alone), parsed once
@@ -146,10 +147,8 @@ class RuleCache:
             if raw is None:
                 continue
             key = rule_id.encode()
-            hit = self._parsed.get(key)
-            if not (hit and hit[0] == raw):
-                hit = self._parsed[key] = (raw, self.alerts._load(raw))
-            found[rule_id] = hit[1]
+            self._parsed[key] = self._entry(key, raw)
+            found[rule_id] = self._parsed[key][1]
         return found
 
     def outdated(self) -> bool:
