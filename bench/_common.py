@@ -61,7 +61,8 @@ def start_api(src: str | Path, redis_url: str, run_dir: str, *args: str, **extra
     return proc, port
 
 
-def start_up(src: str | Path, stream: str, prefix: str) -> tuple[str, int, subprocess.Popen]:
+def start_up(src: str | Path, stream: str, prefix: str,
+             extra_env: dict[str, str] | None = None) -> tuple[str, int, subprocess.Popen]:
     """``tidemark up`` from ``src`` on a free port, in a fresh run directory, with one
     declared stream (max_window 1h) and its own embedded Redis; its log lines on the
     process's ``stdout`` (text). Returns ``(run directory, port, process)`` at once."""
@@ -69,7 +70,7 @@ def start_up(src: str | Path, stream: str, prefix: str) -> tuple[str, int, subpr
     config = Path(tmp, "streams.yaml")
     config.write_text(f"streams:\n  {stream}:\n    max_window: 1h\n")
     port = free_port()
-    env = api_env(src, tmp, TIDEMARK_CHECKPOINT=f"{tmp}/checkpoint")
+    env = api_env(src, tmp, TIDEMARK_CHECKPOINT=f"{tmp}/checkpoint", **(extra_env or {}))
     env.pop("REDIS_URL", None)
     up = subprocess.Popen([sys.executable, "-m", "tidemark_cli", "up", "--config", str(config),
                            "--port", str(port)], env=env, cwd=str(src), stdout=subprocess.PIPE,

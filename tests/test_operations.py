@@ -1,6 +1,7 @@
-"""`tidemark up` heals itself: kill -9 of the worker, the API and the embedded Redis in turn,
-under a steady in-order load sent by the ingest client; every accepted event counts exactly
-once, nobody helps, and /readyz never says 200 while accepted events wait uncounted.
+"""`tidemark up` heals itself: kill -9 of the worker (its standby takes over), the API and
+the embedded Redis in turn, under a steady in-order load sent by the ingest client; every
+accepted event counts exactly once, nobody helps, and /readyz never says 200 while accepted
+events wait uncounted.
 """
 
 from __future__ import annotations
@@ -122,6 +123,8 @@ def test_up_survives_kill_9_of_each_part_counting_every_event_once(tmp_path):
         back = {}
         for part in ("worker", "api", "redis"):
             time.sleep(3)
+            if part == "worker":  # the spare worker stands by: it takes over
+                _wait("no standby worker", lambda: "standing by" in log.read_text(), 300, log)
             parts = json.loads(state_file.read_text())["parts"]
             before = parts[part]["restarts"]
             accepted = load.accepted
@@ -154,6 +157,7 @@ def test_up_survives_kill_9_of_each_part_counting_every_event_once(tmp_path):
         text = log.read_text()
         for part in ("worker", "api", "redis"):
             assert f"tidemark up: {part} was killed by SIGKILL; restarting in" in text
+        assert "tidemark up: the standby worker (pid" in text and "takes over" in text
         up.send_signal(signal.SIGTERM)
         assert up.wait(90) == 0
         stopping = log.read_text()[len(text):]  # a clean stop: the query stopped, no py4j errors

@@ -59,6 +59,10 @@ class Settings(BaseSettings):
     warm_workers: bool = Field(
         default=True, description="start the executors' Python workers (imports, compiled "
         "kernels) with a small job while the worker plans its stream")
+    standby_worker: bool = Field(
+        default=True, description="`tidemark up` with a local Spark master keeps a spare "
+        "worker with its Spark session started, which takes over at once when the worker dies "
+        "(one more JVM and its Python workers in memory)")
     worker_stale_after: float = Field(
         default=3.0, gt=0, description="seconds since the worker's last heartbeat (it beats "
         "every second) after which /readyz says it is not running")

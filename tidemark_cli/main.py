@@ -59,8 +59,8 @@ def declare_streams(redis_url: str, streams: dict[str, StreamConfig]) -> None:
 
 
 # -- processes ---------------------------------------------------------------------------
-def _spawn(args: list[str], env: dict | None = None) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "tidemark_cli", *args],
+def _spawn(args: list[str], env: dict | None = None, stdin=None) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "tidemark_cli", *args], stdin=stdin,
                             start_new_session=True, env={**os.environ, **(env or {})})
 
 
@@ -81,6 +81,8 @@ def _stop(proc: subprocess.Popen | None, timeout: float = 30.0) -> None:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
+    if proc.stdin:  # a standby worker's pipe
+        proc.stdin.close()
 
 
 def _ready(url: str) -> bool:
@@ -98,6 +100,7 @@ def _parts(args, settings: Settings, run_dir: Path, env: dict, streams: dict):
     """The supervised parts of ``up``: embedded Redis (unless --redis), worker, API.
     The configured streams are declared before the worker and the API start."""
     from tidemark.redis_server import EmbeddedRedis
+    from tidemark.standby import WorkerSlot
     from tidemark.supervisor import Part
 
     redis_url = args.redis or settings.redis_url
@@ -115,13 +118,22 @@ def _parts(args, settings: Settings, run_dir: Path, env: dict, streams: dict):
 
         parts.append(Part("redis", start_redis, lambda _: embedded.stop()))
     checkpoint = args.checkpoint or settings.checkpoint
+    master = args.master or settings.spark_master
     worker_args = ["worker", "--redis", redis_url, "--checkpoint", checkpoint]
     if args.master:
         worker_args += ["--master", args.master]
-    parts.append(Part("worker", lambda: _spawn(worker_args, env), _stop))
+    slot = None
+    if settings.standby_worker and (not master or master.startswith("local")):
+        # A spare with its own local Spark (on a cluster it would hold executors idle).
+        slot = WorkerSlot(lambda standby: _spawn(worker_args + ["--standby"] * standby, env,
+                                                 subprocess.PIPE if standby else None),
+                          _stop, _log)
+        parts.append(Part("worker", slot.start, _stop))
+    else:
+        parts.append(Part("worker", lambda: _spawn(worker_args, env), _stop))
     api_args = ["api", "--redis", redis_url, "--host", args.host, "--port", str(args.port)]
     parts.append(Part("api", lambda: _spawn(api_args, env), _stop))
-    return parts, redis_url
+    return parts, redis_url, slot
 
 
 def run_up(args, demo: bool = False) -> None:
@@ -142,7 +154,7 @@ def run_up(args, demo: bool = False) -> None:
     checkpoint = args.checkpoint or settings.checkpoint
     # One hash secret for both parts, kept beside the worker's checkpoint.
     env = {"TIDEMARK_HASH_SECRET": load_or_create(checkpoint, settings.hash_secret).secret.hex()}
-    parts, _ = _parts(args, settings, run_dir, env, streams)
+    parts, _, slot = _parts(args, settings, run_dir, env, streams)
     supervisor = Supervisor(parts, settings.max_restarts, settings.restart_window,
                             state_file=run_dir / "supervisor.json", log=_log)
     stopping = False
@@ -182,14 +194,20 @@ def run_up(args, demo: bool = False) -> None:
                 raise CliError("the demo needs an admin key in TIDEMARK_API_KEYS to declare and feed streams")
             generator = DemoFeeder(url, admin)
             generator.start()
+        checked_at = 0.0
         while not stopping:
             supervisor.tick()
+            if slot and time.monotonic() - checked_at > 2:  # a spare once all is processing
+                checked_at = time.monotonic()
+                slot.tend(_ready(url))
             time.sleep(0.2)
     except GiveUp as e:
         raise CliError(str(e)) from None
     finally:
         if generator:
             generator.stop()
+        if slot:
+            slot.close()
         supervisor.stop()
         print("Tidemark stopped.", flush=True)
 
@@ -207,7 +225,7 @@ def run_worker(args) -> None:
     worker_main(redis_url, checkpoint, args.master or settings.spark_master,
                 args.partitions or settings.state_partitions, settings.trigger,
                 load_or_create(checkpoint, settings.hash_secret), settings.spark_conf,
-                settings.warm_workers)
+                settings.warm_workers, standby=args.standby)
 
 
 def _api_settings(args=None) -> tuple[Settings, str]:
@@ -291,6 +309,10 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--checkpoint")
     s.add_argument("--partitions", "--shards", type=int, dest="partitions",
                    help="Spark state partitions (fixed for the life of a checkpoint)")
+    s.add_argument("--standby", action="store_true",
+                   help="start Spark and plan the query, then start it only when the line "
+                   "'go' arrives on standard input (exit when it closes): the spare that "
+                   "'tidemark up' keeps")
     s = sub.add_parser("api", help="run the API and dashboard")
     s.add_argument("--redis")
     s.add_argument("--config")

@@ -33,16 +33,16 @@ from tidemark.streams import StreamConfig
 if TYPE_CHECKING:
     import pandas as pd  # the driver starts Spark first; executors import pandas anyway
 
-__all__ = ["main", "start", "build_spark", "warm_up_workers", "shard_updater", "republish_all",
+__all__ = ["main", "start", "Prepared", "stand_by", "build_spark", "shard_updater", "republish_all",
            "has_commits", "read_everything_before", "STATE_SCHEMA"]
 
 log = logging.getLogger("tidemark.worker")
-_STARTED = time.monotonic()
+_STARTED = [time.monotonic(), "the worker's imports"]  # when, and since what, phases count
 
 
 def _phase(what: str) -> None:
     """One start-up phase done: the log says where a start's seconds go."""
-    log.info("start-up: %s (%.1f s since the worker's imports)", what, time.monotonic() - _STARTED)
+    log.info("start-up: %s (%.1f s since %s)", what, time.monotonic() - _STARTED[0], _STARTED[1])
 
 STATE_SCHEMA = ("blob binary, config string, events long, late_dropped long, clock double, "
                 "version long, failed string, failed_events long")
@@ -236,48 +236,6 @@ def build_spark(master: str | None, partitions: int, app_name: str = "tidemark-w
     return builder.getOrCreate()
 
 
-def _warm_workers(batches):
-    """Runs in each Python worker of the warm-up job: import what the shard updater imports
-    and load its compiled kernels, so the reused worker has them when the first batch comes."""
-    import workers.update  # noqa: F401 — the updater's imports
-    from tidemark.summary import warm_up
-
-    warm_up()
-    for batch in batches:
-        yield batch
-
-
-def warm_up_workers(spark, tasks: int | None = None,
-                    stopping: threading.Event | None = None) -> threading.Thread:
-    """Start the executors' Python workers while the driver plans the stream.
-
-    A batch job of ``tasks`` (default: Spark's parallelism) tasks runs ``_warm_workers``;
-    with ``spark.python.worker.reuse`` the first micro-batch then finds workers that have
-    imported the sketches and loaded their kernels instead of starting them. Runs in a
-    thread: it only overlaps with the driver's work and delays nothing (the first batch's
-    tasks queue behind it at worst)."""
-    tasks = tasks or spark.sparkContext.defaultParallelism
-
-    def run():
-        if spark.sparkContext.master.startswith("local"):
-            try:  # the executor is this JVM: unpack and load RocksDB's native library now,
-                # not when the first batch opens its state
-                spark.sparkContext._jvm.org.rocksdb.RocksDB.loadLibrary()
-            except Exception as e:  # noqa: BLE001 — the state store loads it itself
-                log.info("RocksDB not loaded ahead: %s", e)
-        try:
-            (spark.range(tasks, numPartitions=tasks).mapInPandas(_warm_workers, "id long")
-             .write.format("noop").mode("overwrite").save())
-            _phase(f"{tasks} Python workers warm")
-        except Exception as e:  # noqa: BLE001 — only a head start: the batches start their own
-            if not (stopping and stopping.is_set()):  # else Spark stopped under it: no news
-                log.warning("warming up the Python workers failed: %s", e)
-
-    thread = threading.Thread(target=run, daemon=True, name="tidemark-warm-workers")
-    thread.start()
-    return thread
-
-
 def read_everything_before(progress: dict, run_first_batch: int | None) -> str | None:
     """The start of the last finished batch, when it proves that every entry appended
     before it was read (readiness relies on that), else None.
@@ -353,43 +311,106 @@ class Driver:
                 log.warning("heartbeat failed: %s", e)
 
 
+class Prepared:
+    """A streaming query planned but not started: everything before ``start()`` binds the
+    checkpoint, so a standby worker can do it ahead and start in a moment when told."""
+
+    def __init__(self, spark, redis_url: str, checkpoint: str, trigger: str,
+                 secret: HashSecret | None):
+        from pyspark.sql.streaming.state import GroupStateTimeout
+
+        from workers.source import RedisChunkSource
+
+        checkpoint = checkpoint.rstrip("/")
+        secret = secret or load_or_create(checkpoint)
+        spark.dataSource.register(RedisChunkSource)
+        self.driver = Driver(spark, redis_url, checkpoint)
+        stream = spark.readStream.format("tidemark-redis").option("redis_url", redis_url).load()
+        self.writer = (
+            stream.groupBy("stream", "shard")
+            .applyInPandasWithState(shard_updater(redis_url, secret), OUTPUT_SCHEMA, STATE_SCHEMA,
+                                    "Update", GroupStateTimeout.NoTimeout)
+            .writeStream.outputMode("update").format("noop")
+            .option("checkpointLocation", checkpoint + "/spark")
+            .trigger(processingTime=trigger)
+        )
+        _phase("query planned")
+
+    def start(self):
+        """Republish if Redis lost the sketches, then start the query; ``(query, driver)``."""
+        self.driver.republish_if_needed()
+        _phase("republish checked")
+        query = self.writer.start()
+        self.driver.query = query
+        _phase("streaming query started")
+        threading.Thread(target=self.driver.run_forever, daemon=True,
+                         name="tidemark-heartbeat").start()
+        return query, self.driver
+
+
 def start(spark, redis_url: str, checkpoint: str, trigger: str = "1 second",
           secret: HashSecret | None = None):
     """Start the streaming query; returns ``(query, driver)``."""
-    from pyspark.sql.streaming.state import GroupStateTimeout
+    return Prepared(spark, redis_url, checkpoint, trigger, secret).start()
 
-    from workers.source import RedisChunkSource
 
-    checkpoint = checkpoint.rstrip("/")
-    secret = secret or load_or_create(checkpoint)
-    spark.dataSource.register(RedisChunkSource)
-    driver = Driver(spark, redis_url, checkpoint)
-    driver.republish_if_needed()
-    _phase("republish checked")
-    stream = spark.readStream.format("tidemark-redis").option("redis_url", redis_url).load()
-    query = (
-        stream.groupBy("stream", "shard")
-        .applyInPandasWithState(shard_updater(redis_url, secret), OUTPUT_SCHEMA, STATE_SCHEMA,
-                                "Update", GroupStateTimeout.NoTimeout)
-        .writeStream.outputMode("update").format("noop")
-        .option("checkpointLocation", checkpoint + "/spark")
-        .trigger(processingTime=trigger)
-        .start()
-    )
-    driver.query = query
-    _phase("streaming query started")
-    threading.Thread(target=driver.run_forever, daemon=True, name="tidemark-heartbeat").start()
-    return query, driver
+def stand_by(spark, stopping: threading.Event, warm_workers: bool, lines=None,
+             keep_warm_every: float = 30.0) -> bool:
+    """Wait, with a started session and a planned query, until a line ``go`` arrives on
+    ``lines`` (standard input: the supervisor's pipe); False when they end (the supervisor
+    is gone) or the worker is stopped.
+
+    While it waits, the warm-up job runs again every ``keep_warm_every`` seconds: Spark
+    stops Python workers idle for a minute, and the first batch after a take-over should
+    find them started."""
+    import sys
+
+    from workers.warm import warm_up_workers
+
+    lines = lines if lines is not None else sys.stdin
+    told = threading.Event()
+    answer: list[bool] = []
+
+    def read():
+        for line in lines:
+            if line.strip() == "go":
+                answer.append(True)
+                break
+        told.set()
+
+    threading.Thread(target=read, daemon=True, name="tidemark-standby").start()
+    log.info("standing by: the query starts when the supervisor says go")
+    warm_again = time.monotonic() + keep_warm_every
+    while not told.wait(0.2):
+        if stopping.is_set():
+            return False
+        if warm_workers and time.monotonic() >= warm_again:
+            warm_up_workers(spark, stopping=stopping)
+            warm_again = time.monotonic() + keep_warm_every
+    return bool(answer) and not stopping.is_set()
 
 
 def main(redis_url: str, checkpoint: str, master: str | None = None, partitions: int = 4,
          trigger: str = "1 second", secret: HashSecret | None = None,
-         spark_conf: dict[str, str] | None = None, warm_workers: bool = True) -> None:
+         spark_conf: dict[str, str] | None = None, warm_workers: bool = True,
+         standby: bool = False) -> None:
+    """Run the worker until SIGTERM/SIGINT or the query fails. With ``standby`` it starts
+    Spark, plans the query and warms the Python workers, then waits for ``go`` on standard
+    input before it starts the query (see ``stand_by``)."""
     import signal
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s worker %(message)s")
     logging.getLogger("py4j").setLevel(logging.WARNING)
     _phase("driver imports")
+    stopping = threading.Event()
+
+    def shutdown(*_):
+        # Signal handlers run on the main thread, which may be inside a py4j call
+        # (awaitTermination): stop the query from another thread, never re-enter py4j here.
+        stopping.set()
+
+    signal.signal(signal.SIGTERM, shutdown)
+    signal.signal(signal.SIGINT, shutdown)
 
     def warm_up():
         try:
@@ -408,26 +429,29 @@ def main(redis_url: str, checkpoint: str, master: str | None = None, partitions:
     _phase("Spark session")
     kernels.join()
     _phase("kernels in Numba's cache")
-    stopping = threading.Event()
-    if warm_workers:
-        warm_up_workers(spark, stopping=stopping)
-    query, driver = start(spark, redis_url, checkpoint, trigger, secret)
+    from workers.warm import warm_up_workers
 
-    def shutdown(*_):
-        # Signal handlers run on the main thread, which is inside a py4j call
-        # (awaitTermination): stop the query from another thread, never re-enter py4j here.
-        stopping.set()
-
-    signal.signal(signal.SIGTERM, shutdown)
-    signal.signal(signal.SIGINT, shutdown)
-    print("tidemark worker: streaming from Redis", flush=True)
+    query = None
     try:
+        warming = warm_up_workers(spark, stopping=stopping, done=lambda n: _phase(
+            f"{n} Python workers and the planner's helpers warm")) if warm_workers else None
+        prepared = Prepared(spark, redis_url, checkpoint, trigger, secret)
+        if standby:
+            if warming:  # stand by only once a take-over would find its Python workers
+                warming.join()
+            if not stand_by(spark, stopping, warm_workers):
+                return
+            _STARTED[:] = [time.monotonic(), "the take-over"]
+        query, driver = prepared.start()
+        print("tidemark worker: streaming from Redis", flush=True)
         while not stopping.is_set() and query.isActive:
             stopping.wait(0.5)
         if query.exception() is not None:
             raise RuntimeError(f"streaming query failed: {query.exception()}")
     finally:
-        driver.stop_event.set()
-        if query.isActive:
-            query.stop()
+        stopping.set()
+        if query is not None:
+            driver.stop_event.set()
+            if query.isActive:
+                query.stop()
         spark.stop()

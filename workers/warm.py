@@ -1,0 +1,81 @@
+"""Start Spark's Python helpers before the first micro-batch needs them.
+
+A micro-batch of the worker's query uses three kinds of Python helper processes beside the
+JVM: the executors' workers that run the shard updater, and the planner's helpers that
+create the streaming source and plan each batch's read. Spark starts each on first use
+(a second or more apiece on a small machine) and keeps them for reuse
+(``spark.python.worker.reuse``). Reading ``WarmUpSource``, a batch source whose every
+partition imports the updater and loads its compiled kernels, starts all of them ahead:
+the first batch then finds them ready. Spark stops a worker idle for a minute, so a standby
+worker reads it again every half minute.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Callable
+
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+__all__ = ["WarmUpSource", "warm_up_workers"]
+
+log = logging.getLogger("tidemark.worker")
+
+
+class WarmUpSource(DataSource):
+    """``spark.read.format("tidemark-warm-up").option("tasks", n)``: n partitions, no rows."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "tidemark-warm-up"
+
+    def schema(self):
+        return "id long"
+
+    def reader(self, schema):
+        return _WarmUpReader(int(self.options.get("tasks", 1)))
+
+
+class _WarmUpReader(DataSourceReader):
+    def __init__(self, tasks: int):
+        self.tasks = tasks
+
+    def partitions(self):
+        return [InputPartition(i) for i in range(self.tasks)]
+
+    def read(self, partition):
+        import workers.update  # noqa: F401 — the updater's imports
+        from tidemark.summary import warm_up
+
+        warm_up()
+        return iter(())
+
+
+def warm_up_workers(spark, tasks: int | None = None, stopping: threading.Event | None = None,
+                    done: Callable[[int], None] | None = None) -> threading.Thread:
+    """Read ``WarmUpSource`` with ``tasks`` (default: Spark's parallelism) partitions, in a
+    thread: it only overlaps with the driver's work (the first batch's tasks queue behind it
+    at worst). ``done(tasks)`` is called once the helpers are warm."""
+    tasks = tasks or spark.sparkContext.defaultParallelism
+
+    def run():
+        if spark.sparkContext.master.startswith("local"):
+            try:  # the executor is this JVM: unpack and load RocksDB's native library now,
+                # not when the first batch opens its state
+                spark.sparkContext._jvm.org.rocksdb.RocksDB.loadLibrary()
+            except Exception as e:  # noqa: BLE001 — the state store loads it itself
+                log.info("RocksDB not loaded ahead: %s", e)
+        try:
+            spark.dataSource.register(WarmUpSource)
+            (spark.read.format(WarmUpSource.name()).option("tasks", tasks).load()
+             .write.format("noop").mode("overwrite").save())
+            if done:
+                done(tasks)
+        except Exception as e:  # noqa: BLE001 — only a head start: the batches start their own
+            if not (stopping and stopping.is_set()):  # else Spark stopped under it: no news
+                log.warning("warming up the Python workers failed: %s", e)
+
+    thread = threading.Thread(target=run, daemon=True, name="tidemark-warm-workers")
+    thread.start()
+    return thread
