@@ -1,7 +1,7 @@
 """`tidemark up` heals itself: kill -9 of the worker (its standby takes over), the API and
-the embedded Redis in turn, under a steady in-order load sent by the ingest client; every
-accepted event counts exactly once, nobody helps, and /readyz never says 200 while accepted
-events wait uncounted.
+the embedded Redis in turn, then a frozen worker, under a steady in-order load sent by the
+ingest client; every accepted event counts exactly once, nobody helps, and /readyz never
+says 200 while accepted events wait uncounted (and says 503 while the worker is frozen).
 """
 
 from __future__ import annotations
@@ -137,6 +137,18 @@ def test_up_survives_kill_9_of_each_part_counting_every_event_once(tmp_path):
                   lambda: watch.events() >= accepted + 1000, 300, log)
             back[part] = round(time.monotonic() - killed, 1)
         print(f"events flowing again after kill -9 of: {back} s")
+        # A stuck worker (its JVM frozen; nothing dies, so the supervisor sees nothing):
+        # /readyz must say so, and the worker goes on once it thaws.
+        worker = json.loads(state_file.read_text())["parts"]["worker"]["pid"]
+        jvm = int(subprocess.run(["pgrep", "-P", str(worker), "java"], capture_output=True,
+                                 text=True).stdout.split()[0])
+        accepted = load.accepted
+        os.kill(jvm, signal.SIGSTOP)
+        frozen = time.monotonic()
+        time.sleep(STALE_AFTER + 3)
+        os.kill(jvm, signal.SIGCONT)
+        thawed = time.monotonic()
+        _wait("events not flowing after the thaw", lambda: watch.events() >= accepted + 1000, 300, log)
         load.stop.set()
         load.join(150)
         assert load.error is None, repr(load.error)
@@ -150,7 +162,8 @@ def test_up_survives_kill_9_of_each_part_counting_every_event_once(tmp_path):
         assert status["events"] == status["received"] == load.accepted, status
         assert status["late_dropped"] == 0
         assert watch.dishonest(load.history) == []
-        assert any(ready == 503 for _, _, ready in watch.samples)  # it did notice
+        # It did notice the freeze (and so the honesty check above could fail).
+        assert any(ready == 503 for t, _, ready in watch.samples if frozen < t < thawed)
         metrics = httpx.get(f"{url}/metrics", headers=h).text
         for part in ("worker", "api", "redis"):
             assert f'tidemark_part_restarts{{part="{part}"}}' in metrics

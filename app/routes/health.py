@@ -29,6 +29,14 @@ def readyz(store: StoreDep, settings: SettingsDep):
     return JSONResponse(body, status_code=200 if body["ready"] else 503)
 
 
+def _age_seconds(iso: str | None) -> float | None:
+    """Seconds since an ISO time with its zone (None when there is none or it does not parse)."""
+    try:
+        return (dt.datetime.now(dt.timezone.utc) - dt.datetime.fromisoformat(iso)).total_seconds()
+    except (TypeError, ValueError):
+        return None
+
+
 @router.get("/metrics", dependencies=[READ])
 def metrics(store: StoreDep, metrics: MetricsDep, settings: SettingsDep) -> PlainTextResponse:
     supervised = read_state(settings.run_path / "supervisor.json")  # under `tidemark up`
@@ -41,9 +49,9 @@ def metrics(store: StoreDep, metrics: MetricsDep, settings: SettingsDep) -> Plai
             metrics.pending_chunks.labels(name).set(store.pending(name))
             for part, size in status["sketch_bytes"].items():
                 metrics.sketch_bytes.labels(name, part).set(size)
-            if status["updated_at"]:
-                age = dt.datetime.now(dt.timezone.utc) - dt.datetime.fromisoformat(status["updated_at"])
-                metrics.publish_age_seconds.labels(name).set(age.total_seconds())
+            age = _age_seconds(status["updated_at"])
+            if age is not None:  # one stream's unreadable status never fails the others
+                metrics.publish_age_seconds.labels(name).set(age)
         beat = store.worker_heartbeat()
         if beat:
             metrics.batch_seconds.set(beat.get("batch_seconds", 0.0))

@@ -69,3 +69,29 @@ def test_readyz_is_200_only_while_redis_answers_and_the_worker_processes(tmp_pat
                 assert anonymous.get("/healthz").status_code == 200  # liveness only
         finally:
             api.stop()
+
+
+def test_metrics_answer_whatever_one_stream_status_holds(redis_url):
+    """A shard status with an unreadable time (an old or foreign writer) costs that stream
+    its publish-age gauge, never /metrics itself."""
+    from app.store import Store
+    from tidemark.streams import StreamConfig
+
+    api = ApiServer(redis_url).start()
+    pub = Publisher(redis_url)
+    good, odd = f"m-good-{time.time_ns()}", f"m-odd-{time.time_ns()}"
+    try:
+        for name, updated_at in ((good, _iso(time.time() - 5)), (odd, "t")):
+            config = StreamConfig(max_window=60.0)
+            Store(redis_url).declare(name, config)
+            pub.publish(name, 0, {"version": 1, "events": 0, "late_dropped": 0, "clock": 0.0,
+                                  "sizes": {}, "failed": None, "updated_at": updated_at}, b"",
+                        config.model_dump())
+        with api.client("read") as c:
+            r = c.get("/metrics")
+        assert r.status_code == 200, r.text
+        ages = {line.split('"')[1]: float(line.split()[-1]) for line in r.text.splitlines()
+                if line.startswith("tidemark_publish_age_seconds{")}
+        assert 4 < ages[good] < 60 and odd not in ages
+    finally:
+        api.stop()
