@@ -385,7 +385,7 @@ def stand_by(spark, stopping: threading.Event, warm_workers: bool, lines=None,
         if stopping.is_set():
             return False
         if warm_workers and time.monotonic() >= warm_again:
-            warm_up_workers(spark, stopping=stopping)
+            warm_up_workers(spark, stopping=stopping, planner=True)
             warm_again = time.monotonic() + keep_warm_every
     return bool(answer) and not stopping.is_set()
 
@@ -398,6 +398,8 @@ def main(redis_url: str, checkpoint: str, master: str | None = None, partitions:
     Spark, plans the query and warms the Python workers, then waits for ``go`` on standard
     input before it starts the query (see ``stand_by``)."""
     import signal
+    import subprocess
+    import sys
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s worker %(message)s")
     logging.getLogger("py4j").setLevel(logging.WARNING)
@@ -412,29 +414,24 @@ def main(redis_url: str, checkpoint: str, master: str | None = None, partitions:
     signal.signal(signal.SIGTERM, shutdown)
     signal.signal(signal.SIGINT, shutdown)
 
-    def warm_up():
-        try:
-            from tidemark.summary import warm_up
-
-            warm_up()
-        except Exception as e:  # noqa: BLE001 — executors then compile what they need
-            log.warning("compiling the kernels ahead failed: %s", e)
-
-    # Import the sketches and fill (or load) Numba's cache while the JVM starts, so
-    # executors load kernels instead of compiling them; the query starts once it is there.
-    kernels = threading.Thread(target=warm_up, daemon=True, name="tidemark-warm-up")
-    kernels.start()
+    # Fill (or check) Numba's kernel cache in a child process while the JVM starts, so the
+    # executors load kernels instead of compiling them. Not in the driver: it runs no
+    # sketch, and the loaded compiler and kernels would stay in its memory for good.
+    # (A standby starts beside a running worker, whose start filled the cache.)
+    kernels = None if standby else subprocess.Popen(
+        [sys.executable, "-c", "from tidemark.summary import warm_up; warm_up()"])
     spark = build_spark(master, partitions, conf=spark_conf)
     spark.sparkContext.setLogLevel("WARN")
     _phase("Spark session")
-    kernels.join()
+    if kernels and kernels.wait() != 0:  # executors then compile what they need
+        log.warning("compiling the kernels ahead failed (exit status %s)", kernels.returncode)
     _phase("kernels in Numba's cache")
     from workers.warm import warm_up_workers
 
     query = None
     try:
-        warming = warm_up_workers(spark, stopping=stopping, done=lambda n: _phase(
-            f"{n} Python workers and the planner's helpers warm")) if warm_workers else None
+        warming = warm_up_workers(spark, stopping=stopping, planner=standby, done=lambda n: _phase(
+            f"{n} Python workers warm")) if warm_workers else None
         prepared = Prepared(spark, redis_url, checkpoint, trigger, secret)
         if standby:
             if warming:  # stand by only once a take-over would find its Python workers

@@ -4,10 +4,11 @@ A micro-batch of the worker's query uses three kinds of Python helper processes 
 JVM: the executors' workers that run the shard updater, and the planner's helpers that
 create the streaming source and plan each batch's read. Spark starts each on first use
 (a second or more apiece on a small machine) and keeps them for reuse
-(``spark.python.worker.reuse``). Reading ``WarmUpSource``, a batch source whose every
-partition imports the updater and loads its compiled kernels, starts all of them ahead:
-the first batch then finds them ready. Spark stops a worker idle for a minute, so a standby
-worker reads it again every half minute.
+(``spark.python.worker.reuse``). A small job whose every task imports the updater and
+loads its compiled kernels starts the executors' workers ahead; reading ``WarmUpSource``,
+a batch source made of such tasks, starts the planner's helpers too. The first batch then
+finds them ready. Spark stops a worker idle for a minute, so a standby worker warms them
+again every half minute.
 """
 
 from __future__ import annotations
@@ -52,11 +53,21 @@ class _WarmUpReader(DataSourceReader):
         return iter(())
 
 
+def _warm_batches(batches):
+    """Runs in each Python worker of the plain warm-up job (``mapInPandas``)."""
+    _WarmUpReader(0).read(None)
+    yield from batches
+
+
 def warm_up_workers(spark, tasks: int | None = None, stopping: threading.Event | None = None,
-                    done: Callable[[int], None] | None = None) -> threading.Thread:
-    """Read ``WarmUpSource`` with ``tasks`` (default: Spark's parallelism) partitions, in a
-    thread: it only overlaps with the driver's work (the first batch's tasks queue behind it
-    at worst). ``done(tasks)`` is called once the helpers are warm."""
+                    done: Callable[[int], None] | None = None,
+                    planner: bool = False) -> threading.Thread:
+    """Start ``tasks`` (default: Spark's parallelism) executor Python workers with their
+    kernels loaded, in a thread: it only overlaps with the driver's work (the first batch's
+    tasks queue behind it at worst). With ``planner`` it reads ``WarmUpSource``, which
+    also starts the planner's helpers: a second or two more, worth it for a standby, which
+    has the time, but not for a first start, whose own planning starts them anyway.
+    ``done(tasks)`` is called once they are warm."""
     tasks = tasks or spark.sparkContext.defaultParallelism
 
     def run():
@@ -67,9 +78,12 @@ def warm_up_workers(spark, tasks: int | None = None, stopping: threading.Event |
             except Exception as e:  # noqa: BLE001 — the state store loads it itself
                 log.info("RocksDB not loaded ahead: %s", e)
         try:
-            spark.dataSource.register(WarmUpSource)
-            (spark.read.format(WarmUpSource.name()).option("tasks", tasks).load()
-             .write.format("noop").mode("overwrite").save())
+            if planner:
+                spark.dataSource.register(WarmUpSource)
+                job = spark.read.format(WarmUpSource.name()).option("tasks", tasks).load()
+            else:
+                job = spark.range(tasks, numPartitions=tasks).mapInPandas(_warm_batches, "id long")
+            job.write.format("noop").mode("overwrite").save()
             if done:
                 done(tasks)
         except Exception as e:  # noqa: BLE001 — only a head start: the batches start their own
