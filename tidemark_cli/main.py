@@ -85,9 +85,9 @@ def _stop(proc: subprocess.Popen | None, timeout: float = 30.0) -> None:
         proc.stdin.close()
 
 
-def _ready(url: str) -> bool:
+def _ready(url: str, timeout: float = 2.0) -> bool:
     try:
-        return httpx.get(f"{url}/readyz", timeout=2).status_code == 200
+        return httpx.get(f"{url}/readyz", timeout=timeout).status_code == 200
     except httpx.HTTPError:
         return False
 
@@ -199,7 +199,7 @@ def run_up(args, demo: bool = False) -> None:
             supervisor.tick()
             if slot and time.monotonic() - checked_at > 2:  # a spare once all is processing
                 checked_at = time.monotonic()
-                slot.tend(_ready(url))
+                slot.tend(_ready(url, timeout=0.5))  # never holds up noticing a death
             time.sleep(0.2)
     except GiveUp as e:
         raise CliError(str(e)) from None
