@@ -362,7 +362,8 @@ def stand_by(spark, stopping: threading.Event, warm_workers: bool, lines=None,
 
     While it waits, the warm-up job runs again every ``keep_warm_every`` seconds: Spark
     stops Python workers idle for a minute, and the first batch after a take-over should
-    find them started."""
+    find them started. A standby whose Spark has stopped (its JVM died) raises, so that
+    its supervisor replaces it instead of promoting it."""
     import sys
 
     from workers.warm import warm_up_workers
@@ -381,12 +382,18 @@ def stand_by(spark, stopping: threading.Event, warm_workers: bool, lines=None,
     threading.Thread(target=read, daemon=True, name="tidemark-standby").start()
     log.info("standing by: the query starts when the supervisor says go")
     warm_again = time.monotonic() + keep_warm_every
+    look_again = time.monotonic() + 5.0
     while not told.wait(0.2):
         if stopping.is_set():
             return False
-        if warm_workers and time.monotonic() >= warm_again:
+        now = time.monotonic()
+        if spark is not None and now >= look_again:
+            look_again = now + 5.0
+            if spark.sparkContext._jsc.sc().isStopped():  # py4j raises if the JVM is gone
+                raise RuntimeError("the standby's Spark context stopped")
+        if warm_workers and now >= warm_again:
             warm_up_workers(spark, stopping=stopping, planner=True)
-            warm_again = time.monotonic() + keep_warm_every
+            warm_again = now + keep_warm_every
     return bool(answer) and not stopping.is_set()
 
 

@@ -73,3 +73,33 @@ def test_kill_9_mid_stream_then_restart_counts_every_event_once(tmp_path):
             except ProcessLookupError:
                 pass
             api.stop()
+
+
+def test_a_standby_whose_jvm_dies_exits_instead_of_waiting_to_be_promoted(tmp_path):
+    """A spare that would fail the moment it is told to take over must leave, so that
+    `tidemark up` replaces it; and it never starts a query (nor touches the checkpoint)
+    while it stands by."""
+    log = tmp_path / "standby.log"
+    checkpoint = tmp_path / "checkpoint"
+    with EmbeddedRedis(tmp_path / "redis") as server:
+        spare = subprocess.Popen(
+            [sys.executable, "-m", "tidemark_cli", "worker", "--standby", "--redis", server.url,
+             "--checkpoint", str(checkpoint), "--master", "local[2]", "--partitions", "2"],
+            start_new_session=True, stdin=subprocess.PIPE, stdout=open(log, "ab"),
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "TIDEMARK_HASH_SECRET": TEST_SECRET.secret.hex()})
+        try:
+            deadline = time.monotonic() + 300
+            while "standing by" not in log.read_text():
+                assert spare.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
+                time.sleep(0.2)
+            assert not (checkpoint / "spark").exists()  # planned, not started
+            jvm = subprocess.run(["pgrep", "-P", str(spare.pid), "java"], capture_output=True,
+                                 text=True).stdout.split()
+            os.kill(int(jvm[0]), signal.SIGKILL)
+            assert spare.wait(30) != 0, log.read_text()[-3000:]
+        finally:
+            if spare.poll() is None:
+                os.killpg(spare.pid, signal.SIGKILL)
+                spare.wait()
+            spare.stdin.close()
