@@ -19,11 +19,9 @@ import threading
 import time
 from collections import OrderedDict
 
-from fastapi.security.utils import get_authorization_scheme_param
-from starlette.requests import cookie_parser
 from starlette.types import Scope, Send
 
-from app.security import COOKIE, allows
+from app.security import allows, presented_key
 
 __all__ = ["AnswerCache", "FastAnswers", "GZIP_FROM", "MAX_SENT_QUERY"]
 
@@ -116,17 +114,6 @@ def _headers(scope: Scope) -> tuple[str, str | None, str | None, bool]:
     return host, authorization, cookie, "gzip" in (encoding or "")
 
 
-def presented_key(authorization: str | None, cookie: str | None) -> str | None:
-    """The key a ``read`` request presents, read exactly as ``security.authorize`` reads
-    it: a bearer credential, else (no bearer credential at all) the sign-in cookie."""
-    scheme, credentials = get_authorization_scheme_param(authorization)
-    if authorization and scheme and credentials and scheme.lower() == "bearer":
-        return credentials
-    if cookie:
-        return cookie_parser(cookie).get(COOKIE)
-    return None
-
-
 class FastAnswers:
     """Answers a repeated query from :class:`AnswerCache` when that is exactly what the
     full way would answer: the Host is one the API answers for (by name: a wildcard
@@ -154,7 +141,7 @@ class FastAnswers:
         host, authorization, cookie, gzip_ok = _headers(scope)
         if not (self.any_host or host.split(":")[0] in self.hosts):
             return False
-        key = presented_key(authorization, cookie)
+        key = presented_key(authorization, cookie, "read")
         scopes = state.keychain.scopes(key) if key else None
         if scopes is None or not allows(scopes, "read"):
             return False

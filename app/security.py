@@ -18,12 +18,14 @@ from typing import Iterator
 from fastapi import Depends, HTTPException, Request
 from fastapi.routing import APIRoute
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer, SecurityScopes
+from fastapi.security.utils import get_authorization_scheme_param
+from starlette.requests import cookie_parser
 from starlette.responses import JSONResponse, RedirectResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from tidemark.settings import ApiKey
 
-__all__ = ["Keychain", "authorize", "api_routes", "required_scope", "SignInMiddleware", "RedactKeys", "COOKIE", "PUBLIC_PATHS"]
+__all__ = ["Keychain", "authorize", "presented_key", "api_routes", "required_scope", "SignInMiddleware", "RedactKeys", "COOKIE", "PUBLIC_PATHS"]
 
 COOKIE = "tidemark_key"
 PUBLIC_PATHS = ("/healthz", "/readyz")  # besides the dashboard's page and static files
@@ -59,20 +61,31 @@ def allows(scopes: frozenset[str], needed: str) -> bool:
     return "admin" in scopes or needed in scopes
 
 
+def presented_key(authorization: str | None, cookie: str | None, needed: str) -> str | None:
+    """The key a request presents from its raw ``Authorization`` and ``Cookie`` headers: a
+    bearer credential, else, for ``read`` only, the sign-in cookie (what the dashboard's
+    fetches and its EventSource send; a SameSite=Strict cookie never rides a cross-site
+    request). ``authorize`` and the fast answer path (``app.answer_cache``) both read it
+    here, so they cannot disagree on who is asking."""
+    scheme, credentials = get_authorization_scheme_param(authorization)
+    if authorization and scheme.lower() == "bearer" and credentials:
+        return credentials
+    if needed == "read" and cookie:
+        return cookie_parser(cookie).get(COOKIE)
+    return None
+
+
 async def authorize(security_scopes: SecurityScopes, request: Request,
-                    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]) -> frozenset[str]:
+                    _: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]) -> frozenset[str]:
     """The dependency every protected route declares with ``Security(authorize, scopes=[…])``.
 
     ``async`` although it awaits nothing: it runs on the event loop in microseconds, where a
-    plain function would cost a hop to the thread pool on every request.
-
-    The sign-in cookie counts for ``read`` only: it is what the dashboard's fetches and
-    its EventSource send, and a SameSite=Strict cookie never rides a cross-site request.
+    plain function would cost a hop to the thread pool on every request. (The bearer
+    dependency is declared for the OpenAPI security scheme; the key is read by
+    ``presented_key``.)
     """
     needed = security_scopes.scopes[0] if security_scopes.scopes else "admin"
-    key = credentials.credentials if credentials else None
-    if key is None and needed == "read":
-        key = request.cookies.get(COOKIE)
+    key = presented_key(request.headers.get("authorization"), request.headers.get("cookie"), needed)
     challenge = {"WWW-Authenticate": "Bearer"}
     if not key:
         raise HTTPException(401, "missing API key: send 'Authorization: Bearer <key>'", challenge)
