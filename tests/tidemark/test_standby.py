@@ -9,6 +9,8 @@ import sys
 import threading
 import time
 
+import pytest
+
 from tidemark.standby import WorkerSlot
 from workers.job import stand_by
 
@@ -44,7 +46,9 @@ def _stop(proc):
         proc.stdin.close()
 
 
-def _slot(tmp_path):
+@pytest.fixture
+def slot(tmp_path):
+    """``(slot, clock, spawned, logs)``; every process it spawned is stopped after."""
     clock, spawned, logs = Clock(), [], []
 
     def spawn(standby: bool):
@@ -56,7 +60,19 @@ def _slot(tmp_path):
         spawned.append((proc, out, standby))
         return proc
 
-    return WorkerSlot(spawn, _stop, logs.append, settle=20.0, clock=clock), clock, spawned, logs
+    slot = WorkerSlot(spawn, _stop, logs.append, settle=20.0, clock=clock)
+    yield slot, clock, spawned, logs
+    slot.close()
+    for proc, _, _ in spawned:
+        _stop(proc)
+
+
+def _with_a_spare(slot, clock):
+    """Start the worker, let it settle, start the spare; the worker."""
+    worker = slot.start()
+    clock.now = 25.0
+    slot.tend(worker_processing=True)
+    return worker
 
 
 def _wait_for(check, timeout=10.0):
@@ -66,98 +82,71 @@ def _wait_for(check, timeout=10.0):
         time.sleep(0.02)
 
 
-def test_a_spare_comes_only_once_the_worker_processes_and_has_settled(tmp_path):
-    slot, clock, spawned, logs = _slot(tmp_path)
-    try:
-        worker = slot.start()  # no spare yet: a fresh worker, not a standby
-        assert spawned == [(worker, spawned[0][1], False)]
-        slot.tend(worker_processing=True)
-        assert len(spawned) == 1  # not within `settle` s of the worker's start
-        clock.now = 25.0
-        slot.tend(worker_processing=False)
-        assert len(spawned) == 1  # nor while the worker does not process
-        slot.tend(worker_processing=True)
-        assert len(spawned) == 2 and spawned[1][2] is True and slot.spare is spawned[1][0]
-        assert logs[-1] == f"tidemark up: standby worker started (pid {slot.spare.pid})"
-        slot.tend(worker_processing=True)
-        assert len(spawned) == 2  # one spare at a time
-    finally:
-        slot.close()
-        for proc, _, _ in spawned:
-            _stop(proc)
+def test_a_spare_comes_only_once_the_worker_processes_and_has_settled(slot):
+    slot, clock, spawned, logs = slot
+    worker = slot.start()  # no spare yet: a fresh worker, not a standby
+    assert spawned == [(worker, spawned[0][1], False)]
+    slot.tend(worker_processing=True)
+    assert len(spawned) == 1  # not within `settle` s of the worker's start
+    clock.now = 25.0
+    slot.tend(worker_processing=False)
+    assert len(spawned) == 1  # nor while the worker does not process
+    slot.tend(worker_processing=True)
+    assert len(spawned) == 2 and spawned[1][2] is True and slot.spare is spawned[1][0]
+    assert logs[-1] == f"tidemark up: standby worker started (pid {slot.spare.pid})"
+    slot.tend(worker_processing=True)
+    assert len(spawned) == 2  # one spare at a time
 
 
-def test_the_spare_takes_over_when_told_and_the_next_spare_waits_for_the_settle(tmp_path):
-    slot, clock, spawned, logs = _slot(tmp_path)
-    try:
-        first = slot.start()
-        clock.now = 25.0
-        slot.tend(True)
-        spare, spare_out = spawned[1][0], spawned[1][1]
-        assert spare_out.read_text() == ""  # standing by: nothing started
-        _stop(first)  # the supervisor reaps the dead worker before it starts the next
-        taken = slot.start()
-        assert taken is spare and slot.spare is None and len(spawned) == 2
-        assert logs[-1] == f"tidemark up: the standby worker (pid {spare.pid}) takes over"
-        _wait_for(lambda: spare_out.read_text() == "started\n")
-        slot.tend(True)
-        assert len(spawned) == 2  # the promoted worker settles first
-        clock.now = 46.0
-        slot.tend(True)
-        assert len(spawned) == 3 and spawned[2][2] is True
-    finally:
-        slot.close()
-        for proc, _, _ in spawned:
-            _stop(proc)
+def test_the_spare_takes_over_when_told_and_the_next_spare_waits_for_the_settle(slot):
+    slot, clock, spawned, logs = slot
+    first = _with_a_spare(slot, clock)
+    spare, spare_out = spawned[1][0], spawned[1][1]
+    assert spare_out.read_text() == ""  # standing by: nothing started
+    _stop(first)  # the supervisor reaps the dead worker before it starts the next
+    taken = slot.start()
+    assert taken is spare and slot.spare is None and len(spawned) == 2
+    assert logs[-1] == f"tidemark up: the standby worker (pid {spare.pid}) takes over"
+    _wait_for(lambda: spare_out.read_text() == "started\n")
+    slot.tend(True)
+    assert len(spawned) == 2  # the promoted worker settles first
+    clock.now = 46.0
+    slot.tend(True)
+    assert len(spawned) == 3 and spawned[2][2] is True
 
 
-def test_a_dead_spare_is_replaced_after_a_backoff_and_never_promoted(tmp_path):
-    slot, clock, spawned, logs = _slot(tmp_path)
-    try:
-        slot.start()
-        clock.now = 25.0
-        slot.tend(True)
-        spawned[1][0].kill()
-        spawned[1][0].wait()
-        slot.tend(True)
-        assert slot.spare is None and "the standby worker exited (-9); another in 30 s" in logs[-1]
-        clock.now = 54.0
-        slot.tend(True)
-        assert len(spawned) == 2
-        clock.now = 55.0
-        slot.tend(True)
-        assert len(spawned) == 3
-        spawned[2][0].kill()  # dies again: the wait doubles
-        spawned[2][0].wait()
-        slot.tend(True)
-        assert "another in 60 s" in logs[-1]
-        clock.now = 200.0
-        slot.tend(True)
-        spawned[3][0].kill()
-        spawned[3][0].wait()
-        worker = slot.start()  # the worker died too: the dead spare is not told, a fresh one starts
-        assert worker is spawned[4][0] and spawned[4][2] is False
-        _wait_for(lambda: spawned[4][1].read_text() == "started\n")
-    finally:
-        slot.close()
-        for proc, _, _ in spawned:
-            _stop(proc)
+def test_a_dead_spare_is_replaced_after_a_backoff_and_never_promoted(slot):
+    slot, clock, spawned, logs = slot
+    _with_a_spare(slot, clock)
+    spawned[1][0].kill()
+    spawned[1][0].wait()
+    slot.tend(True)
+    assert slot.spare is None and "the standby worker exited (-9); another in 30 s" in logs[-1]
+    clock.now = 54.0
+    slot.tend(True)
+    assert len(spawned) == 2
+    clock.now = 55.0
+    slot.tend(True)
+    assert len(spawned) == 3
+    spawned[2][0].kill()  # dies again: the wait doubles
+    spawned[2][0].wait()
+    slot.tend(True)
+    assert "another in 60 s" in logs[-1]
+    clock.now = 200.0
+    slot.tend(True)
+    spawned[3][0].kill()
+    spawned[3][0].wait()
+    worker = slot.start()  # the worker died too: the dead spare is not told, a fresh one starts
+    assert worker is spawned[4][0] and spawned[4][2] is False
+    _wait_for(lambda: spawned[4][1].read_text() == "started\n")
 
 
-def test_a_spare_exits_when_its_pipe_closes(tmp_path):
-    slot, clock, spawned, _ = _slot(tmp_path)
-    try:
-        slot.start()
-        clock.now = 25.0
-        slot.tend(True)
-        spare = slot.spare
-        spare.stdin.close()  # `up` is gone
-        assert spare.wait(10) == 0
-        assert spawned[1][1].read_text() == ""
-    finally:
-        slot.close()
-        for proc, _, _ in spawned:
-            _stop(proc)
+def test_a_spare_exits_when_its_pipe_closes(slot):
+    slot, clock, spawned, _ = slot
+    _with_a_spare(slot, clock)
+    slot.spare.stdin.close()  # `up` is gone
+    assert slot.spare.wait(10) == 0
+    assert spawned[1][1].read_text() == ""
 
 
 def test_stand_by_starts_on_go_only():
