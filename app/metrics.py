@@ -31,6 +31,9 @@ class Metrics:
         self.pending_chunks = Gauge(
             "tidemark_pending_chunks", "Ingest chunks waiting for the worker", ["stream"],
             registry=self.registry)
+        self.standby_workers = Gauge(
+            "tidemark_standby_workers", "Spare workers standing by to take over (`tidemark up`)",
+            registry=self.registry)
         self.part_restarts = Gauge(
             "tidemark_part_restarts", "Restarts of a part by `tidemark up` since it started",
             ["part"], registry=self.registry)

@@ -70,14 +70,18 @@ def _waiting(r: redis.Redis, since_ms: int, now_ms: int, max_wait: float) -> tup
 
 
 def readiness(store: Store, stale_after: float, max_wait: float) -> dict:
-    """``{"ready", "redis", "worker", "why": {part: reason}, "heartbeat": {…}}``."""
+    """``{"ready", "redis", "worker", "why": {part: reason}, "heartbeat": {…}, "standby": {…}}``."""
     why: dict[str, str] = {}
     body: dict = {"ready": False, "redis": False, "worker": False}
     r = store.redis
     try:
         r.ping()
         body["redis"] = True
-        raw = r.get(keys.HEARTBEAT)
+        raw, spare = r.mget(keys.HEARTBEAT, keys.STANDBY)
+        if spare:  # informative only: a spare makes a worker's return quick, not the worker ready
+            spare = json.loads(spare)
+            body["standby"] = {"pid": spare.get("pid"), "host": spare.get("host"),
+                               "standing_seconds": round(time.time() - float(spare.get("since", 0)), 1)}
         beat = json.loads(raw) if raw else None
         if beat is None:
             why["worker"] = "no heartbeat: the worker is not running"

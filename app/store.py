@@ -411,6 +411,11 @@ class Store:
         raw = self.redis.get(keys.HEARTBEAT)
         return json.loads(raw) if raw else None
 
+    def worker_standby(self) -> dict | None:
+        """A spare worker's last word that it stands by (None when none does)."""
+        raw = self.redis.get(keys.STANDBY)
+        return json.loads(raw) if raw else None
+
     def worker_alive(self, stale_after: float) -> bool:
         beat = self.worker_heartbeat()
         return bool(beat) and time.time() - beat["time"] <= stale_after

@@ -123,8 +123,9 @@ def test_up_survives_kill_9_of_each_part_counting_every_event_once(tmp_path):
         back = {}
         for part in ("worker", "api", "redis"):
             time.sleep(3)
-            if part == "worker":  # the spare worker stands by: it takes over
-                _wait("no standby worker", lambda: "standing by" in log.read_text(), 300, log)
+            if part == "worker":  # the spare worker stands by (and says so): it takes over
+                _wait("no standby worker", lambda: "tidemark_standby_workers 1.0" in httpx.get(
+                    f"{url}/metrics", headers={"Authorization": f"Bearer {key}"}).text, 300, log)
             parts = json.loads(state_file.read_text())["parts"]
             before = parts[part]["restarts"]
             accepted = load.accepted

@@ -33,4 +33,5 @@ def idempotency(stream: str, digest: str) -> str:
 ACTIVE = PREFIX + "active"  # sorted set: stream -> ms of its last ingest entry
 ANNOUNCE = PREFIX + "announce"  # pub/sub channel: {"stream", "sketch_version"}
 HEARTBEAT = PREFIX + "worker:heartbeat"  # string with a TTL, set by the worker driver
+STANDBY = PREFIX + "worker:standby"  # string with a TTL, set by a standing-by spare worker
 PUBLISHED = PREFIX + "worker:published"  # set by the driver; absent after a flush -> republish

@@ -355,7 +355,7 @@ def start(spark, redis_url: str, checkpoint: str, trigger: str = "1 second",
 
 
 def stand_by(spark, stopping: threading.Event, warm_workers: bool, lines=None,
-             keep_warm_every: float = 30.0) -> bool:
+             keep_warm_every: float = 30.0, beat=None) -> bool:
     """Wait, with a started session and a planned query, until a line ``go`` arrives on
     ``lines`` (standard input: the supervisor's pipe); False when they end (the supervisor
     is gone) or the worker is stopped.
@@ -363,7 +363,8 @@ def stand_by(spark, stopping: threading.Event, warm_workers: bool, lines=None,
     While it waits, the warm-up job runs again every ``keep_warm_every`` seconds: Spark
     stops Python workers idle for a minute, and the first batch after a take-over should
     find them started. A standby whose Spark has stopped (its JVM died) raises, so that
-    its supervisor replaces it instead of promoting it."""
+    its supervisor replaces it instead of promoting it. ``beat()`` (every 2 s) tells Redis
+    that it stands by."""
     import sys
 
     from workers.warm import warm_up_workers
@@ -383,10 +384,17 @@ def stand_by(spark, stopping: threading.Event, warm_workers: bool, lines=None,
     log.info("standing by: the query starts when the supervisor says go")
     warm_again = time.monotonic() + keep_warm_every
     look_again = time.monotonic() + 5.0
+    beat_again = 0.0
     while not told.wait(0.2):
         if stopping.is_set():
             return False
         now = time.monotonic()
+        if beat and now >= beat_again:
+            beat_again = now + 2.0
+            try:
+                beat()
+            except Exception as e:  # noqa: BLE001 — Redis away: the spare is no less ready
+                log.warning("standby heartbeat failed: %s", e)
         if spark is not None and now >= look_again:
             look_again = now + 5.0
             if spark.sparkContext._jsc.sc().isStopped():  # py4j raises if the JVM is gone
@@ -443,8 +451,16 @@ def main(redis_url: str, checkpoint: str, master: str | None = None, partitions:
         if standby:
             if warming:  # stand by only once a take-over would find its Python workers
                 warming.join()
-            if not stand_by(spark, stopping, warm_workers):
-                return
+            publisher, since = prepared.driver.publisher, time.time()
+            try:
+                if not stand_by(spark, stopping, warm_workers,
+                                beat=lambda: publisher.standby_beat(since)):
+                    return
+            finally:
+                try:
+                    publisher.standby_gone()
+                except Exception:  # noqa: BLE001 — its TTL ends it
+                    pass
             _STARTED[:] = [time.monotonic(), "the take-over"]
         query, driver = prepared.start()
         print("tidemark worker: streaming from Redis", flush=True)

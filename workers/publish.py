@@ -74,6 +74,15 @@ class Publisher:
         beat = {"host": socket.gethostname(), "pid": os.getpid(), "time": time.time(), **beat}
         self.redis.set(keys.HEARTBEAT, json.dumps(beat), ex=ttl)
 
+    def standby_beat(self, since: float, ttl: int = 10) -> None:
+        """A spare worker stands by (``/readyz`` shows it, ``/metrics`` counts it)."""
+        beat = {"host": socket.gethostname(), "pid": os.getpid(), "since": since,
+                "time": time.time()}
+        self.redis.set(keys.STANDBY, json.dumps(beat), ex=ttl)
+
+    def standby_gone(self) -> None:
+        self.redis.delete(keys.STANDBY)
+
     def mark_published(self) -> None:
         self.redis.set(keys.PUBLISHED, "1")
 

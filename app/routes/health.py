@@ -52,6 +52,7 @@ def metrics(store: StoreDep, metrics: MetricsDep, settings: SettingsDep) -> Plai
             age = _age_seconds(status["updated_at"])
             if age is not None:  # one stream's unreadable status never fails the others
                 metrics.publish_age_seconds.labels(name).set(age)
+        metrics.standby_workers.set(1 if store.worker_standby() else 0)
         beat = store.worker_heartbeat()
         if beat:
             metrics.batch_seconds.set(beat.get("batch_seconds", 0.0))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import os
 import time
 
 from tests.conftest import ApiServer
@@ -95,3 +96,23 @@ def test_metrics_answer_whatever_one_stream_status_holds(redis_url):
         assert 4 < ages[good] < 60 and odd not in ages
     finally:
         api.stop()
+
+
+def test_a_standing_spare_shows_in_readyz_and_metrics_without_making_anything_ready(tmp_path):
+    with EmbeddedRedis(tmp_path / "redis") as server:
+        api = ApiServer(server.url).start()
+        pub = Publisher(server.url)
+        try:
+            with api.client() as c, api.client(None) as anonymous:
+                assert "tidemark_standby_workers 0.0" in c.get("/metrics").text
+                pub.standby_beat(since=time.time() - 42)
+                r = anonymous.get("/readyz")
+                assert r.status_code == 503  # a spare is no worker
+                assert r.json()["standby"]["pid"] == os.getpid()
+                assert 41 < r.json()["standby"]["standing_seconds"] < 60
+                assert "tidemark_standby_workers 1.0" in c.get("/metrics").text
+                pub.standby_gone()  # it took over
+                assert "standby" not in anonymous.get("/readyz").json()
+                assert "tidemark_standby_workers 0.0" in c.get("/metrics").text
+        finally:
+            api.stop()

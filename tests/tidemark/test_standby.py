@@ -152,6 +152,15 @@ def test_a_spare_exits_when_its_pipe_closes(slot):
 def test_stand_by_starts_on_go_only():
     never = threading.Event()
     assert stand_by(None, never, warm_workers=False, lines=iter(["hello\n", "go\n"]))
+    beats = []
+
+    def slow_lines():
+        time.sleep(0.5)
+        yield "go\n"
+
+    assert stand_by(None, never, warm_workers=False, lines=slow_lines(),
+                    beat=lambda: beats.append(1))
+    assert beats  # it told Redis it stands by while it waited
     assert not stand_by(None, never, warm_workers=False, lines=iter(["gone\n"]))  # pipe closed
     stopping, pipe = threading.Event(), threading.Event()
 
