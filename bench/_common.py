@@ -4,10 +4,12 @@ they go, and the summaries the benches publish."""
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import json
 import os
 import secrets
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -30,10 +32,17 @@ KEY = secrets.token_urlsafe(24)  # an admin key for this run only (contract §9)
 HEADERS = {"Authorization": f"Bearer {KEY}"}
 
 
+def run_dir(prefix: str = "tm-bench-") -> str:
+    """A fresh directory for one run's Redis, checkpoint and files, removed at the bench's exit."""
+    tmp = tempfile.mkdtemp(prefix=prefix)
+    atexit.register(shutil.rmtree, tmp, True)
+    return tmp
+
+
 @contextlib.contextmanager
 def redis_server(prefix: str):
     """A fresh real Redis on a free port, in a directory of its own: ``(server, directory)``."""
-    tmp = tempfile.mkdtemp(prefix=prefix)
+    tmp = run_dir(prefix)
     with EmbeddedRedis(f"{tmp}/redis") as server:
         yield server, tmp
 
@@ -66,7 +75,7 @@ def start_up(src: str | Path, stream: str, prefix: str,
     """``tidemark up`` from ``src`` on a free port, in a fresh run directory, with one
     declared stream (max_window 1h) and its own embedded Redis; its log lines on the
     process's ``stdout`` (text). Returns ``(run directory, port, process)`` at once."""
-    tmp = tempfile.mkdtemp(prefix=prefix)
+    tmp = run_dir(prefix)
     config = Path(tmp, "streams.yaml")
     config.write_text(f"streams:\n  {stream}:\n    max_window: 1h\n")
     port = free_port()

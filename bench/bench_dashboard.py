@@ -26,7 +26,6 @@ import statistics
 import subprocess
 import sys
 import tarfile
-import tempfile
 import time
 from pathlib import Path
 
@@ -34,7 +33,7 @@ import httpx
 import numpy as np
 from playwright.sync_api import sync_playwright
 
-from _common import HEADERS, KEY, ROOT, SECRET, api_env, redis_server, stop, table_of, wait_healthy
+from _common import HEADERS, KEY, ROOT, SECRET, api_env, redis_server, run_dir, stop, table_of, wait_healthy
 from tidemark.redis_server import free_port
 from tidemark.streams import StreamConfig
 from tidemark.summary import StreamSummary
@@ -55,7 +54,7 @@ def old_frontend(rev: str) -> Path:
     """``frontend/`` of revision ``rev`` in a directory of its own."""
     tar = subprocess.run(["git", "-C", str(ROOT), "archive", rev, "frontend"], check=True,
                          capture_output=True).stdout
-    where = Path(tempfile.mkdtemp(prefix="tm-bench-dash-before-"))
+    where = Path(run_dir("tm-bench-dash-before-"))
     with tarfile.open(fileobj=io.BytesIO(tar)) as t:
         t.extractall(where, filter="data")
     return where
@@ -81,7 +80,7 @@ uvicorn.run(app, host='127.0.0.1', port=int(sys.argv[2]), log_level='warning')
 def start_api(redis_url: str, cwd: Path, mode: str) -> tuple[subprocess.Popen, str]:
     """The API; ``python -c`` puts ``cwd`` first on sys.path, so its ``frontend`` wins."""
     port = free_port()
-    env = api_env(os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]), tempfile.mkdtemp())
+    env = api_env(os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]), run_dir())
     proc = subprocess.Popen([sys.executable, "-c", LAUNCH, redis_url, str(port), mode], cwd=cwd, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     base = f"http://127.0.0.1:{port}"

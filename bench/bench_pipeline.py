@@ -20,7 +20,6 @@ import os
 import secrets
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 
@@ -29,6 +28,7 @@ import numpy as np
 
 from tidemark.ingest_client import _ndjson_as_arrow
 from tidemark.redis_server import EmbeddedRedis, free_port
+from _common import run_dir
 
 T0 = 1_700_000_000.0
 
@@ -54,7 +54,7 @@ def main() -> None:
     ap.add_argument("--rate", type=float, default=0, help="offered events/s (0 = as fast as accepted)")
     ap.add_argument("--format", choices=["ndjson", "arrow"], default="ndjson", help="request body format")
     args = ap.parse_args()
-    tmp = tempfile.mkdtemp(prefix="tm-bench-")
+    tmp = run_dir("tm-bench-")
     with EmbeddedRedis(f"{tmp}/redis") as redis_server:
         port = free_port()
         api = subprocess.Popen([sys.executable, "-m", "tidemark_cli", "api", "--redis", redis_server.url,

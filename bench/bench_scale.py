@@ -16,7 +16,6 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -31,6 +30,7 @@ sys.path.insert(0, str(ROOT))
 from app.store import Store  # noqa: E402
 from tidemark.hash_secret import HashSecret  # noqa: E402
 from tidemark.redis_server import EmbeddedRedis, free_port  # noqa: E402
+from _common import run_dir  # noqa: E402
 from tidemark.streams import StreamConfig  # noqa: E402
 from workers.job import build_spark, start  # noqa: E402
 
@@ -64,7 +64,7 @@ def pct(xs, q):
 
 
 def run(spark, declared: int, active: int, seconds: float) -> dict:
-    tmp = tempfile.mkdtemp(prefix="tm-bench-scale-")
+    tmp = run_dir("tm-bench-scale-")
     with EmbeddedRedis(f"{tmp}/redis") as server:
         port = free_port()
         api = subprocess.Popen(
