@@ -71,8 +71,9 @@ def _error_handlers(app: FastAPI) -> None:
     async def storage_down(request: Request, exc: redis.RedisError) -> JSONResponse:
         # Redis' own words may quote stored bytes or addresses: log the class only.
         log.warning("Redis error on %s %s: %s", request.method, request.url.path, type(exc).__name__)
+        # A supervised Redis is back within a second of a crash: ask for a retry in one.
         return JSONResponse({"detail": "storage unavailable; retry shortly"}, status_code=503,
-                            headers={"Retry-After": "5"})
+                            headers={"Retry-After": "1"})
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:

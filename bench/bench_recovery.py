@@ -3,10 +3,11 @@
 Runs ``tidemark up`` (embedded Redis, the Spark worker, the API, under its supervisor) from a
 source tree on free ports in a fresh run directory, posts a steady in-order load (100 events
 every 0.1 s through the retrying ingest client) and, once events are counted, kills the
-worker's Python driver (or, with ``--jvm``, its JVM) with SIGKILL, ``--kills`` times, each
-once the standby worker stands by (``--no-standby``: without one). Per kill it measures the seconds from the fault until
+worker's Python driver (``--part jvm``: its JVM; ``api``, ``redis``: that part) with
+SIGKILL, ``--kills`` times, each once the standby worker stands by (``--no-standby``: without
+one). Per kill it measures the seconds from the fault until
 
-* the supervisor has started a new worker (its ``supervisor.json``),
+* the supervisor has started that part again (its ``supervisor.json``),
 * ``/readyz`` answers 200 again (after having said 503),
 * the first event accepted after the fault is counted (the published count exceeds what had
   been accepted at the fault: the load is in order and nothing is counted twice).
@@ -15,7 +16,8 @@ At the end the load stops and every accepted event must be counted exactly once 
 received = accepted, none late). The log of ``tidemark up`` is stamped in seconds since
 the last fault (``--log``), which says where the time goes.
 
-    .venv/bin/python bench/bench_recovery.py [--kills 3] [--jvm] [--no-standby] [--src DIR] [--log]
+    .venv/bin/python bench/bench_recovery.py [--kills 3] [--part worker|jvm|api|redis]
+                                             [--no-standby] [--src DIR] [--log]
 """
 
 from __future__ import annotations
@@ -80,7 +82,7 @@ def _java_child(pid: int) -> int:
     return int(out.split()[0])
 
 
-def run(src: str, kills: int, jvm: bool, show_log: bool, standby: bool = True) -> dict:
+def run(src: str, kills: int, victim_part: str, show_log: bool, standby: bool = True) -> dict:
     started = time.perf_counter()
     fault_at = [started]
     tmp, port, up = start_up(src, "rec", "tm-bench-recovery-",
@@ -120,8 +122,9 @@ def run(src: str, kills: int, jvm: bool, show_log: bool, standby: bool = True) -
                     wait("no standby worker standing by", lambda: sum(
                         "standing by" in l for _, _, l in log) > sum(
                         "takes over" in l for _, _, l in log), 180)
-                part = json.loads(state_file.read_text())["parts"]["worker"]
-                victim = _java_child(part["pid"]) if jvm else part["pid"]
+                supervised = "worker" if victim_part == "jvm" else victim_part
+                part = json.loads(state_file.read_text())["parts"][supervised]
+                victim = _java_child(part["pid"]) if victim_part == "jvm" else part["pid"]
                 accepted = load.accepted
                 fault = time.perf_counter()
                 fault_at.append(fault)
@@ -137,7 +140,7 @@ def run(src: str, kills: int, jvm: bool, show_log: bool, standby: bool = True) -
                         raise RuntimeError("events not flowing again:\n" +
                                            "\n".join(l for _, _, l in log[-40:]))
                     if "restarted" not in row and json.loads(state_file.read_text())["parts"][
-                            "worker"]["restarts"] > part["restarts"]:
+                            supervised]["restarts"] > part["restarts"]:
                         row["restarted"] = now
                     r = _get(c, "/readyz")
                     if r is not None and r.status_code != 200:
@@ -179,15 +182,16 @@ def run(src: str, kills: int, jvm: bool, show_log: bool, standby: bool = True) -
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--kills", type=int, default=3)
-    ap.add_argument("--jvm", action="store_true", help="kill the worker's JVM, not its Python driver")
+    ap.add_argument("--part", choices=["worker", "jvm", "api", "redis"], default="worker",
+                    help="what to kill: the worker's Python driver, its JVM, the API or Redis")
     ap.add_argument("--src", default=HERE)
     ap.add_argument("--log", action="store_true", help="print the log of tidemark up after each kill")
     ap.add_argument("--no-standby", action="store_true",
                     help="no spare worker (TIDEMARK_STANDBY_WORKER=false): every return starts a JVM")
     args = ap.parse_args()
-    r = run(args.src, args.kills, args.jvm, args.log, not args.no_standby)
-    victim = ("worker JVM" if args.jvm else "worker Python driver") + (
-        "" if args.no_standby else " (a standby worker takes over)")
+    r = run(args.src, args.kills, args.part, args.log, not args.no_standby)
+    victim = {"worker": "worker's Python driver", "jvm": "worker's JVM", "api": "API",
+              "redis": "embedded Redis"}[args.part] + ("" if args.no_standby else " (with a standby worker)")
     print(f"| kill -9 of the {victim} | restarted | /readyz 200 | first new event counted |")
     print("|---|---|---|---|")
     for i, row in enumerate(r["rounds"], 1):

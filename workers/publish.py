@@ -16,10 +16,9 @@ import os
 import socket
 import time
 
-import redis
-
 from tidemark import keys
 from tidemark.streams import StreamConfig
+from workers.redis_client import worker_redis
 
 __all__ = ["Publisher", "ShardStatus"]
 
@@ -43,7 +42,7 @@ class ShardStatus(dict):
 
 class Publisher:
     def __init__(self, redis_url: str):
-        self.redis = redis.Redis.from_url(redis_url)
+        self.redis = worker_redis(redis_url)  # rides out a Redis restart
         self._publish = self.redis.register_script(_PUBLISH)
 
     def config(self, name: str) -> StreamConfig | None:

@@ -78,9 +78,9 @@ class _Reader(DataSourceStreamReader):
         self._trimmed: dict[str, str] = {}  # what commit trimmed last, so idle streams cost nothing
 
     def _redis(self):
-        import redis
+        from workers.redis_client import worker_redis
 
-        return redis.Redis.from_url(self.redis_url)
+        return worker_redis(self.redis_url)  # rides out a Redis restart
 
     def initialOffset(self) -> dict:
         return {}

@@ -8,6 +8,7 @@ import itertools
 import json
 import time
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -82,3 +83,36 @@ def test_republish_is_needed_after_redis_loses_the_mark(redis_url):
     p.redis.delete(keys.PUBLISHED)
     assert p.needs_republish()
     p.mark_published()
+
+
+def test_the_worker_rides_out_a_redis_restart_and_gives_up_on_an_outage(tmp_path):
+    """kill -9 of Redis and a restart a second later (what `tidemark up` does): a publish
+    sent meanwhile waits and lands, instead of failing the batch and the worker. An outage
+    longer than the ride-out still reaches the caller."""
+    import threading
+
+    import redis as redis_py
+
+    from tidemark.redis_server import EmbeddedRedis
+    from workers.redis_client import worker_redis
+
+    server = EmbeddedRedis(tmp_path / "redis").start()
+    try:
+        p = Publisher(server.url)
+        name = next(_names)
+        assert p.publish(name, 0, _status(1), b"one", CONFIG)
+        server.process.kill()
+        server.process.wait()
+        threading.Timer(1.0, server.start).start()
+        started = time.monotonic()
+        assert p.publish(name, 0, _status(2), b"two", CONFIG)  # waits out the restart
+        assert time.monotonic() - started > 0.8
+        assert _held(p, name, 0) == (2, b"two")
+        server.stop()
+        brief = worker_redis(server.url, ride_out=0.5)
+        started = time.monotonic()
+        with pytest.raises(redis_py.ConnectionError):
+            brief.ping()
+        assert 0.4 < time.monotonic() - started < 5
+    finally:
+        server.stop()
