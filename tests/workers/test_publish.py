@@ -97,13 +97,14 @@ def test_the_worker_rides_out_a_redis_restart_and_gives_up_on_an_outage(tmp_path
     from workers.redis_client import worker_redis
 
     server = EmbeddedRedis(tmp_path / "redis").start()
+    restart = threading.Timer(1.0, server.start)
     try:
         p = Publisher(server.url)
         name = next(_names)
         assert p.publish(name, 0, _status(1), b"one", CONFIG)
         server.process.kill()
         server.process.wait()
-        threading.Timer(1.0, server.start).start()
+        restart.start()
         started = time.monotonic()
         assert p.publish(name, 0, _status(2), b"two", CONFIG)  # waits out the restart
         assert time.monotonic() - started > 0.8
@@ -115,4 +116,7 @@ def test_the_worker_rides_out_a_redis_restart_and_gives_up_on_an_outage(tmp_path
             brief.ping()
         assert 0.4 < time.monotonic() - started < 5
     finally:
+        restart.cancel()
+        if restart.is_alive():
+            restart.join()  # a restart under way is stopped too, even when the test failed
         server.stop()
