@@ -350,8 +350,10 @@ class StreamSummary:
         return f"StreamSummary(parts={list(self.parts)}, clock={self.clock_seconds}, bytes={self.sizes()})"
 
 
-def warm_up() -> None:
-    """Compile (or load from Numba's cache) every kernel a worker's update runs.
+def warm_up() -> tuple[StreamConfig, "StreamSummary"]:
+    """Compile (or load from Numba's cache) every kernel a worker's update runs; returns the
+    tiny stream it built (its settings and its summary, written and read back), which the
+    API answers once to load the query kernels too (``app.warm``).
 
     Kernels are compiled with ``cache=True``: the first process writes the cache and every
     later one (each Spark Python worker) loads it instead of compiling during a batch."""
@@ -365,4 +367,4 @@ def warm_up() -> None:
     ts = np.array([1.0, 2.5, 2.0])
     summary.update_table(decode_chunk(encode_chunk(ts, ["a", "b", None], np.array([1.0, 2.0, np.nan]),
                                                    np.ones(3))))
-    StreamSummary.from_bytes(summary.to_bytes(), secret)
+    return config, StreamSummary.from_bytes(summary.to_bytes(), secret)
