@@ -10,6 +10,7 @@ import json
 import os
 import secrets
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -85,6 +86,17 @@ def start_up(src: str | Path, stream: str, prefix: str,
                            "--port", str(port)], env=env, cwd=str(src), stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, text=True, start_new_session=True)
     return tmp, port, up
+
+
+def stop_up(up: subprocess.Popen, timeout: float = 90.0) -> None:
+    """Stop ``tidemark up`` as Ctrl-C does (its parts stop cleanly), then its whole group if
+    it has not within ``timeout`` seconds."""
+    os.killpg(up.pid, signal.SIGINT)
+    try:
+        up.wait(timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(up.pid, signal.SIGKILL)
+        up.wait()
 
 
 def wait_healthy(base: str, proc: subprocess.Popen | None = None, timeout: float = 60.0) -> None:

@@ -13,16 +13,13 @@ where the time goes.
 from __future__ import annotations
 
 import argparse
-import os
-import signal
-import subprocess
 import threading
 import time
 from pathlib import Path
 
 import httpx
 
-from _common import HEADERS, start_up
+from _common import HEADERS, start_up, stop_up
 
 HERE = str(Path(__file__).resolve().parents[1])
 
@@ -75,12 +72,7 @@ def run(src: str, fresh: bool, show_log: bool) -> dict:
             out["visible"] = time.perf_counter() - started
             time.sleep(2)  # the worker logs the first batch's phases (not part of the figure)
     finally:
-        os.killpg(up.pid, signal.SIGINT)
-        try:
-            up.wait(60)
-        except subprocess.TimeoutExpired:
-            os.killpg(up.pid, signal.SIGKILL)
-            up.wait()
+        stop_up(up, 60)
         out["log"] = log
         if show_log:
             for t, line in log:

@@ -35,7 +35,7 @@ from pathlib import Path
 import httpx
 
 from tidemark.ingest_client import NDJSON, post_batch
-from _common import HEADERS, start_up
+from _common import HEADERS, start_up, stop_up
 
 HERE = str(Path(__file__).resolve().parents[1])
 
@@ -166,12 +166,7 @@ def run(src: str, kills: int, victim_part: str, show_log: bool, standby: bool = 
     finally:
         if load is not None:
             load.stop.set()
-        os.killpg(up.pid, signal.SIGINT)
-        try:
-            up.wait(90)
-        except subprocess.TimeoutExpired:
-            os.killpg(up.pid, signal.SIGKILL)
-            up.wait()
+        stop_up(up, 90)
         if show_log:
             for n, t, line in log:
                 if n and not line.startswith(("\tat ", " ")):
