@@ -128,9 +128,7 @@ def _parts(args, settings: Settings, run_dir: Path, env: dict, streams: dict):
         slot = WorkerSlot(lambda standby: _spawn(worker_args + ["--standby"] * standby, env,
                                                  subprocess.PIPE if standby else None),
                           _stop, _log)
-        parts.append(Part("worker", slot.start, _stop))
-    else:
-        parts.append(Part("worker", lambda: _spawn(worker_args, env), _stop))
+    parts.append(Part("worker", slot.start if slot else lambda: _spawn(worker_args, env), _stop))
     api_args = ["api", "--redis", redis_url, "--host", args.host, "--port", str(args.port)]
     parts.append(Part("api", lambda: _spawn(api_args, env), _stop))
     return parts, redis_url, slot

@@ -270,7 +270,6 @@ class Driver:
         self.publisher = Publisher(redis_url)
         self.query = None
         self.stop_event = threading.Event()
-        self.first_batch_logged = False
         self.run_first_batch: int | None = None  # the first batch id of the running query
 
     def republish_if_needed(self) -> None:
@@ -290,8 +289,6 @@ class Driver:
         progress = (q.lastProgress or {}) if q is not None else {}
         if self.run_first_batch is None and progress.get("batchId", -1) >= 0:
             self.run_first_batch = _first_batch_of_run(q, progress["batchId"])
-        if not self.first_batch_logged and progress.get("batchId", -1) >= 0:
-            self.first_batch_logged = True
             _phase(f"first batch {progress['batchId']} done, {progress.get('numInputRows', 0)} "
                    f"chunks, ms {progress.get('durationMs')}")
         self.publisher.heartbeat({
