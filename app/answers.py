@@ -20,6 +20,7 @@ from app.windows import Window, make_window
 from sketches.base import Estimate, SketchError
 from tidemark.streams import StreamConfig, parse_duration
 from tidemark.summary import StreamSummary
+from tidemark.ticks import is_late
 
 __all__ = ["QueryError", "Window", "answer", "answer_from_store", "QUERY_KINDS", "QueryKind", "register",
            "lookup", "streams_of", "alert_kinds", "parse_window", "bound_of"]
@@ -46,7 +47,8 @@ def parse_window(params: dict, config: StreamConfig, clock: float | None) -> Win
             raise QueryError(f"at {at_raw!r} is not a number (Unix seconds)") from None
         if not math.isfinite(at):
             raise QueryError("at must be finite")
-    if clock is not None and Fraction(at) - Fraction(seconds) < Fraction(clock) - Fraction(config.max_window):
+    # The window's start must be a time the worker still counts: the late rule, exactly.
+    if clock is not None and is_late(Fraction(at) - Fraction(seconds), clock, config.max_window):
         oldest = clock - config.max_window
         raise QueryError(
             f"window start {at - seconds:g} is before clock - max_window = {oldest:g}: "

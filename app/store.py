@@ -59,6 +59,9 @@ if KEYS[4] ~= '' then
   if first then return '1' .. first end
 end
 local clock = redis.call('HGET', KEYS[2], 'clock')
+-- First, so that a counter past 2^63 - 1 (tidemark/limits.py MAX_EVENTS) fails the script
+-- before it has written anything.
+redis.call('HINCRBY', KEYS[2], 'received', ARGV[2])
 if ARGV[1] ~= '' then
   local id = redis.call('XADD', KEYS[1], '*', 'd', ARGV[1], 'n', ARGV[2], 'c', clock or '')
   redis.call('ZADD', KEYS[3], tonumber(string.match(id, '^(%d+)')), ARGV[7])
@@ -66,7 +69,6 @@ end
 if ARGV[4] ~= '' and (not clock or tonumber(ARGV[4]) > tonumber(clock)) then
   redis.call('HSET', KEYS[2], 'clock', ARGV[4])
 end
-redis.call('HINCRBY', KEYS[2], 'received', ARGV[2])
 redis.call('HINCRBY', KEYS[2], 'rejected', ARGV[3])
 if KEYS[4] ~= '' then redis.call('SET', KEYS[4], ARGV[5], 'EX', ARGV[6]) end
 return '0' .. ARGV[5]

@@ -335,6 +335,17 @@ class SplittableHistogram(Sketch):
         self._unit_integral = unit.is_integer()
         self._parts: list[_Part] = [_Part()]
 
+    def raise_max_total(self, max_total: float) -> None:
+        """Take intervals of up to ``max_total`` from now on (never lowers it). ``max_total``
+        is only a cap: levels are added as an interval's weight needs them (Lemma 2), so
+        raising it changes no state and no bound."""
+        max_total = float(max_total)
+        if max_total > self.max_total:
+            if not (math.isfinite(max_total) and max_total <= self.unit * 2.0**600):
+                raise SketchError(f"max_total must be in [unit, unit·2^600], got {max_total}")
+            self.max_total = max_total
+            self.max_level = suggest_levels(max_total, self.unit)
+
     # -- updates -------------------------------------------------------------------------
     def update(self, ticks: np.ndarray, weights: np.ndarray | None = None) -> None:
         """Insert a batch of events, in any order; ``weights`` default to 1.

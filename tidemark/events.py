@@ -14,14 +14,15 @@ from datetime import datetime
 
 import numpy as np
 
+from tidemark import limits
+from tidemark.limits import MAX_KEY_BYTES, MAX_WEIGHT
 from tidemark.streams import StreamConfig
 
 __all__ = ["EventBatch", "Reject", "validate_events", "validate_arrow", "parse_body", "BodyError",
            "MAX_KEY_BYTES", "ARROW_STREAM"]
 
-MAX_KEY_BYTES = 256
-MAX_WEIGHT = 1e15  # sums of many stay far from float64 overflow
-MAX_TS = 253402300799.0  # 9999-12-31T23:59:59Z: keeps every tick inside int64
+# The limits live in tidemark/limits.py, which also sizes the sketches for them.
+MAX_TS = limits.TIME_HORIZON  # 9999-12-31T23:59:59Z
 
 
 class BodyError(ValueError):

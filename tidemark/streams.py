@@ -9,18 +9,22 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from tidemark import limits
+
 __all__ = ["StreamConfig", "DecaySpec", "parse_duration", "STREAM_NAME_PATTERN"]
 
 STREAM_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)?\s*$")
+# A decimal number of seconds, exponent allowed ("90", "0.5", ".5", "1e-3", "1E2"), with an
+# optional unit.
+_DURATION = re.compile(r"^\s*((?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)\s*(ms|s|m|h|d|w)?\s*$")
 
 
 def parse_duration(value: Any, name: str = "duration") -> float:
     """Seconds from a number or a string such as ``"7d"``, ``"12h"``, ``"30m"``, ``"45s"``.
 
-    >>> parse_duration("7d"), parse_duration(90), parse_duration("1.5h")
-    (604800.0, 90.0, 5400.0)
+    >>> parse_duration("7d"), parse_duration(90), parse_duration("1.5h"), parse_duration("1e-3")
+    (604800.0, 90.0, 5400.0, 0.001)
     """
     if isinstance(value, bool):
         raise ValueError(f"{name} must be a number of seconds or a duration like '30m'")
@@ -30,10 +34,12 @@ def parse_duration(value: Any, name: str = "duration") -> float:
         m = _DURATION.match(value)
         if not m:
             raise ValueError(
-                f"{name} {value!r} is not a duration: use seconds or a number with a unit "
-                "ms, s, m, h, d or w (e.g. '45s', '30m', '12h', '7d')"
+                f"{name} {value[:40]!r} is not a duration: use seconds (e.g. '90', '0.5', "
+                "'1e-3') or a number with a unit ms, s, m, h, d or w (e.g. '45s', '30m', '12h', '7d')"
             )
-        seconds = float(m.group(1)) * _UNITS[m.group(2) or "s"]
+        unit = m.group(2) or "s"
+        # Seconds as written are one float; a unit multiplies once (one rounding).
+        seconds = float(m.group(1)) if unit == "s" else float(m.group(1)) * _UNITS[unit]
     else:
         raise ValueError(f"{name} must be a number of seconds or a duration like '30m'")
     if not math.isfinite(seconds) or seconds <= 0:
@@ -84,7 +90,7 @@ class StreamConfig(BaseModel):
     )
     decays: list[DecaySpec] = Field(default_factory=list)
     shards: int = Field(
-        default=1, ge=1, le=64,
+        default=1, ge=1, le=limits.MAX_SHARDS,
         description="summaries the stream's events are spread over (more for streams whose "
         "rate one core cannot take); answers merge them",
     )
@@ -114,10 +120,21 @@ class StreamConfig(BaseModel):
             raise ValueError("value_min must be less than value_max")
         if self.value_min is not None and not math.isfinite(self.value_max - self.value_min):
             raise ValueError("value_max - value_min must be a finite number (the range is too wide)")
+        if self.max_window > limits.TIME_HORIZON:
+            raise ValueError(f"max_window must be at most {limits.TIME_HORIZON:g} s "
+                             "(event times end at 9999-12-31)")
+        if self.resolution < limits.FINEST_RESOLUTION:
+            raise ValueError(
+                f"resolution {self.resolution:g} s is finer than event times can be ticked "
+                f"exactly up to 9999-12-31: the finest grain a stream can take is "
+                f"{limits.FINEST_RESOLUTION:.6g} s (2^-23 s; float64 Unix times today are "
+                "already 2.4e-07 s apart)")
         if self.resolution > self.max_window:
             raise ValueError("resolution must not exceed max_window")
-        if self.max_window / self.resolution > 2**40:
-            raise ValueError("max_window / resolution is too large (more than 2^40 ticks)")
+        if self.window_ticks > limits.MAX_WINDOW_TICKS:
+            raise ValueError("max_window / resolution is too large (more than 2^40 ticks); "
+                             f"at this resolution max_window can be at most "
+                             f"{float(limits.MAX_WINDOW_TICKS * Fraction(self.resolution)):g} s")
         return self
 
     @property

@@ -27,6 +27,7 @@ import pyarrow as pa
 
 from sketches.base import CorruptSketchError, Family, IncompatibleSketchError, pack_header, unpack_header
 from sketches.hashing import hash_keys
+from tidemark import limits
 from tidemark.hash_secret import HashSecret
 from tidemark.streams import StreamConfig
 from tidemark.ticks import ticks_of
@@ -65,18 +66,21 @@ def _splittable():
 
 
 # Sketch windows are one tick longer than max_window: a window [at - max_window, at] whose
-# ends fall inside ticks touches window_ticks + 1 of them.
+# ends fall inside ticks touches window_ticks + 1 of them. The count and sum histograms
+# take every total ingest can send them (tidemark/limits.py): no accepted weight can make
+# an update refuse.
+_MAX_TOTAL = {"count": limits.COUNT_MAX_TOTAL, "sum": limits.SUM_MAX_TOTAL}
 PARTS: list[PartSpec] = [
     PartSpec(
         "count",
         _splittable,
-        lambda c, seed: _splittable()(c.epsilon, c.window_ticks + 1),
+        lambda c, seed: _splittable()(c.epsilon, c.window_ticks + 1, _MAX_TOTAL["count"]),
         lambda sk, cols: sk.update(cols.ticks),
     ),
     PartSpec(
         "sum",
         _splittable,
-        lambda c, seed: _splittable()(c.epsilon, c.window_ticks + 1),
+        lambda c, seed: _splittable()(c.epsilon, c.window_ticks + 1, _MAX_TOTAL["sum"]),
         lambda sk, cols: sk.update(cols.ticks, cols.weight),
     ),
 ]
@@ -343,6 +347,8 @@ class StreamSummary:
             if spec is None or name not in names or name in parts:
                 raise CorruptSketchError(f"stream summary has an unexpected part {name!r}")
             parts[name] = spec.cls().from_bytes(bytes(payload[offset : offset + length]))
+            if name in _MAX_TOTAL:  # a blob written under the older, smaller cap takes the new one
+                parts[name].raise_max_total(_MAX_TOTAL[name])
             offset += length
         return cls(config, secret, parts, clock)
 

@@ -1,20 +1,38 @@
-"""Which tick an event time falls in: ``floor(ts / res)`` computed exactly.
+"""One exact rule for time: which tick an event falls in, and which events are late.
 
-Tick ``k`` holds the event times ``ts`` (floats) with ``k·res <= ts < (k + 1)·res`` in
-exact arithmetic over the float values of ``ts`` and ``res`` (``Fraction(res)``, not the
+**Ticks.** Tick ``k`` holds the event times ``ts`` (floats) with ``k·res <= ts < (k + 1)·res``
+in exact arithmetic over the float values of ``ts`` and ``res`` (``Fraction(res)``, not the
 decimal the user typed). Every part of Tidemark that turns a time into a tick — the
 worker ticking events, the answers deciding which ticks a window covers and how old a
 tick's events can be — uses this one rule, so no two float expressions can disagree at a
 tick's edge.
 
-``ticks_of`` is the batched form: ``q = floor(fl(ts / res))`` is the exact floor or one
-more (a correctly rounded quotient can round up onto an integer, never down past one),
-and one exact sign test of ``ts − q·res`` settles it. The product ``q·res`` is split
-exactly into ``p + e`` (Dekker's TwoProduct, Veltkamp splitting; exact while nothing
-overflows or underflows), and ``sign(ts − p − e)`` is read from ``fl(fl(ts − p) − e)``:
-when ``ts`` and ``p`` are within a factor two ``ts − p`` is exact (Sterbenz) and the sign
-of a rounded difference of two floats is exact; otherwise ``|ts − p|`` exceeds ``res/2``,
-far above ``|e| <= ulp(p)``, and rounding cannot flip the sign.
+``ticks_of`` is the batched form, exact for every ``|ts/res| < 2^62`` (the declarations
+allow ``ts/res < 2^61``: ``tidemark/limits.py``). A float quotient ``fl(ts/res)`` is within
+``2^-53·ts/res`` of the truth, which exceeds one tick once ``ts/res > 2^53`` (at present-day
+times and a 1e-9 s grain, hundreds of ticks), so it only seeds the search: ``k`` is then
+corrected by the exact predicate ``k·res <= ts`` until ``k·res <= ts < (k + 1)·res``. The
+predicate is exact: ``k`` (an int64, ``|k| < 2^62``) is split into ``kh + kl`` with
+``kh = k`` with its low 31 bits cleared and ``kl`` those bits (each ≤ 31 significant bits, so
+both are floats exactly); each product ``kh·res``, ``kl·res`` is split exactly into two
+floats by Dekker's TwoProduct (Veltkamp splitting; exact while nothing overflows or
+underflows: true for ``res`` in ``[2^-200, 2^200]`` and ``|ts| < 2^500``), so
+``ts − k·res`` is exactly a sum of five floats; Shewchuk's Grow-Expansion (TwoSum chains;
+*Adaptive Precision Floating-Point Arithmetic*, 1997, Theorem 10) turns it into a
+non-overlapping expansion whose largest non-zero component carries the sign of the exact
+sum. The seed ``fl(ts/res)`` refined by one rounded remainder step lands within a tick or
+two, so the correction loops run once or twice.
+
+**Late events** (contract §3). An event is late when it is older than ``max_window``
+behind the largest ``ts`` accepted before it: ``before − ts > max_window`` in exact
+arithmetic over the three floats. ``late_mask`` decides it with ``d = fl(before − ts)``
+and its exact error ``e`` (Knuth's TwoSum: ``before − ts = d + e`` exactly, no overflow
+below 2^1023): rounding to nearest is monotone, so ``d > max_window`` implies
+``before − ts > max_window`` (were the exact difference ``<= max_window``, a float, its
+rounding could not exceed it), ``d < max_window`` implies the reverse, and at
+``d == max_window`` the sign of ``e`` decides. ``is_late`` is the same rule on rationals
+(the answers' check that a window starts no earlier than ``clock − max_window`` is this
+rule on the window's start); a property test holds the two to each other.
 """
 
 from __future__ import annotations
@@ -23,14 +41,17 @@ import math
 from fractions import Fraction
 
 import numpy as np
+from numba import njit
 
-__all__ = ["ticks_of", "tick_of", "tick_start", "float_at_or_above"]
+__all__ = ["ticks_of", "tick_of", "tick_start", "float_at_or_above", "late_mask", "is_late"]
 
 _SPLIT = 134217729.0  # 2^27 + 1: Veltkamp's splitter for float64
+_CLAMP = 2**62  # a quotient this large is beyond every declaration: left for the sketches to refuse
 
 
-def _two_product(a: np.ndarray, b: float) -> tuple[np.ndarray, np.ndarray]:
-    """``p + e == a·b`` exactly, ``p = fl(a·b)``."""
+@njit(cache=True, inline="always")
+def _two_product(a, b):
+    """``p + e == a·b`` exactly, ``p = fl(a·b)`` (Dekker, Veltkamp splitting)."""
     p = a * b
     ca = _SPLIT * a
     ah = ca - (ca - a)
@@ -42,14 +63,66 @@ def _two_product(a: np.ndarray, b: float) -> tuple[np.ndarray, np.ndarray]:
     return p, e
 
 
+@njit(cache=True, inline="always")
+def _two_sum(a, b):
+    """``s + e == a + b`` exactly, ``s = fl(a + b)`` (Knuth)."""
+    s = a + b
+    bb = s - a
+    e = (a - (s - bb)) + (b - bb)
+    return s, e
+
+
+@njit(cache=True)
+def _at_or_after(ts, k, res, h):
+    """Exactly ``ts >= k·res`` (int64 ``k``, ``|k| < 2^62``; ``h``: 5 floats of scratch)."""
+    kh = (k >> 31) << 31
+    kl = k - kh
+    p1, e1 = _two_product(float(kh), res)
+    p2, e2 = _two_product(float(kl), res)
+    # Grow-Expansion of ts − p1 − e1 − p2 − e2; h[0..n) non-overlapping, increasing.
+    h[0] = ts
+    n = 1
+    for b in (-p1, -e1, -p2, -e2):
+        q = b
+        for i in range(n):
+            q, h[i] = _two_sum(q, h[i])
+        h[n] = q
+        n += 1
+    for i in range(n - 1, -1, -1):
+        if h[i] != 0.0:
+            return h[i] > 0.0
+    return True  # exactly zero: ts == k·res
+
+
+@njit(cache=True)
+def _ticks_kernel(ts, res, out):
+    h = np.empty(5)
+    for j in range(ts.size):
+        t = ts[j]
+        q = math.floor(t / res)
+        if not q < _CLAMP:
+            out[j] = _CLAMP
+            continue
+        if not q > -_CLAMP:
+            out[j] = -_CLAMP
+            continue
+        p, e = _two_product(q, res)
+        r = (t - p) - e  # ≈ t − q·res, off by far less than res
+        k = np.int64(q) + np.int64(math.floor(r / res))
+        while not _at_or_after(t, k, res, h):
+            k -= 1
+        while _at_or_after(t, k + 1, res, h):
+            k += 1
+        out[j] = k
+
+
 def ticks_of(ts, res: float) -> np.ndarray:
-    """Exact ``floor(ts / res)`` of every float in ``ts`` (int64)."""
-    ts = np.asarray(ts, dtype=np.float64)
-    res = float(res)
-    q = np.floor(ts / res)
-    p, e = _two_product(q, res)
-    below = ((ts - p) - e) < 0  # ts < q·res exactly: the quotient was rounded up onto q
-    return (q - below).astype(np.int64)
+    """Exact ``floor(ts / res)`` of every float in ``ts`` (int64; ``±2^62`` for a quotient
+    beyond ``2^62`` in size, which every sketch refuses)."""
+    ts = np.ascontiguousarray(ts, dtype=np.float64)
+    out = np.empty(ts.shape, dtype=np.int64)
+    _ticks_kernel(ts.reshape(-1), float(res), out.reshape(-1))
+    return out
 
 
 def tick_of(x, res: float) -> int:
@@ -68,3 +141,36 @@ def float_at_or_above(x: Fraction) -> float:
     if Fraction(f) < x:
         f = math.nextafter(f, math.inf)
     return f
+
+
+def is_late(t, before, max_window) -> bool:
+    """Exactly ``before − t > max_window`` (floats or Fractions; ``before`` may be
+    ``-inf``: nothing came before, nothing is late)."""
+    if isinstance(before, float) and math.isinf(before):
+        return before > 0
+    return Fraction(before) - Fraction(t) > Fraction(max_window)
+
+
+def late_mask(ts: np.ndarray, clock_before: float, max_window: float) -> np.ndarray:
+    """True for events older than ``max_window`` behind the largest ``ts`` before them
+    (the running maximum of the events before each one and ``clock_before``), decided
+    exactly (module notes).
+
+    >>> late_mask(np.array([100.0, 10.0, 95.0, 200.0, 120.0]), -math.inf, 50.0).tolist()
+    [False, True, False, False, True]
+    >>> late_mask(np.array([1761000000.0, 1761000000.0 - 60.2]), -math.inf, 60.2).tolist()
+    [False, True]
+    """
+    ts = np.asarray(ts, dtype=np.float64)
+    if len(ts) == 0:
+        return np.zeros(0, dtype=bool)
+    before = np.empty(len(ts))
+    before[0] = clock_before
+    np.maximum.accumulate(ts[:-1], out=before[1:])
+    np.maximum(before, clock_before, out=before)
+    mw = float(max_window)
+    with np.errstate(invalid="ignore"):  # before = -inf: d = -inf, e = nan; never late
+        d = before - ts
+        bb = d - before
+        e = (before - (d - bb)) + (-ts - bb)
+        return (d > mw) | ((d == mw) & (e > 0))

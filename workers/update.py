@@ -10,12 +10,13 @@ The late rule (contract §3) is decided by arrival order alone: every chunk carr
 stream's clock as the API saw it just before the chunk (the largest ``ts`` accepted before
 it, recorded atomically with the append), and within a chunk the running maximum of the
 events before each one. An event is late when its ``ts`` is older than ``max_window``
-behind that clock, so batching, sharding and replays never change which events are late.
+behind that clock, ``before − ts > max_window`` decided exactly (``tidemark.ticks.late_mask``,
+the rule the answers apply to a window's start), so batching, sharding and replays never
+change which events are late and no rounding can count an event the answers call late.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -25,6 +26,7 @@ from tidemark.chunks import decode_chunk
 from tidemark.hash_secret import HashSecret
 from tidemark.streams import StreamConfig
 from tidemark.summary import StreamSummary
+from tidemark.ticks import late_mask  # the one exact late rule (tidemark/ticks.py)
 
 __all__ = ["Chunk", "ShardUpdate", "late_mask", "update_shard"]
 
@@ -44,21 +46,6 @@ class ShardUpdate:
     late_dropped: int  # events of this batch too old to matter on arrival
     clock: float | None  # largest event time inserted into this shard so far
     sizes: dict  # bytes of each part
-
-
-def late_mask(ts: np.ndarray, clock_before: float, max_window: float) -> np.ndarray:
-    """True for events older than ``max_window`` behind the largest ``ts`` before them.
-
-    >>> late_mask(np.array([100.0, 10.0, 95.0, 200.0, 120.0]), -math.inf, 50.0).tolist()
-    [False, True, False, False, True]
-    """
-    if len(ts) == 0:
-        return np.zeros(0, dtype=bool)
-    before = np.empty(len(ts))
-    before[0] = clock_before
-    np.maximum.accumulate(ts[:-1], out=before[1:])
-    np.maximum(before, clock_before, out=before)
-    return ts < before - max_window
 
 
 def update_shard(previous: bytes | None, config: StreamConfig, secret: HashSecret,
