@@ -81,7 +81,9 @@ def last_ticks(at: float, res: float, clock: float | None) -> tuple[int, int]:
     if clock is not None and clock <= at:  # nothing after ``at`` exists: the top is exact
         top = tick_of(clock, res)
         return top, top
-    return tick_of(math.nextafter(at, math.inf), res) - 1, tick_of(at, res)
+    # A tick after at's that no float reaches holds no event: never past at's own tick.
+    top = tick_of(at, res)
+    return min(tick_of(math.nextafter(at, math.inf), res) - 1, top), top
 
 
 def covered_ticks(start: Fraction, at: float, res: float, clock: float | None) -> tuple[TickRange, TickRange]:
@@ -91,7 +93,10 @@ def covered_ticks(start: Fraction, at: float, res: float, clock: float | None) -
         return EMPTY_RANGE, EMPTY_RANGE
     top_in, top_out = last_ticks(at, res, clock)
     outer = (tick_of(first, res), top_out)
-    inner = (tick_of(math.nextafter(first, -math.inf), res) + 1, top_in)
+    # Ticks between the float before ``first`` and ``first``'s own hold no float (when a
+    # float step spans several ticks): the inside starts no earlier than ``first``'s tick,
+    # so the range never outgrows the ticks touching the window.
+    inner = (max(tick_of(math.nextafter(first, -math.inf), res) + 1, outer[0]), top_in)
     return (inner if inner[0] <= inner[1] else EMPTY_RANGE,
             outer if outer[0] <= outer[1] else EMPTY_RANGE)
 

@@ -4,6 +4,7 @@ never on how chunks were batched or sharded; a backlog posted in order loses not
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -34,7 +35,7 @@ def _oracle(requests) -> tuple[int, list[float]]:
     clock, late, kept = -math.inf, 0, []
     for ts in requests:
         for t in ts:
-            if t < clock - CONFIG.max_window:
+            if clock - Fraction(t) > Fraction(CONFIG.max_window):  # exactly (tidemark/ticks.py)
                 late += 1
             else:
                 kept.append(t)
@@ -123,3 +124,92 @@ def test_settings_that_need_a_huge_summary_are_refused_with_what_fits():
     with pytest.raises(CapacityError, match="finest epsilon these settings can take is"):
         check(StreamConfig(max_window="7d", epsilon=1e-6))
     assert check(StreamConfig(max_window="7d", epsilon=0.05)) < 256 * 2**20
+
+
+# -- issue 21: every accepted event is counted, on one exact rule for time ----------------------
+from app.answers import answer  # noqa: E402
+from tests import in_process  # noqa: E402
+from tidemark import limits  # noqa: E402
+
+
+def test_a_heavy_event_never_loses_its_batch():
+    """Issue 21, failure 1: one event of weight 3e14 (accepted) made the shard's update fail
+    and lost every event of the micro-batch, and count answered [0, 0] for a truth of 101."""
+    config = StreamConfig(max_window=600)
+    heavy = [{"ts": 1760000000.5, "key": "a", "weight": 3e14}, {"ts": 1760000001.5, "key": "b", "weight": 1}]
+    ones = [{"ts": 1760000001.0 + i / 100, "key": "c"} for i in range(99)]
+    r = in_process.run(config, [heavy, ones], owner=[0], cuts=[2], shards=1)
+    assert not r.rejects and r.events == 101 and r.late_dropped == 0
+    for kind, truth in (("count", 101), ("sum", 3e14 + 100)):
+        b = answer(kind, "s", config, r.summary, r.status(), {})["bound"]
+        assert b["lower"] <= truth <= b["upper"] and b["confidence"] == 1.0
+
+
+def _grain(draw) -> float:
+    return draw(st.sampled_from([limits.FINEST_RESOLUTION, 1e-6, 1e-3, 0.3, 1.0, 60.2, 3600.0]))
+
+
+@st.composite
+def streams(draw):
+    """Requests of events at present-day or extreme times, extreme weights, backlogs and
+    bursts, with the late edge hit on purpose; shards 1-64 and any batching."""
+    res = _grain(draw)
+    max_window = res * draw(st.sampled_from([1, 7, 100, 1000]))
+    base = draw(st.sampled_from([0.0, 1761000000.0, 2.0**37, limits.TIME_HORIZON - max_window * 3]))
+    requests, top = [], base
+    for _ in range(draw(st.integers(1, 8))):
+        items = []
+        for _ in range(draw(st.integers(1, 12))):
+            how = draw(st.sampled_from(["new", "edge", "old", "beyond"]))
+            if how == "new":
+                t = top + draw(st.floats(0, max_window / 2))
+            elif how == "edge":  # within ulps of clock − max_window: the rounding edge
+                t = top - max_window
+                for _ in range(draw(st.integers(0, 2))):
+                    t = math.nextafter(t, draw(st.sampled_from([-math.inf, math.inf])))
+            elif how == "old":
+                t = top - draw(st.floats(0, 3 * max_window))
+            else:
+                t = draw(st.sampled_from([2.0**40, limits.TIME_HORIZON * 2]))
+            t = max(0.0, t)
+            w = draw(st.sampled_from([1.0, 0.0, 0.5, 3e14, limits.MAX_WEIGHT, limits.MAX_WEIGHT * 2]))
+            items.append({"ts": t, "weight": w})
+            if t <= limits.TIME_HORIZON:
+                top = max(top, t)
+        requests.append(items)
+    config = StreamConfig(max_window=max_window, resolution=res, epsilon=draw(st.sampled_from([0.01, 0.1])))
+    shards = draw(st.integers(1, 64))
+    owner = draw(st.lists(st.integers(0, 63), min_size=1, max_size=8))
+    cuts = draw(st.lists(st.integers(1, 4), min_size=1, max_size=4))
+    return config, requests, owner, cuts, shards
+
+
+@settings(max_examples=60, deadline=None)
+@given(streams(), st.data())
+def test_accepted_events_are_counted_on_one_exact_rule(stream, data):
+    """Ingest, shards, batches, merge and answers in process against the exact oracle:
+    rejects are only what ingest can see (with a reason), no update fails, the late count
+    is the exact rule's, and count and sum bracket the truth at the clock and before it."""
+    config, requests, owner, cuts, shards = stream
+    r = in_process.run(config, requests, owner, cuts, shards)
+    for req, i, why in r.rejects:
+        e = requests[req][i]
+        assert (e["ts"] > limits.TIME_HORIZON and "9999-12-31" in why) or \
+            (e["weight"] > limits.MAX_WEIGHT and "weight" in why)
+    kept = r.kept()
+    assert r.events == len(kept) and r.late_dropped == len(r.accepted) - len(kept)
+    if r.summary is None:
+        return
+    clock = r.clock
+    for window, at in ((config.max_window, clock),
+                       (config.max_window / 3, clock - config.max_window / 2),
+                       (data.draw(st.floats(config.resolution / 10, config.max_window)), clock)):
+        at = max(at, 0.0)
+        if Fraction(clock) - (Fraction(at) - Fraction(window)) > Fraction(config.max_window):
+            continue
+        count, total = r.truth(window, at)
+        params = {"window": repr(window), "at": repr(at)}
+        c = answer("count", "s", config, r.summary, r.status(), params)["bound"]
+        s = answer("sum", "s", config, r.summary, r.status(), params)["bound"]
+        assert c["lower"] <= count <= c["upper"]
+        assert Fraction(s["lower"]) <= total <= Fraction(s["upper"])
