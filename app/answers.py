@@ -229,8 +229,40 @@ def answer(kind: str, name: str, config: StreamConfig, summary: StreamSummary | 
         result = query.empty(config, checked)
     else:
         result = run(query, summary, config, window, checked)
-    return shape(result, stream=name, query=kind, window=window.seconds, at=window.at,
+    body = shape(result, stream=name, query=kind, window=window.seconds, at=window.at,
                  as_of=as_of(status))
+    return mark_incomplete(body, summary, kind, window)
+
+
+def lost_in_window(summary: StreamSummary | None, kind: str, window: Window) -> dict | None:
+    """The summary's record of accepted events an update failed to take, when one of them
+    may lie in what the query counts: ``[at − window, at]``, or any time up to ``at`` for a
+    decayed kind (which has no start)."""
+    lost = getattr(summary, "lost", None)
+    if not lost or Fraction(lost["ts_min"]) > Fraction(window.at):
+        return None
+    if not kind.startswith("decayed") and \
+            Fraction(lost["ts_max"]) < Fraction(window.at) - Fraction(window.seconds):
+        return None
+    return lost
+
+
+def mark_incomplete(body: dict, summary: StreamSummary | None, kind: str, window: Window) -> dict:
+    """An answer that may miss accepted events says so: ``incomplete`` names them and every
+    bound's ``confidence`` drops to 0 (its bracket is of the events counted, not of all)."""
+    lost = lost_in_window(summary, kind, window)
+    if lost is None:
+        return body
+    body["incomplete"] = {**lost, "detail": (
+        f"{lost['events']} accepted event(s) with ts in [{lost['ts_min']!r}, {lost['ts_max']!r}] "
+        f"could not be counted ({lost['why']}); this answer leaves them out")}
+    for b in [body.get("bound")] + [item.get("bound") for item in body.get("items", [])
+                                    if isinstance(item, dict)]:
+        if isinstance(b, dict):
+            b["confidence"] = 0.0
+    if "complete" in body:  # heavy hitters: a lost event could be a listed key's or a new one
+        body["complete"] = False
+    return body
 
 
 def answer_streams(kind: str, names: list[str], configs: list[StreamConfig], read: list[tuple],
@@ -250,9 +282,12 @@ def answer_streams(kind: str, names: list[str], configs: list[StreamConfig], rea
     window = max(windows, key=lambda w: -math.inf if w.clock is None else w.clock)
     checked = query.check(tuple(configs), params)
     result = run(query, tuple(s for s, _ in read), tuple(configs), window, checked)
-    return shape(result, streams=names, query=kind, window=window.seconds, at=window.at,
+    body = shape(result, streams=names, query=kind, window=window.seconds, at=window.at,
                  as_of={"sketch_versions": {n: st["sketch_version"] for n, (_, st) in zip(names, read)},
                         "events": {n: st["events"] for n, (_, st) in zip(names, read)}})
+    for summary, _ in read:
+        body = mark_incomplete(body, summary, kind, window)
+    return body
 
 
 def answer_from_store(store, kind: str, name: str | None, params: dict, streams: int | None = None) -> dict:

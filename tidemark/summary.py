@@ -10,8 +10,16 @@ Byte layout (after the common 16-byte sketch header, family STREAM_SUMMARY)::
     u32 meta length | meta JSON | part blob 0 | part blob 1 | ...
 
 ``meta`` = {"config": StreamConfig, "secret" (fingerprint of the hash secret), "clock"
-(largest event time, seconds, or null), "parts": [[name, length], ...]}; the part lengths
-must add up to the rest. Only parts that were built are stored.
+(largest event time, seconds, or null), "parts": [[name, length], ...], and "lost" when an
+update failed (below)}; the part lengths must add up to the rest. Only parts that were built
+are stored.
+
+**Lost events.** Ingest's limits and the sketches' capacities agree (``tidemark/limits.py``),
+so no accepted event should ever fail an update. Should one still fail (a bug, a corrupt
+chunk), the worker keeps the shard's sketches as they were and records what they miss in
+``lost`` = {"events", "weight", "ts_min", "ts_max", "why"}; merges add the records up, and an
+answer whose window may hold one of those events says it is incomplete
+(``app/answers.py``) instead of claiming a bracket that leaves them out.
 """
 
 from __future__ import annotations
@@ -207,6 +215,25 @@ def part_names(config: StreamConfig) -> list[str]:
 _META = struct.Struct("<I")
 
 
+def _add_lost(a: dict | None, b: dict | None) -> dict | None:
+    """Two lost-event records as one (module notes)."""
+    if not a or not b:
+        return dict(a or b) if (a or b) else None
+    return {"events": a["events"] + b["events"], "weight": a["weight"] + b["weight"],
+            "ts_min": min(a["ts_min"], b["ts_min"]), "ts_max": max(a["ts_max"], b["ts_max"]),
+            "why": b["why"] if b["why"] == a["why"] else f"{a['why']}; {b['why']}"[:300]}
+
+
+def _read_lost(raw) -> dict | None:
+    if raw is None:
+        return None
+    out = {"events": int(raw["events"]), "weight": float(raw["weight"]),
+           "ts_min": float(raw["ts_min"]), "ts_max": float(raw["ts_max"]), "why": str(raw["why"])}
+    if out["events"] < 0 or not all(math.isfinite(out[k]) for k in ("weight", "ts_min", "ts_max")):
+        raise ValueError("lost-event record out of range")
+    return out
+
+
 class StreamSummary:
     """All sketches of one stream, updated together, merged and serialized together.
 
@@ -215,12 +242,19 @@ class StreamSummary:
     """
 
     def __init__(self, config: StreamConfig, secret: HashSecret, parts: dict | None = None,
-                 clock: float | None = None):
+                 clock: float | None = None, lost: dict | None = None):
         self.config = config
         self.secret = secret
         self.names = part_names(config)
         self.parts = dict(parts or {})
         self.clock_seconds = clock
+        self.lost = lost  # events an update failed to take (module notes), or None
+
+    def record_lost(self, events: int, weight: float, ts_min: float, ts_max: float, why: str) -> None:
+        """Note events that were accepted but are not in the sketches."""
+        self.lost = _add_lost(self.lost, {"events": int(events), "weight": float(weight),
+                                          "ts_min": float(ts_min), "ts_max": float(ts_max),
+                                          "why": str(why)[:300]})
 
     @property
     def seed(self) -> int:
@@ -299,6 +333,7 @@ class StreamSummary:
         if other.clock_seconds is not None:
             self.clock_seconds = (other.clock_seconds if self.clock_seconds is None
                                   else max(self.clock_seconds, other.clock_seconds))
+        self.lost = _add_lost(self.lost, other.lost)
         return self
 
     # -- bytes ---------------------------------------------------------------------------------
@@ -312,6 +347,7 @@ class StreamSummary:
             "secret": self.secret.fingerprint,
             "clock": self.clock_seconds,
             "parts": [[name, len(blob)] for name, blob in blobs],
+            **({"lost": self.lost} if self.lost else {}),
         }).encode()
         payload = _META.pack(len(meta)) + meta + b"".join(blob for _, blob in blobs)
         return pack_header(Family.STREAM_SUMMARY, len(payload), fmt=2) + payload
@@ -329,6 +365,7 @@ class StreamSummary:
             fingerprint = str(meta["secret"])
             clock = meta["clock"]
             layout = [(str(name), int(length)) for name, length in meta["parts"]]
+            lost = _read_lost(meta.get("lost"))
         except (ValueError, KeyError, TypeError) as e:
             raise CorruptSketchError(f"stream summary metadata unreadable: {e}") from None
         if fingerprint != secret.fingerprint:
@@ -350,7 +387,7 @@ class StreamSummary:
             if name in _MAX_TOTAL:  # a blob written under the older, smaller cap takes the new one
                 parts[name].raise_max_total(_MAX_TOTAL[name])
             offset += length
-        return cls(config, secret, parts, clock)
+        return cls(config, secret, parts, clock, lost)
 
     def __repr__(self) -> str:
         return f"StreamSummary(parts={list(self.parts)}, clock={self.clock_seconds}, bytes={self.sizes()})"

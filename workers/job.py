@@ -102,22 +102,54 @@ def apply_chunks(stream: str, previous: dict | None, rows: pd.DataFrame, secret:
 
         if isinstance(e, redis.RedisError):
             raise
-        from tidemark.chunks import decode_chunk
-
-        lost = 0
-        for c in chunks:
-            try:
-                lost += decode_chunk(c.payload).num_rows
-            except Exception:  # noqa: BLE001
-                pass
-        state["failed"] = f"{type(e).__name__}: {e}"[:500]
-        state["failed_events"] += lost
+        why = f"{type(e).__name__}: {e}"[:300]
+        lost, blob = _record_lost(state, chunks, secret, why)
+        state["failed"] = (f"{why}; {lost['events']} event(s) with ts in [{lost['ts_min']!r}, "
+                           f"{lost['ts_max']!r}] not counted" if lost["events"] else why)[:500]
+        state["failed_events"] += lost["events"]
+        state["blob"] = blob
         log.error("stream %s: update failed, its other shards and streams go on: %s", stream, e)
         return state
     state.update(blob=result.blob, events=state["events"] + result.events,
                  late_dropped=state["late_dropped"] + result.late_dropped, clock=result.clock,
                  failed="", sizes=result.sizes)
     return state
+
+
+def _record_lost(state: dict, chunks: list, secret: HashSecret, why: str) -> tuple[dict, bytes | None]:
+    """What a failed update could not take (count, weight, time range of the chunks it
+    can read), and the shard's blob with that record added to its summary: the sketches
+    stay as they were, and answers over the lost times say they are incomplete
+    (``tidemark/summary.py``, lost events). The blob is unchanged when there is none or it
+    cannot be read."""
+    import math
+
+    from tidemark.chunks import decode_chunk
+    from tidemark.summary import StreamSummary
+
+    lost = {"events": 0, "weight": 0.0, "ts_min": math.inf, "ts_max": -math.inf}
+    for c in chunks:
+        try:
+            table = decode_chunk(c.payload)
+        except Exception:  # noqa: BLE001 — an unreadable chunk: nothing to name
+            continue
+        if table.num_rows:
+            ts, w = table.column("ts").to_numpy(), table.column("weight").to_numpy()
+            lost["events"] += table.num_rows
+            lost["weight"] += math.fsum(w.tolist())
+            lost["ts_min"] = min(lost["ts_min"], float(ts.min()))
+            lost["ts_max"] = max(lost["ts_max"], float(ts.max()))
+    blob = state["blob"]
+    if not lost["events"] or state["config"] is None:
+        return lost, blob
+    try:
+        config = StreamConfig.model_validate_json(state["config"])
+        summary = (StreamSummary.from_bytes(blob, secret) if blob is not None
+                   else StreamSummary.create(config, secret))
+        summary.record_lost(lost["events"], lost["weight"], lost["ts_min"], lost["ts_max"], why)
+        return lost, summary.to_bytes()
+    except Exception:  # noqa: BLE001 — the state itself is unreadable: the status says why
+        return lost, blob
 
 
 def shard_updater(redis_url: str, secret: HashSecret):

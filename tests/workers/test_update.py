@@ -127,6 +127,7 @@ def test_settings_that_need_a_huge_summary_are_refused_with_what_fits():
 
 
 # -- issue 21: every accepted event is counted, on one exact rule for time ----------------------
+import app.kinds  # noqa: E402,F401  (registers the kinds)
 from app.answers import answer  # noqa: E402
 from tests import in_process  # noqa: E402
 from tidemark import limits  # noqa: E402
@@ -213,3 +214,44 @@ def test_accepted_events_are_counted_on_one_exact_rule(stream, data):
         s = answer("sum", "s", config, r.summary, r.status(), params)["bound"]
         assert c["lower"] <= count <= c["upper"]
         assert Fraction(s["lower"]) <= total <= Fraction(s["upper"])
+
+
+def test_events_a_failed_update_could_not_take_are_named_and_answers_say_incomplete():
+    """Should an update still fail (here a chunk that bypassed ingest, with a value outside
+    the declared range), the shard keeps its sketches, its status names what it could not
+    take, and every answer whose window may hold those events says it is incomplete
+    (confidence 0), while answers elsewhere keep their full confidence."""
+    import pandas as pd
+
+    from workers.job import apply_chunks
+
+    config = StreamConfig(max_window=100, value_min=0, value_max=10)
+
+    def rows(entry, ts, values, weights, clock):
+        payload = encode_chunk(np.array(ts), [None] * len(ts), np.array(values, float), np.array(weights, float))
+        return pd.DataFrame({"entry": [entry], "payload": [payload], "clock_before": [clock]})
+
+    state = apply_chunks("s", None, rows("1-0", [1000.0, 1001.0], [1.0, 2.0], [1.0, 1.0], -math.inf),
+                         TEST_SECRET, lambda name: config)
+    before = StreamSummary.from_bytes(state["blob"], TEST_SECRET)
+    failed = apply_chunks("s", state, rows("2-0", [1050.0, 1060.0], [5.0, 99.0], [2.0, 3.0], 1001.0),
+                          TEST_SECRET, lambda name: config)
+    assert failed["failed_events"] == 2 and "2 event(s) with ts in [1050.0, 1060.0] not counted" in failed["failed"]
+    after = StreamSummary.from_bytes(failed["blob"], TEST_SECRET)
+    assert {n: p.to_bytes() for n, p in after.parts.items()} == {n: p.to_bytes() for n, p in before.parts.items()}
+    assert after.lost == {"events": 2, "weight": 5.0, "ts_min": 1050.0, "ts_max": 1060.0, "why": after.lost["why"]}
+    # The next batch works again; the record stays, and merges carry it.
+    ok = apply_chunks("s", failed, rows("3-0", [1070.0], [3.0], [1.0], 1001.0), TEST_SECRET, lambda name: config)
+    assert not ok["failed"] and ok["failed_events"] == 2
+    summary = StreamSummary.from_bytes(ok["blob"], TEST_SECRET)
+    merged = StreamSummary.create(config, TEST_SECRET).merge(summary)
+    status = {"clock": 1070.0, "sketch_version": 3, "updated_at": "t", "events": 3, "late_dropped": 0}
+    for kind, params in (("count", {}), ("sum", {"window": "30"}), ("quantiles", {"q": "0.5"}),
+                         ("decayed-sum", {"tau": "0", "decay": "none", "at": "1055", "window": "10"})):
+        body = answer(kind, "s", config, merged, status, params)
+        bounds = [body["bound"]] if "bound" in body else [i["bound"] for i in body["items"]]
+        assert body["incomplete"]["events"] == 2 and all(b["confidence"] == 0.0 for b in bounds), kind
+    clean = answer("count", "s", config, merged, status, {"window": "5", "at": "1070"})
+    assert "incomplete" not in clean and clean["bound"]["confidence"] == 1.0
+    early = answer("decayed-sum", "s", config, merged, status, {"tau": "0", "decay": "none", "at": "1040", "window": "10"})
+    assert "incomplete" not in early
