@@ -185,16 +185,47 @@ register(_windowed("sum", "splittable-histogram"))
 
 
 def _distinct(summary, config, window, params) -> Estimate:
-    """A randomized wave answers only ranges that end at its clock: when the ticks inside
-    the window end earlier, nothing bounds the count from below but 0."""
+    """Distinct keys in the window, from the randomized wave (Gibbons & Tirthapura 2004,
+    §4.1, §5), which keeps each sampled key with its *latest* tick ``T(v)`` and answers
+    ``n(t) = |{v : T(v) >= t}|`` for any ``t`` back to ``clock − W + 1``, within its
+    (ε, δ) bracket (exactly while level 0 covers ``t``).
+
+    * The window reaches the clock: ``n(lo)`` over the ticks touching it (upper) and over
+      the ticks inside it (lower), as before.
+    * The window ends before the clock (``hi < clock``): the state no longer knows whether
+      a key seen after ``hi`` was also seen in ``[lo, hi]`` (only its latest tick is kept),
+      so the bracket is what the state proves. Every key with an event in the touching
+      ticks ``[lo, hi]`` has ``T(v) >= lo``: ``n ≤ n(lo)``, read at its upper bound. Every
+      key whose latest tick lies in the inside ticks ``[lo', hi']`` had an event there:
+      ``n ≥ n(lo') − n(hi' + 1)``, read as ``lower(n(lo')) − upper(n(hi' + 1))``. Three
+      readings, each holding with its confidence: the bracket holds with
+      ``1 − Σ (1 − confidence)`` (1 when each is exact). It is ``additive`` with
+      ``epsilon = 1`` (``|estimate − n| ≤ n(lo)``); how wide it is depends on how many keys
+      of the window came back after it (``half_width`` says).
+    """
     wave = summary["distinct"]
+    lo, hi = window.outer
+    if wave.is_empty or lo > hi or hi >= wave.clock:
+        def query(lo, hi):
+            if hi < wave.clock and (lo, hi) == window.inner and window.inner != window.outer:
+                return _exact_zero("randomized-wave")  # the inside ends before the clock
+            return wave.query(lo, hi)
 
-    def query(lo, hi):
-        if hi < wave.clock and (lo, hi) == window.inner and window.inner != window.outer:
-            return _exact_zero("randomized-wave")
-        return wave.query(lo, hi)
-
-    return window_estimate(query, window, "randomized-wave")
+        return window_estimate(query, window, "randomized-wave")
+    clock = wave.clock
+    up = wave.query(lo, clock)
+    readings = [up]
+    lower = 0.0
+    ilo, ihi = window.inner
+    if ilo <= ihi:
+        a = wave.query(ilo, clock)
+        b = wave.query(ihi + 1, clock) if ihi + 1 <= clock else _exact_zero("randomized-wave")
+        readings += [a, b]
+        lower = max(0.0, a.lower - b.upper)
+    upper = max(up.upper, lower)
+    confidence = max(0.0, 1.0 - sum(1.0 - r.confidence for r in readings))
+    return Estimate(best_point(lower, upper, "additive"), lower, upper, "additive", 1.0, confidence,
+                    "randomized-wave")
 
 
 register(QueryKind("distinct", _distinct, lambda config, p: _exact_zero("randomized-wave"), alert=True))
