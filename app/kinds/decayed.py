@@ -25,6 +25,7 @@ of its values satisfy the predicate, in the upper when some may (``_cells``).
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 
 import numpy as np
 
@@ -124,8 +125,9 @@ def _tick_decay(spec: dict, res: float):
     if kind == "polynomial":
         alpha = spec["alpha"]
         return CallableDecay(lambda a: (np.maximum(a, 0) * res + 1.0) ** -alpha)
-    window = spec["window"]
-    return CallableDecay(lambda a: (np.maximum(a, 0) * res <= window).astype(np.float64))
+    # age·res <= window, exactly: the whole-tick ages up to floor(window / res) (no float product).
+    last = math.floor(Fraction(spec["window"]) / Fraction(res))
+    return CallableDecay(lambda a: (np.maximum(a, 0) <= last).astype(np.float64))
 
 
 def _seconds_decay(spec: dict):
