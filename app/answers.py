@@ -262,7 +262,7 @@ def answer(kind: str, name: str, config: StreamConfig, summary: StreamSummary | 
         result = run(query, summary, config, window, checked)
     body = shape(result, stream=name, query=kind, window=window.seconds, at=window.at,
                  as_of=as_of(status))
-    return mark_incomplete(body, summary, kind, window)
+    return mark_incomplete(body, summary, kind, window, status)
 
 
 def lost_in_window(summary: StreamSummary | None, kind: str, window: Window) -> dict | None:
@@ -278,15 +278,29 @@ def lost_in_window(summary: StreamSummary | None, kind: str, window: Window) -> 
     return lost
 
 
-def mark_incomplete(body: dict, summary: StreamSummary | None, kind: str, window: Window) -> dict:
+def _unrecorded(summary: StreamSummary | None, status: dict | None) -> dict | None:
+    """Lost events the status counts but no summary record places in time (a shard whose
+    state could not be read when its update failed): they may lie in any window."""
+    lost = getattr(summary, "lost", None)
+    n = int((status or {}).get("failed_events") or 0) - (lost["events"] if lost else 0)
+    if n <= 0:
+        return None
+    return {"events": n, "weight": None, "ts_min": None, "ts_max": None,
+            "why": (status or {}).get("failed") or "a shard's update failed"}
+
+
+def mark_incomplete(body: dict, summary: StreamSummary | None, kind: str, window: Window,
+                    status: dict | None = None) -> dict:
     """An answer that may miss accepted events says so: ``incomplete`` names them and every
     bound's ``confidence`` drops to 0 (its bracket is of the events counted, not of all)."""
-    lost = lost_in_window(summary, kind, window)
+    lost = lost_in_window(summary, kind, window) or _unrecorded(summary, status)
     if lost is None:
         return body
+    when = ("at unknown times" if lost["ts_min"] is None
+            else f"with ts in [{lost['ts_min']!r}, {lost['ts_max']!r}]")
     body["incomplete"] = {**lost, "detail": (
-        f"{lost['events']} accepted event(s) with ts in [{lost['ts_min']!r}, {lost['ts_max']!r}] "
-        f"could not be counted ({lost['why']}); this answer leaves them out")}
+        f"{lost['events']} accepted event(s) {when} could not be counted ({lost['why']}); "
+        "this answer leaves them out")}
     for b in [body.get("bound")] + [item.get("bound") for item in body.get("items", [])
                                     if isinstance(item, dict)]:
         if isinstance(b, dict):
@@ -316,8 +330,8 @@ def answer_streams(kind: str, names: list[str], configs: list[StreamConfig], rea
     body = shape(result, streams=names, query=kind, window=window.seconds, at=window.at,
                  as_of={"sketch_versions": {n: st["sketch_version"] for n, (_, st) in zip(names, read)},
                         "events": {n: st["events"] for n, (_, st) in zip(names, read)}})
-    for summary, _ in read:
-        body = mark_incomplete(body, summary, kind, window)
+    for summary, status in read:
+        body = mark_incomplete(body, summary, kind, window, status)
     return body
 
 

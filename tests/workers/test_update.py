@@ -255,3 +255,15 @@ def test_events_a_failed_update_could_not_take_are_named_and_answers_say_incompl
     assert "incomplete" not in clean and clean["bound"]["confidence"] == 1.0
     early = answer("decayed-sum", "s", config, merged, status, {"tau": "0", "decay": "none", "at": "1040", "window": "10"})
     assert "incomplete" not in early
+
+
+def test_lost_events_no_record_places_in_time_make_every_answer_incomplete():
+    """A shard whose update failed before it had a readable state (here: nothing but the
+    status knows of its events) leaves every answer of the stream incomplete."""
+    config = StreamConfig(max_window=100)
+    status = {"clock": None, "sketch_version": 1, "updated_at": "t", "events": 0, "late_dropped": 0,
+              "failed_events": 3, "failed": "shard 0: SketchError: boom"}
+    body = answer("count", "s", config, None, status, {})
+    assert body["incomplete"]["events"] == 3 and body["bound"]["confidence"] == 0.0
+    assert "at unknown times" in body["incomplete"]["detail"]
+    assert "incomplete" not in answer("count", "s", config, None, {**status, "failed_events": 0}, {})
