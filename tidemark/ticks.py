@@ -23,6 +23,14 @@ non-overlapping expansion whose largest non-zero component carries the sign of t
 sum. The seed ``fl(ts/res)`` refined by one rounded remainder step lands within a tick or
 two, so the correction loops run once or twice.
 
+Fast path, ``|fl(ts/res)| < 2^52`` (every grain at present-day times down to ~1 µs): every
+integer there is a float and rounding is monotone, so the rounded quotient of a true
+quotient in ``[k, k + 1)`` lies in ``[k, k + 1]``: its floor ``q`` is ``k`` or ``k + 1``, and
+``ts < q·res`` tells which. That test is exact: ``q·res = p + e`` exactly (TwoProduct);
+when ``ts`` and ``p`` are within a factor two ``ts − p`` is exact (Sterbenz) and the sign
+of the rounded ``(ts − p) − e`` is the exact sign; otherwise ``|ts − p|`` exceeds ``res/2``,
+far above ``|e| <= ulp(p)``, and rounding cannot flip the sign.
+
 **Late events** (contract §3). An event is late when it is older than ``max_window``
 behind the largest ``ts`` accepted before it: ``before − ts > max_window`` in exact
 arithmetic over the three floats. ``late_mask`` decides it with ``d = fl(before − ts)``
@@ -47,6 +55,7 @@ __all__ = ["ticks_of", "tick_of", "tick_start", "float_at_or_above", "late_mask"
 
 _SPLIT = 134217729.0  # 2^27 + 1: Veltkamp's splitter for float64
 _CLAMP = 2**62  # a quotient this large is beyond every declaration: left for the sketches to refuse
+_FAST = 2.0**52  # below it, every integer is a float: fl(ts/res) is the floor or one more
 
 
 @njit(cache=True, inline="always")
@@ -108,6 +117,9 @@ def _ticks_kernel(ts, res, out):
             continue
         p, e = _two_product(q, res)
         r = (t - p) - e  # ≈ t − q·res, off by far less than res
+        if -_FAST < q < _FAST:  # the quotient is the floor or one more: one exact test settles it
+            out[j] = np.int64(q) - np.int64(r < 0.0)
+            continue
         k = np.int64(q) + np.int64(math.floor(r / res))
         while not _at_or_after(t, k, res, h):
             k -= 1
