@@ -25,6 +25,10 @@ histograms of ``count`` and ``sum`` are built with exactly those totals as their
 an interval's weight needs it (Lemma 2), so the bound costs nothing until it is used, and
 no accepted weight can make an update refuse. Every weight sum stays far below float64's
 2^1024, so the decayed sketches' ``total weight overflows float64`` cannot happen either.
+The additive decayed sketch keeps its own ``max_total`` (2^48): it sets the finest weight
+its sampling levels resolve, and a stream that outgrows ``2·max_total`` is not refused —
+the events its top level cannot cover widen its interval by their weight (its
+"uncovered events" rule), an honest bound rather than a failure.
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ __all__ = ["TIME_HORIZON", "FINEST_RESOLUTION", "TICK_LIMIT", "MAX_WINDOW_TICKS"
 TIME_HORIZON = 253402300799.0  # 9999-12-31T23:59:59Z, < 2^38
 FINEST_RESOLUTION = 2.0**-23  # TIME_HORIZON / FINEST_RESOLUTION < 2^61
 TICK_LIMIT = 2**61  # the sketches take ticks in (-TICK_LIMIT, TICK_LIMIT)
-MAX_WINDOW_TICKS = 2**40  # the longest window in ticks a stream may declare
+MAX_WINDOW_TICKS = 2**40 - 1  # the longest window in ticks; its sketches take one tick more (≤ 2^40)
 MAX_WEIGHT = 1e15
 MAX_KEY_BYTES = 256
 MAX_EVENTS = 2**63 - 1  # Redis' int64 counter of a stream's accepted events

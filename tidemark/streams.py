@@ -132,7 +132,7 @@ class StreamConfig(BaseModel):
         if self.resolution > self.max_window:
             raise ValueError("resolution must not exceed max_window")
         if self.window_ticks > limits.MAX_WINDOW_TICKS:
-            raise ValueError("max_window / resolution is too large (more than 2^40 ticks); "
+            raise ValueError("max_window / resolution is too large (2^40 ticks or more); "
                              f"at this resolution max_window can be at most "
                              f"{float(limits.MAX_WINDOW_TICKS * Fraction(self.resolution)):g} s")
         return self

@@ -151,3 +151,9 @@ def test_limits_come_from_one_place():
         StreamConfig(max_window=limits.TIME_HORIZON * 2, resolution=3600)
     with pytest.raises(ValidationError, match="2\\^40 ticks"):
         StreamConfig(max_window=2.0**40 * 1e-3 * 1.5, resolution=1e-3)
+    with pytest.raises(ValidationError, match="2\\^40 ticks"):
+        StreamConfig(max_window=2.0**37, resolution=0.125)
+    # The longest window a declaration takes builds every part.
+    longest = StreamConfig(max_window=(2.0**40 - 1) * 0.125, resolution=0.125, epsilon=0.5)
+    assert longest.window_ticks == limits.MAX_WINDOW_TICKS
+    StreamSummary.create(longest, TEST_SECRET).build_all()
