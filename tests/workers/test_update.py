@@ -153,7 +153,7 @@ def _grain(draw) -> float:
 @st.composite
 def streams(draw):
     """Requests of events at present-day or extreme times, extreme weights, backlogs and
-    bursts, with the late edge hit on purpose; shards 1-64 and any batching."""
+    bursts, with the late edge hit on purpose; shards 1-64, any batching, merges in any order."""
     res = _grain(draw)
     max_window = res * draw(st.sampled_from([1, 7, 100, 1000]))
     base = draw(st.sampled_from([0.0, 1761000000.0, 2.0**37, limits.TIME_HORIZON - max_window * 3]))
@@ -182,7 +182,8 @@ def streams(draw):
     shards = draw(st.integers(1, 64))
     owner = draw(st.lists(st.integers(0, 63), min_size=1, max_size=8))
     cuts = draw(st.lists(st.integers(1, 4), min_size=1, max_size=4))
-    return config, requests, owner, cuts, shards
+    merge_order = draw(st.permutations(range(64)))
+    return config, requests, owner, cuts, shards, merge_order
 
 
 @settings(max_examples=60, deadline=None)
@@ -191,8 +192,8 @@ def test_accepted_events_are_counted_on_one_exact_rule(stream, data):
     """Ingest, shards, batches, merge and answers in process against the exact oracle:
     rejects are only what ingest can see (with a reason), no update fails, the late count
     is the exact rule's, and count and sum bracket the truth at the clock and before it."""
-    config, requests, owner, cuts, shards = stream
-    r = in_process.run(config, requests, owner, cuts, shards)
+    config, requests, owner, cuts, shards, merge_order = stream
+    r = in_process.run(config, requests, owner, cuts, shards, merge_order)
     for req, i, why in r.rejects:
         e = requests[req][i]
         assert (e["ts"] > limits.TIME_HORIZON and "9999-12-31" in why) or \
