@@ -66,3 +66,21 @@ def test_a_window_takes_any_number_of_seconds(raw, seconds):
 def test_a_bad_window_says_why(raw, message):
     with pytest.raises(QueryError, match=message):
         parse_window({"window": raw, "at": "1000"}, StreamConfig(max_window=600), 1000.0)
+
+
+def test_over_http_refusals_are_422s_that_say_why(api):
+    """Through the API (real Redis): a grain too fine is refused at declaration naming the
+    finest; an event beyond the horizon or heavier than the limit is rejected with its
+    reason while the others are kept; a window with an exponent is answered."""
+    with api.client("admin") as c:
+        r = c.put("/v1/streams/too-fine", json={"max_window": 60, "resolution": 1e-9})
+        assert r.status_code == 422 and "finest grain a stream can take is 1.19209e-07 s" in r.text
+        assert c.put("/v1/streams/exact-limits", json={"max_window": 600}).status_code in (200, 201)
+        r = c.post("/v1/streams/exact-limits/events", json=[
+            {"ts": 1000.5, "weight": limits.MAX_WEIGHT}, {"ts": 2.0**40}, {"ts": 1001.5, "weight": 2e15}])
+        assert r.status_code == 202 and r.json()["accepted"] == 1
+        assert [(j["index"], "9999-12-31" in j["error"] or "weight must be <= 1e+15" in j["error"])
+                for j in r.json()["rejected"]] == [(1, True), (2, True)]
+        assert c.get("/v1/streams/exact-limits/count", params={"window": "1e2"}).status_code == 200
+        r = c.get("/v1/streams/exact-limits/count", params={"window": "1e3"})
+        assert r.status_code == 422 and "exceeds the stream's max_window" in r.json()["detail"]
