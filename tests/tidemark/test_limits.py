@@ -157,3 +157,24 @@ def test_limits_come_from_one_place():
     longest = StreamConfig(max_window=(2.0**40 - 1) * 0.125, resolution=0.125, epsilon=0.5)
     assert longest.window_ticks == limits.MAX_WINDOW_TICKS
     StreamSummary.create(longest, TEST_SECRET).build_all()
+
+
+def test_a_summary_written_under_the_old_cap_takes_the_new_one():
+    """Shard states written before the caps came from limits (max_total 2^48) read back
+    with the new cap: they merge with new shards and take heavy weights from then on."""
+    from sketches.splittable_histogram import SplittableHistogram
+
+    config = StreamConfig(max_window=60)
+    old = StreamSummary.create(config, TEST_SECRET)
+    for name in ("count", "sum"):
+        old.parts[name] = SplittableHistogram(config.epsilon, config.window_ticks + 1, 2.0**48)
+    old.update_table(decode_chunk(encode_chunk(np.array([10.0, 11.0]), [None, None],
+                                               np.full(2, np.nan), np.array([1.0, 2.0]))))
+    back = StreamSummary.from_bytes(old.to_bytes(), TEST_SECRET)
+    assert back["sum"].max_total == limits.SUM_MAX_TOTAL
+    back.update_table(decode_chunk(encode_chunk(np.array([12.0]), [None], np.full(1, np.nan),
+                                                np.array([limits.MAX_WEIGHT]))))
+    new = StreamSummary.create(config, TEST_SECRET)
+    new.update_table(decode_chunk(encode_chunk(np.array([13.0]), [None], np.full(1, np.nan), np.ones(1))))
+    s = new.merge(back)["sum"].query(0, 13)
+    assert s.lower <= 1.0 + 2.0 + limits.MAX_WEIGHT + 1.0 <= s.upper
