@@ -467,6 +467,18 @@ def _check_quantiles(c, d, stream):
     assert all(_close(y, it["bound"]["lower"]) for y, it in zip(lower["y"], items))
     assert all(_close(y, it["bound"]["upper"]) for y, it in zip(upper["y"], items))
     assert "p50" in d.text("#q-summary")
+    # Over time: p50, p90 and p99 each a band and a line, opened from the history route;
+    # the newest point is the answer at the clock.
+    d.page.wait_for_function("() => (document.getElementById('q-time-chart').data || []).length === 9")
+    assert any("/quantiles/history" in url for url in d.requests)
+    traces = d.figure("q-time-chart")
+    by_q = {it["q"]: it for it in items}
+    for k, q in enumerate((0.5, 0.9, 0.99)):
+        lower, upper, line = traces[3 * k:3 * k + 3]
+        assert line["name"] == f"p{round(q * 100)}"
+        it = by_q[q]
+        assert _close(line["y"][-1], it["estimate"])
+        assert _close(lower["y"][-1], it["bound"]["lower"]) and _close(upper["y"][-1], it["bound"]["upper"])
     d.shot("dashboard-quantiles.png", "section[aria-labelledby=q-title]")
 
 
