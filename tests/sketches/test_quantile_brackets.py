@@ -245,3 +245,28 @@ def test_decayed_quantile_holds_on_adversarial_streams(stream, data):
     lo_i = int(np.searchsorted(cum, need * (1 - 1e-12)))
     hi_i = min(int(np.searchsorted(cum, need * (1 + 1e-12))), v.size - 1)
     assert b.lower <= v[order][lo_i] and v[order][hi_i] <= b.upper, (phi, b)
+
+
+def test_blobs_collapsed_at_the_earlier_share_are_read_and_merged(monkeypatch):
+    """Blobs written before issue 21 collapsed at ε/8: they are still accepted, merge with
+    sketches collapsing at ε/32, and every bracket still holds."""
+    import sketches.windowed_quantiles as wq
+
+    rng = np.random.default_rng(4)
+    ticks = np.sort(rng.integers(0, 3000, 30_000))
+    values = np.round(rng.lognormal(3, 1, 30_000), 1)
+    monkeypatch.setattr(wq, "COLLAPSE_SHARE", wq.ACCEPTED_SHARE)
+    old = WindowedQuantiles(0.05, 2000, 0.01)
+    old.update(ticks[::2], values[::2])
+    monkeypatch.undo()
+    new = WindowedQuantiles(0.05, 2000, 0.01)
+    new.update(ticks[1::2], values[1::2])
+    read = WindowedQuantiles.from_bytes(old.to_bytes())
+    assert read.nodes < new.nodes  # the earlier share kept fewer, wider nodes
+    merged = read.merge(new)
+    clock = merged.clock
+    for lo in (clock - 1999, clock - 1500, clock - 700, clock - 10):
+        vals = values[ticks >= lo]
+        for q, b in zip(QS, merged.quantiles(QS, lo, clock)):
+            assert b.lower <= true_quantile(vals, q) <= b.upper
+        assert merged.rank_table(lo, clock).rank_error <= 0.05 * wq.ACCEPTED_SHARE * vals.size
