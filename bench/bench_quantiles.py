@@ -10,9 +10,10 @@ Brackets: windows of 10 s, 60 s, 5 min, 15 min and 1 h ending at the clock and 1
 before it (the sketch keeps 75 min for that), q in {0.5, 0.9, 0.99, 0.999}, asked at 20
 clocks (after each of the last 20 batches of 1,000 events, so that window edges fall
 anywhere): whether every bracket holds the true quantile, and the relative width
-(upper − lower over the true value), "before" read from the same rank table with the
-earlier rule (every straddling event on both sides at once, ``old_bracket`` below, kept
-only here) and "after" as the sketch answers. Targets (issue 21): at the clock, windows
+(upper − lower over the true value). "Before" is the sketch as it was (collapsing at ε/8)
+read with the earlier rule (every straddling event on both sides at once): both kept only
+here (``old_sketch``, ``old_bracket``), fed the same events in the same run; "after" is
+the sketch as it answers now (collapsing at ε/32, one consistent world per side). Targets (issue 21): at the clock, windows
 ≥ 60 s with ≥ 1,000 events: p99 and p99.9 ≤ 5 %, median over all q ≤ 5 %; 15 minutes
 before the clock: median ≤ 10 %.
 
@@ -27,10 +28,12 @@ from __future__ import annotations
 import math
 import sys
 import time
+from contextlib import contextmanager
 from fractions import Fraction
 
 import numpy as np
 
+import sketches.windowed_quantiles as wq
 from sketches.windowed_quantiles import WindowedQuantiles
 
 QS = (0.5, 0.9, 0.99, 0.999)
@@ -38,6 +41,22 @@ WINDOWS = (10, 60, 300, 900, 3600)
 BEFORE_CLOCK = (0, 900)  # the window ends at the clock, or 15 minutes before it
 KEEP = 4501              # ticks the bracket sketch keeps: a 1 h window 15 min back
 CLOCKS = 20
+
+
+@contextmanager
+def collapse_share(share: float):
+    """Sketches built inside collapse at ``share``·ε (before issue 21: 1/8; kept here only)."""
+    now, wq.COLLAPSE_SHARE = wq.COLLAPSE_SHARE, share
+    try:
+        yield
+    finally:
+        wq.COLLAPSE_SHARE = now
+
+
+def old_sketch(keep: int) -> WindowedQuantiles:
+    """The sketch as it was before issue 21: collapsing at ε/8."""
+    with collapse_share(1 / 8):
+        return WindowedQuantiles(0.05, keep, 0.01)
 
 
 def old_bracket(table, q: float) -> tuple[float, float]:
@@ -100,34 +119,41 @@ def main() -> None:
     hours = float(sys.argv[2]) if len(sys.argv) > 2 else 2.0
     ticks, values = make_stream(rate, hours)
     feed(ticks[:3000], values[:3000], 1000)  # compile
-    _, speed_5k = feed(ticks, values, 5_000)
-    sk, speed_20k = feed(ticks, values, 20_000)
-    per_cycle = cycle(sk, ticks, values, sk.clock)
     print(f"events {ticks.size:,} over {hours:g} h ({rate:g}/s), 10 % late up to 10 min")
-    print(f"windowed quantiles (ε = 0.05, α = 0.01): {speed_20k / 1e6:.2f} M events/s "
-          f"(batches of 20 k), {speed_5k / 1e6:.2f} M events/s (5 k); {sk.nbytes:,} bytes; "
-          f"from_bytes + update(5 k) + to_bytes {per_cycle * 1e3:.2f} ms "
-          f"({5000 / per_cycle / 1e6:.2f} M events/s)")
+    for label, share in (("before (ε/8)", 1 / 8), ("after (ε/32)", wq.COLLAPSE_SHARE)):
+        with collapse_share(share):
+            _, speed_5k = feed(ticks, values, 5_000)
+            sk, speed_20k = feed(ticks, values, 20_000)
+            per_cycle = cycle(sk, ticks, values, sk.clock)
+        print(f"windowed quantiles {label} (ε = 0.05, α = 0.01): {speed_20k / 1e6:.2f} M events/s "
+              f"(batches of 20 k), {speed_5k / 1e6:.2f} M events/s (5 k); {sk.nbytes:,} bytes; "
+              f"from_bytes + update(5 k) + to_bytes {per_cycle * 1e3:.2f} ms "
+              f"({5000 / per_cycle / 1e6:.2f} M events/s)")
 
     # Brackets at CLOCKS clocks: the last batches of 1,000 events, fed one by one.
     head = ticks.size - CLOCKS * 1000
     sk, _ = feed(ticks[:head], values[:head], 20_000, KEEP)
+    before = old_sketch(KEEP)
+    for i in range(0, head, 20_000):
+        before.update(ticks[i : min(i + 20_000, head)], values[i : min(i + 20_000, head)])
     stats = {(w, back, q): [] for w in WINDOWS for back in BEFORE_CLOCK for q in QS}
     for i in range(head, ticks.size, 1000):
         sk.update(ticks[i : i + 1000], values[i : i + 1000])
+        before.update(ticks[i : i + 1000], values[i : i + 1000])
         seen_t, seen_v = ticks[: i + 1000], values[: i + 1000]
         for back in BEFORE_CLOCK:
             hi = sk.clock - back
             for w in WINDOWS:
                 lo = hi - w + 1
                 sel = seen_v[(seen_t >= lo) & (seen_t <= hi)]
-                table = sk.rank_table(lo, hi)
+                table = before.rank_table(lo, hi)
                 for q, b in zip(QS, sk.quantiles(QS, lo, hi)):
                     true = truth(sel, q)
                     old_lo, old_hi = old_bracket(table, q)
                     stats[w, back, q].append((b.lower <= true <= b.upper, (b.upper - b.lower) / true,
                                               old_lo <= true <= old_hi, (old_hi - old_lo) / true,
                                               abs(b.estimate - true) / true, b.rank_error / sel.size, sel.size))
+    print(f"\nbrackets: {KEEP} ticks kept; bytes before (ε/8) {before.nbytes:,}, after (ε/32) {sk.nbytes:,}")
     print_brackets(stats)
     compare_at_clock(sk, ticks, values)
 

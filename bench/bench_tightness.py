@@ -210,6 +210,18 @@ def quantile_table(after: dict, before: dict) -> None:
                       f"| {sum(r[1] for r in a)}/{len(a)} | {np.median(wb):.2%} | **{np.median(wa):.2%}** "
                       f"| {max(wb):.2%} | {max(wa):.2%} |")
     assert all(r[1] for rows in after.values() for r in rows), "a quantile bracket missed the truth"
+    for label, rows_of in (("before", before), ("after", after)):
+        if not rows_of:
+            continue
+        big = {k: v for k, v in rows_of.items()
+               if k.split("/")[1] == "0" and int(k.split("/")[0]) >= 60 and min(r[2] for r in v) >= 1000}
+        tails = [r[0] for k, v in big.items() if float(k.split("/")[2]) >= 0.99 for r in v]
+        past = [r[0] for k, v in rows_of.items()
+                if k.split("/")[1] == "900" and int(k.split("/")[0]) >= 60 for r in v]
+        print(f"\n{label}: at the clock, windows ≥ 60 s with ≥ 1,000 events: p99/p99.9 worst "
+              f"{max(tails):.2%} ({sum(x > 0.05 for x in tails)} of {len(tails)} above 5 %), median over all q "
+              f"{np.median([r[0] for v in big.values() for r in v]):.2%}; 15 min before the clock, "
+              f"windows ≥ 60 s: median {np.median(past):.2%}")
 
 
 def fmt(x: float) -> str:

@@ -50,13 +50,18 @@ Nodes of two or more ticks end before ``clock − α + 1`` (α = ⌈(1 + log₂ 
 the ticks B–T's level 0 keeps), so a window starting inside the α most recent ticks has
 exact ranks (Δ = 0), as level 0 gives in Theorem 1.
 
-The share is ``COLLAPSE_SHARE`` = 1/32 for every collapse this code makes; a blob is
-accepted while it keeps ``ACCEPTED_SHARE`` = 1/8 (blobs written before issue 21 collapsed
-at ε/8, and a merge keeps each part's own bound, so a summary holding such nodes reads
-Δ ≤ ε/8·n_w until they leave the window). Why 1/32: a window ending 15 minutes before the
-clock is cut by nodes whose size follows the events *to the clock*, and brackets of 60 s –
-5 min windows there, and of p99.9 at the clock, reached 8–40 % at ε/8; at ε/32 they stay
-within two value buckets on a latency stream, for about 1.35× the bytes
+The share is ``COLLAPSE_SHARE`` = 1/32 for a block ending in the ``STRICT_TICKS`` most
+recent ticks (r ≥ clock − STRICT_TICKS + 1 when it collapses) and ``ACCEPTED_SHARE`` = 1/8
+behind them; a blob is accepted while every node keeps 1/8 (blobs written before issue 21
+collapsed at ε/8 everywhere). The clock only grows, so a node D with r(D) ≥ t for a
+boundary t ≥ clock − STRICT_TICKS + 1 was collapsed at ε/32, and so were its enclosing
+nodes (they were tested with it): for such t, U_t ≤ (ε/32)·A_t, in any merge of parts
+written by this code (a merge adds P and R part by part, as above); else U_t ≤ (ε/8)·A_t.
+Why: a window ending 15 minutes before the clock is cut by nodes whose size follows the
+events *to the clock*, and brackets of 60 s – 5 min windows there, and of p99.9 at the
+clock, reached 8–40 % at ε/8; at ε/32 they stay within two value buckets on a latency
+stream. A node of 2^g ticks forms at an age of about 2^g/ε' ticks whatever the rate, so
+the recent ticks are where the finer share pays; behind them ε/8 keeps long windows' bytes
 (``bench/bench_quantiles.py``).
 
 **Values.** γ = (1 + α_v)/(1 − α_v) for value accuracy α_v; a value v > 0 has key i with
@@ -140,8 +145,9 @@ EMPTY_CLOCK = -(2**62)
 MIN_INDEXED = 1e-300
 MAX_EVENTS = 2**38  # keeps the collapse test's integer products below 2^63
 SHIFT = 24
-COLLAPSE_SHARE = 1 / 32  # ε' = ε/32 when collapsing: straddles ≤ ε/32 of the events to the clock
-ACCEPTED_SHARE = 1 / 8   # what a blob must keep (format 2 blobs written before issue 21: ε/8)
+COLLAPSE_SHARE = 1 / 32  # ε' = ε/32 for nodes ending in the STRICT_TICKS most recent ticks
+ACCEPTED_SHARE = 1 / 8   # ε/8 behind them, and what a blob must keep (blobs before issue 21)
+STRICT_TICKS = 1 << 13   # 2.3 h at 1 s: windows of up to an hour, 15 min or more before the clock
 
 
 def _first_passing(rank: np.ndarray, basis: np.ndarray, q: Fraction) -> int:
@@ -355,7 +361,8 @@ class WindowedQuantiles(Sketch):
         self._set(*K.union(*self._lists(), *self._empty_lists(), live))
 
     def _collapse(self) -> None:
-        self._set(*K.collapse(*self._lists(), self.log_w, self._exact_from(), self._num, SHIFT))
+        self._set(*K.collapse(*self._lists(), self.log_w, self._exact_from(), self._num_accepted, SHIFT,
+                              self._clock - STRICT_TICKS + 1, self._num))
 
     def _exact_from(self) -> int:
         return self._clock - self.alpha + 1

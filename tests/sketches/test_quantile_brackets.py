@@ -270,3 +270,25 @@ def test_blobs_collapsed_at_the_earlier_share_are_read_and_merged(monkeypatch):
         for q, b in zip(QS, merged.quantiles(QS, lo, clock)):
             assert b.lower <= true_quantile(vals, q) <= b.upper
         assert merged.rank_table(lo, clock).rank_error <= 0.05 * wq.ACCEPTED_SHARE * vals.size
+
+
+def test_rank_error_is_finer_in_the_recent_ticks():
+    """Blocks ending in the STRICT_TICKS most recent ticks collapse at ε/32, older ones at
+    ε/8: windows starting in the recent ticks read Δ ≤ ε/32·n_w, any window Δ ≤ ε/8·n_w."""
+    import sketches.windowed_quantiles as wq
+
+    rng = np.random.default_rng(9)
+    span = 3 * wq.STRICT_TICKS
+    ticks = np.sort(rng.integers(0, span, 150_000))
+    values = np.round(rng.lognormal(3, 1, ticks.size), 1)
+    sk = WindowedQuantiles(0.05, span, 0.01)
+    for part in np.array_split(np.arange(ticks.size), 30):  # in time order, by batches
+        sk.update(ticks[part], values[part])
+    clock = sk.clock
+    recent = clock - wq.STRICT_TICKS + 1
+    wide = sk._lg > 0
+    assert wide.any() and (sk._left[wide] < recent).any()  # old nodes were collapsed too
+    for lo in list(range(recent, clock, 997)) + list(range(clock - span + 1, recent, 1499)):
+        n = int(np.count_nonzero(ticks >= lo))
+        share = wq.COLLAPSE_SHARE if lo >= recent else wq.ACCEPTED_SHARE
+        assert sk.rank_table(lo, clock).rank_error <= 0.05 * share * n, (lo, recent)
