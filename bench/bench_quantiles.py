@@ -120,7 +120,7 @@ def main() -> None:
     ticks, values = make_stream(rate, hours)
     feed(ticks[:3000], values[:3000], 1000)  # compile
     print(f"events {ticks.size:,} over {hours:g} h ({rate:g}/s), 10 % late up to 10 min")
-    for label, share in (("before (ε/8)", 1 / 8), ("after (ε/32)", wq.COLLAPSE_SHARE)):
+    for label, share in (("before (ε/8)", 1 / 8), ("after (ε/32 in the 2^13 recent ticks, ε/8 behind)", wq.COLLAPSE_SHARE)):
         with collapse_share(share):
             _, speed_5k = feed(ticks, values, 5_000)
             sk, speed_20k = feed(ticks, values, 20_000)
@@ -153,7 +153,7 @@ def main() -> None:
                     stats[w, back, q].append((b.lower <= true <= b.upper, (b.upper - b.lower) / true,
                                               old_lo <= true <= old_hi, (old_hi - old_lo) / true,
                                               abs(b.estimate - true) / true, b.rank_error / sel.size, sel.size))
-    print(f"\nbrackets: {KEEP} ticks kept; bytes before (ε/8) {before.nbytes:,}, after (ε/32) {sk.nbytes:,}")
+    print(f"\nbrackets: {KEEP} ticks kept; bytes before {before.nbytes:,}, after {sk.nbytes:,}")
     print_brackets(stats)
     compare_at_clock(sk, ticks, values)
 
