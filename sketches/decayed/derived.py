@@ -21,7 +21,9 @@ the deviations its proof uses (``tails``) and asks the sketch for ``a`` with
   [0, 1]) — inside the earlier ``[lo_N/hi_S, hi_N/lo_S]``, which let N be small in the
   numerator and large in S₀ at once. Two tails each for N and R — 4. Its ``epsilon`` is
   ``2e/(1 − e)`` (additive; ``|N̂/Ŝ₀ − N/S₀| <= 2a/Ŝ₀``) or ``(1 + e)² − 1`` (relative).
-* φ-heavy hitters: every point whose frequency interval reaches φ. Each interval uses 4
+* φ-heavy hitters: every point whose frequency interval reaches φ (for the relative
+  sketch the interval of ``relative_frequency``, each point against the rest; for the
+  additive one ``[lo_N/hi_S, hi_N/lo_S]``, as its recall proof counts tails). Each interval uses 4
   tails; that *no* true φ-heavy value is missed uses one tail for each of the at most
   ``⌊1/φ⌋`` heavy values and two for ``S₀`` — so ``tails = max(4, ⌊1/φ⌋ + 2)``. A value
   the additive sample never saw has frequency at most ``(a + unc)/lo_S``; if that is not
@@ -145,8 +147,19 @@ def heavy_hitters(sketch, phi, at, decay=None, until=None) -> list[tuple[float, 
             f"its sample may have decayed frequency up to {unseen_hi / dl if dl > 0 else 1.0:.4g}")
     nl, nu = view.interval(view.mass, view.lo, view.hi, tails)
     est = view.mass / de if de > 0 else np.zeros_like(view.mass)
-    lower = np.minimum(1.0, nl / du) if du > 0 else np.zeros_like(view.mass)
-    upper = np.minimum(1.0, nu / dl) if dl > 0 else np.ones_like(view.mass)
+    if view.kind == "relative":
+        # Deterministic for every selection at once: each point against the rest, from one
+        # consistent world per side (as relative_frequency). Differences of sums of
+        # non-negative floats are widened by 1e-12 against the side they could favour.
+        rl, ru = view.interval(de - view.mass, view.lo.sum() - view.lo, view.hi.sum() - view.hi, tails)
+        nl, rl = np.maximum(nl, 0.0), np.maximum(rl * (1 - 1e-12), 0.0)
+        ru = np.maximum(ru, 0.0) * (1 + 1e-12) + 1e-12 * max(du, 0.0)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            lower = np.where(nl > 0, np.minimum(1.0, nl / (nl + ru)), 0.0)
+            upper = np.where(nu + rl > 0, np.minimum(1.0, nu / np.where(nu + rl > 0, nu + rl, 1.0)), 1.0)
+    else:  # the additive sketch's recall proof pays one tail per heavy value plus two for S₀
+        lower = np.minimum(1.0, nl / du) if du > 0 else np.zeros_like(view.mass)
+        upper = np.minimum(1.0, nu / dl) if dl > 0 else np.ones_like(view.mass)
     eps = _ratio_eps(view, tails)
     out = []
     for i in np.flatnonzero(upper >= phi):
