@@ -150,6 +150,23 @@ ACCEPTED_SHARE = 1 / 8   # ε/8 behind them, and what a blob must keep (blobs be
 STRICT_TICKS = 1 << 13   # 2.3 h at 1 s: windows of up to an hour, 15 min or more before the clock
 
 
+def _universe(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(keys, return_inverse=True)``, by a dense tally when the keys span little
+    more than their number (the usual case: a query's keys are a few thousand value
+    buckets), so a history of many instants does not sort every entry at each."""
+    if keys.size == 0:
+        return keys.astype(np.int64), np.zeros(0, np.intp)
+    lo = int(keys.min())
+    span = int(keys.max()) - lo + 1
+    if span > 4 * keys.size + 65536:
+        return np.unique(keys, return_inverse=True)
+    offset = keys.astype(np.int64) - lo
+    present = np.bincount(offset, minlength=span) > 0
+    universe = np.flatnonzero(present)
+    rank = np.cumsum(present) - 1
+    return (universe + lo).astype(keys.dtype), rank[offset]
+
+
 def _first_passing(rank: np.ndarray, basis: np.ndarray, q: Fraction) -> int:
     """The first j with ``rank[j] ≥ max(q·basis[j], 1)``, or ``rank.size`` (exactly: both
     are integers and q a fraction; the test must be monotone in j, as the brackets' are)."""
@@ -429,7 +446,7 @@ class WindowedQuantiles(Sketch):
         else:
             _, i_inside, i_cut, _ = self._classify(*self._check_range(*inner))
         idx, node = self._entries(meets)
-        universe, inv = np.unique(self._keys[idx], return_inverse=True)
+        universe, inv = _universe(self._keys[idx])
         c = self._cnts[idx].astype(np.float64)
         m = universe.size
 
@@ -537,7 +554,7 @@ class WindowedQuantiles(Sketch):
         G = f_young
         idx, node = self._entries(meets)
         rank = np.cumsum(meets) - 1  # node index -> position among the meeting nodes
-        universe, inv = np.unique(self._keys[idx], return_inverse=True)
+        universe, inv = _universe(self._keys[idx])
         c = self._cnts[idx].astype(np.float64)
         per_l = np.bincount(inv, weights=c * g[rank[node]], minlength=universe.size)
         per_h = np.bincount(inv, weights=c * G[rank[node]], minlength=universe.size)
