@@ -69,7 +69,13 @@ function render() {
 /** The quantile panel answered (``answer``: its body, or null when it has none). */
 export async function refreshQuantileHistory(g, answer) {
   reset(g);
-  if (!answer) { kept.points = []; showChart('q-time-chart', false); $('q-time-caption').textContent = ''; return; }
+  if (!answer) {  // no quantiles here (yet): hide the chart, ask the history again once there are
+    kept.points = [];
+    kept.backfill = null;
+    showChart('q-time-chart', false);
+    $('q-time-caption').textContent = '';
+    return;
+  }
   addAnswer(answer);
   render();
   if (kept.backfill !== null) return;
