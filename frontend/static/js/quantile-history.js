@@ -5,7 +5,7 @@ import { askHistory } from './api.js';
 import { bandTraces, baseLayout, draw, emptyPlot, showChart } from './charts.js';
 import { $ } from './dom.js';
 import { fmtDuration, fmtExact, isoUtc } from './format.js';
-import { state } from './state.js';
+import { current, state } from './state.js';
 
 export const OVER_TIME = [[0.5, '#c2410c'], [0.9, '#7c3aed'], [0.99, '#0f766e']];
 const KEEP = 600;            // instants kept per chart
@@ -55,15 +55,26 @@ function render() {
     });
   }
   const log = $('q-log').checked;
+  const xaxis = { title: { text: 'event time (UTC) — window end `at`' }, type: 'date', gridcolor: '#eef2f7' };
+  const first = list[0].at;
+  const lastAt = list[list.length - 1].at;
+  if (lastAt - first < 60) {  // a short history is drawn against the window it covers
+    const span = Math.max(60, Math.min(state.window, 3600));
+    xaxis.range = [isoUtc(lastAt - span), isoUtc(lastAt + span * 0.05)];
+  }
   draw(id, traces, baseLayout({
-    showlegend: true, legend: { orientation: 'h', y: 1.12 },
-    xaxis: { title: { text: 'event time (UTC) — window end `at`' }, type: 'date', gridcolor: '#eef2f7' },
+    showlegend: true, legend: { orientation: 'h', x: 0, y: 1, yanchor: 'bottom' },
+    margin: { l: 64, r: 16, t: 28, b: 44 },
+    xaxis,
     yaxis: { title: { text: `value in last ${fmtDuration(state.window)}${log ? ' (log)' : ''}` },
       gridcolor: '#eef2f7', type: log ? 'log' : 'linear' },
     hovermode: 'closest',
   }));
+  const s = current();
+  const noPast = s && state.window >= s.settings.max_window;
   $('q-time-caption').textContent = `${list.length} answer${list.length === 1 ? '' : 's'} kept (up to ${KEEP}); `
-    + 'shaded: each bracket (deterministic).';
+    + 'shaded: each bracket (deterministic).'
+    + (noPast ? ' A shorter window than max_window shows its earlier answers too.' : '');
 }
 
 /** The quantile panel answered (``answer``: its body, or null when it has none). */
