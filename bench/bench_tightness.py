@@ -5,13 +5,23 @@
 * ``half/(eps*est)`` — the half-width over ε·estimate: 1 means the interval is exactly
   as wide as the structure's ε promises.
 
+Quantiles (issue 21): the relative width (upper − lower) / true value of the ``quantiles``
+answer, through the same answer path as the API, on a latency stream (lognormal, kept to
+0.1 ms so values tie, timestamps anywhere within 1 s ticks, two shards merged), q in
+{0.5, 0.9, 0.99, 0.999}, windows 10 s – 1 h ending at the clock (the default ``at``) or 15
+minutes before it; the clock falls anywhere within a 1 s tick, so a window's edges cut
+ticks as live queries' do (the events of a cut tick may be in or out: the time grain);
+"before" is the answer code of e6eb037 (brackets that put every straddling event on both
+sides at once).
+
 Usage::
 
-    python bench/bench_tightness.py                 # this checkout, then 93b49dc ("before")
+    python bench/bench_tightness.py                 # this checkout, then 93b49dc / e6eb037 ("before")
     python bench/bench_tightness.py --only-here     # this checkout only
+    python bench/bench_tightness.py --quantiles-only
 
-"Before" runs the same script against ``git archive 93b49dc`` in a temporary directory
-(the answer code before issue 13). Prints a Markdown table.
+"Before" runs the same script against ``git archive <rev>`` in a temporary directory
+(93b49dc: the answer code before issue 13; e6eb037 for quantiles). Prints Markdown tables.
 """
 
 from __future__ import annotations
@@ -30,6 +40,65 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 BEFORE = "93b49dc"
+QUANTILES_BEFORE = "e6eb037"
+QS = (0.5, 0.9, 0.99, 0.999)
+Q_WINDOWS = (10, 60, 300, 900, 3600)
+Q_BACK = (0, 900)
+
+
+def measure_quantiles(clocks: int) -> dict:
+    """Relative widths of quantile brackets, per (window, seconds before the clock, q)."""
+    import pyarrow as pa
+
+    import app.kinds.values  # noqa: F401
+    from app.answers import answer
+    from tidemark.hash_secret import HashSecret
+    from tidemark.streams import StreamConfig
+    from tidemark.summary import StreamSummary
+
+    rng = np.random.default_rng(21)
+    config = StreamConfig(max_window=4510.0, epsilon=0.05, delta=0.05, resolution=1.0,
+                          value_min=0.0, value_max=100.0)
+    t0, span, rate = 1_760_000_000, 4800, 30
+    n = span * rate
+    ts = t0 + np.round(np.sort(rng.uniform(0, span, n)) * 1024) / 1024  # exact binary fractions
+    values = np.round(np.clip(rng.lognormal(np.log(0.03), 1.5, n), 1e-4, 10.0), 4)
+    arrival = ts + np.where(rng.random(n) < 0.1, rng.uniform(0, 600, n), 0.0)
+    order = np.argsort(arrival, kind="stable")
+    secret = HashSecret(b"bench-tightness-secret")
+    shards = [StreamSummary.create(config, secret) for _ in range(2)]
+    head = n - clocks * 1000
+    out: dict[str, list] = {}
+    summary = None
+    for start in list(range(0, head, 20_000)) + list(range(head, n, 1000)):
+        stop = min(start + (20_000 if start < head else 1000), head if start < head else n)
+        idx = order[start:stop]
+        for k, s in enumerate(shards):
+            mine = idx[idx % 2 == k]
+            if mine.size:
+                s.update_table(pa.table({"ts": ts[mine], "key": pa.nulls(mine.size, pa.string()),
+                                         "value": values[mine], "weight": np.ones(mine.size)}))
+        if start < head:
+            continue
+        summary = StreamSummary.create(config, secret)  # merge folds into its receiver
+        for s in shards:
+            summary.merge(s)
+        seen = order[:stop]
+        seen_ts, seen_v = ts[seen], values[seen]
+        clock = float(seen_ts.max())
+        status = {"clock": clock, "sketch_version": 1, "updated_at": "t", "events": int(stop), "late_dropped": 0}
+        for back in Q_BACK:
+            at = clock - back  # the default ``at``, and 15 minutes before it
+            for w in Q_WINDOWS:
+                sel = np.sort(seen_v[(seen_ts >= at - w) & (seen_ts <= at)])
+                r = answer("quantiles", "s", config, summary, status,
+                           {"window": str(w), "at": repr(at), "q": ",".join(map(str, QS))})
+                for q, item in zip(QS, r["items"]):
+                    true = float(sel[max(math.ceil(Fraction(repr(q)) * sel.size), 1) - 1])
+                    b = item["bound"]
+                    out.setdefault(f"{w}/{back}/{q}", []).append(
+                        [(b["upper"] - b["lower"]) / true, b["lower"] <= true <= b["upper"], int(sel.size)])
+    return out
 
 
 def measure(queries_per_kind: int) -> dict:
@@ -111,11 +180,48 @@ def measure(queries_per_kind: int) -> dict:
                 for name, v in d.items()} for k, d in out.items()}
 
 
-def run_in(code_dir: Path, queries: int) -> dict:
+def run_in(code_dir: Path, queries: int, what: str = "--measure") -> dict:
     env = {**os.environ, "PYTHONPATH": str(code_dir)}
-    proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--measure", str(queries)],
+    proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), what, str(queries)],
                           cwd=code_dir, env=env, capture_output=True, text=True, check=True)
     return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def checkout(rev: str, tmp: str) -> Path:
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev], capture_output=True, check=True)
+    subprocess.run(["tar", "-x", "-C", tmp], input=archive.stdout, check=True)
+    return Path(tmp)
+
+
+def quantile_table(after: dict, before: dict) -> None:
+    print("| window | ends | events | q | held, before | after | width median, before | after | width worst, before | after |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for back in Q_BACK:
+        for w in Q_WINDOWS:
+            for q in QS:
+                key = f"{w}/{back}/{q}"
+                a, b = after[key], before.get(key)
+                wa = [r[0] for r in a]
+                wb = [r[0] for r in b] if b else [math.nan]
+                held_b = f"{sum(r[1] for r in b)}/{len(b)}" if b else "n/a"
+                ends = "clock" if back == 0 else f"clock − {back // 60} min"
+                span = f"{w} s" if w < 60 else (f"{w // 60} min" if w < 3600 else "1 h")
+                print(f"| {span} | {ends} | {int(np.median([r[2] for r in a])):,} | {q} | {held_b} "
+                      f"| {sum(r[1] for r in a)}/{len(a)} | {np.median(wb):.2%} | **{np.median(wa):.2%}** "
+                      f"| {max(wb):.2%} | {max(wa):.2%} |")
+    assert all(r[1] for rows in after.values() for r in rows), "a quantile bracket missed the truth"
+    for label, rows_of in (("before", before), ("after", after)):
+        if not rows_of:
+            continue
+        big = {k: v for k, v in rows_of.items()
+               if k.split("/")[1] == "0" and int(k.split("/")[0]) >= 60 and min(r[2] for r in v) >= 1000}
+        tails = [r[0] for k, v in big.items() if float(k.split("/")[2]) >= 0.99 for r in v]
+        past = [r[0] for k, v in rows_of.items()
+                if k.split("/")[1] == "900" and int(k.split("/")[0]) >= 60 for r in v]
+        print(f"\n{label}: at the clock, windows ≥ 60 s with ≥ 1,000 events: p99/p99.9 worst "
+              f"{max(tails):.2%} ({sum(x > 0.05 for x in tails)} of {len(tails)} above 5 %), median over all q "
+              f"{np.median([r[0] for v in big.values() for r in v]):.2%}; 15 min before the clock, "
+              f"windows ≥ 60 s: median {np.median(past):.2%}")
 
 
 def fmt(x: float) -> str:
@@ -126,18 +232,31 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--measure", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--queries", type=int, default=200, help="queries per kind")
+    ap.add_argument("--measure-quantiles", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--clocks", type=int, default=10, help="clocks the quantile brackets are asked at")
     ap.add_argument("--only-here", action="store_true")
+    ap.add_argument("--quantiles-only", action="store_true")
     args = ap.parse_args()
     if args.measure:
         print(json.dumps(measure(args.measure)))
         return
+    if args.measure_quantiles:
+        print(json.dumps(measure_quantiles(args.measure_quantiles)))
+        return
+    q_after = run_in(ROOT, args.clocks, "--measure-quantiles")
+    q_before = {}
+    if not args.only_here:
+        with tempfile.TemporaryDirectory() as tmp:
+            q_before = run_in(checkout(QUANTILES_BEFORE, tmp), args.clocks, "--measure-quantiles")
+    quantile_table(q_after, q_before)
+    if args.quantiles_only:
+        return
+    print()
     after = run_in(ROOT, args.queries)
     before = {}
     if not args.only_here:
         with tempfile.TemporaryDirectory() as tmp:
-            archive = subprocess.run(["git", "-C", str(ROOT), "archive", BEFORE], capture_output=True, check=True)
-            subprocess.run(["tar", "-x", "-C", tmp], input=archive.stdout, check=True)
-            before = run_in(Path(tmp), args.queries)
+            before = run_in(checkout(BEFORE, tmp), args.queries)
     print("| kind | width/error median (p99), before | after | half/(ε·est) median (p99), before | after |")
     print("|---|---|---|---|---|")
     for kind, a in after.items():

@@ -304,15 +304,16 @@ def _sum_by_key(keys, cnts, e0, e1, nk, nc, e):
 
 
 @njit(cache=True)
-def collapse(left, lg, off, keys, cnts, wt, top_lg, exact_from, num, shift):
+def collapse(left, lg, off, keys, cnts, wt, top_lg, exact_from, num, shift, strict_from, num_strict):
     """Greedy top-down collapse: a dyadic block B = [l, r] (``r < exact_from``) holding two
     or more nodes becomes one node holding all their events when
 
-        (P_anc + S_B) · 2^shift <= num · R_(r+1)
+        (P_anc + S_B) · 2^shift <= num_B · R_(r+1)
 
     (P_anc: events of the nodes strictly enclosing B, S_B: events of the nodes inside B,
-    R_x: events of the nodes that start at or after x). Otherwise its halves are tried.
-    Returns the new lists (the inputs themselves when nothing collapses)."""
+    R_x: events of the nodes that start at or after x; ``num_B`` is ``num_strict`` when
+    ``r >= strict_from``, else ``num``). Otherwise its halves are tried. Returns the new
+    lists (the inputs themselves when nothing collapses)."""
     n = left.shape[0]
     cw = np.zeros(n + 1, np.int64)
     for i in range(n):
@@ -344,7 +345,8 @@ def collapse(left, lg, off, keys, cnts, wt, top_lg, exact_from, num, shift):
                 continue
             if br < exact_from:
                 need = (anc + cw[i1] - cw[i0]) << shift
-                if need <= num * (total - cw[i1]):
+                share = num_strict if br >= strict_from else num
+                if need <= share * (total - cw[i1]):
                     op0[nops], op1[nops], opl[nops], opg[nops] = i0, i1, bl, bd
                     nops += 1
                     continue

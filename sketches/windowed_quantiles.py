@@ -50,20 +50,57 @@ Nodes of two or more ticks end before ``clock − α + 1`` (α = ⌈(1 + log₂ 
 the ticks B–T's level 0 keeps), so a window starting inside the α most recent ticks has
 exact ranks (Δ = 0), as level 0 gives in Theorem 1.
 
+The share is ``COLLAPSE_SHARE`` = 1/32 for a block ending in the ``STRICT_TICKS`` most
+recent ticks (r ≥ clock − STRICT_TICKS + 1 when it collapses) and ``ACCEPTED_SHARE`` = 1/8
+behind them; a blob is accepted while every node keeps 1/8 (blobs written before issue 21
+collapsed at ε/8 everywhere). The clock only grows, so a node D with r(D) ≥ t for a
+boundary t ≥ clock − STRICT_TICKS + 1 was collapsed at ε/32, and so were its enclosing
+nodes (they were tested with it): for such t, U_t ≤ (ε/32)·A_t, in any merge of parts
+written by this code (a merge adds P and R part by part, as above); else U_t ≤ (ε/8)·A_t.
+Why: a window ending 15 minutes before the clock is cut by nodes whose size follows the
+events *to the clock*, and brackets of 60 s – 5 min windows there, and of p99.9 at the
+clock, reached 8–40 % at ε/8; at ε/32 they stay within two value buckets on a latency
+stream. A node of 2^g ticks forms at an age of about 2^g/ε' ticks whatever the rate, so
+the recent ticks are where the finer share pays; behind them ε/8 keeps long windows' bytes
+(``bench/bench_quantiles.py``).
+
 **Values.** γ = (1 + α_v)/(1 − α_v) for value accuracy α_v; a value v > 0 has key i with
 γ^(i−1) < v ≤ γ^i, so every point of its bucket is within α_v of the bucket's centre
 2γ^i/(1 + γ) (DDSketch, Lemma 2). Negative values use the mirrored keys, |v| < 1e-300 the
 zero key. Every event keeps its exact key for life: only its time is blurred.
 
-**Bracket.** With rank brackets Cl(v) ≤ C(≤v) ≤ Cu(v) (monotone) and count bracket
-N_l ≤ n_w ≤ N_u, the true q-quantile v* (the smallest v with C(≤v) ≥ max(q·n_w, 1)) is
+**Bracket, from one consistent world.** Split the events held in the nodes that meet
+the range into I, those certainly in it (nodes wholly inside, or inside ``inner``), and X,
+those that may or may not be (cut nodes, or nodes outside ``inner``): the range holds
+I ∪ Y for some unknown Y ⊆ X, so with I(≤v), X(≤v), X(>v) read per value key,
 
-    lower = lower edge of the first key k with Cu(k) ≥ max(⌈q·N_l⌉, 1)
-    upper = upper edge of the first key k with Cl(k) ≥ max(⌈q·N_u⌉, 1)
+    C(≤v) = I(≤v) + Y(≤v),   n_w = |I| + Y(≤v) + Y(>v),   0 ≤ Y(≤v) ≤ X(≤v), 0 ≤ Y(>v) ≤ X(>v)
+
+(``cl = I(≤·)``, ``cu = I(≤·) + X(≤·)``, ``N_l = |I|``, ``N_u = |I| + |X|``). The true
+q-quantile v* is the smallest v with C(≤v) ≥ max(q·n_w, 1) (contract §6), an event's
+value, so v* ≤ hi_edge(k) as soon as C(≤hi_edge(k)) ≥ max(q·n_w, 1). Since
+
+    C(≤v) − q·n_w = I(≤v) − q·|I| + (1 − q)·Y(≤v) − q·Y(>v)
+
+grows with Y(≤v) and falls with Y(>v), one world is the worst for each side:
+
+    upper = hi_edge of the first key k with  I(≤k) ≥ max(q·(|I| + X(>k)), 1)
+    lower = lo_edge of the first key k with  I(≤k) + X(≤k) ≥ max(q·(|I| + X(≤k)), 1)
     lower ≤ v* ≤ upper                                      (always; confidence 1)
 
-Keys below lower's have Cu < q·N_l ≤ q·n_w, so they hold no v*; upper's key has
-C ≥ q·N_u ≥ q·n_w. When Δ = 0 the bracket is one value bucket, γ − 1 ≈ 2α_v wide.
+Upper: in every world C(≤k) − q·n_w ≥ I(≤k) − q·(|I| + X(>k)) ≥ 0 (Y(≤k) = 0,
+Y(>k) = X(>k)) and C(≤k) ≥ I(≤k) ≥ 1; if no key passes, the last key holds every event.
+Lower: for a key k below it, every world has C(≤k) − q·n_w ≤ I(≤k) + (1 − q)·X(≤k)
+− q·|I| < 0 (Y(≤k) = X(≤k), Y(>k) = 0) or C(≤k) ≤ cu(k) < 1, so v*'s key is not k.
+Both tests are monotone in k (each side only grows), and they are integer inequalities
+with q taken exactly as written (a :class:`~fractions.Fraction`): nothing rounds. This is
+the straddle of B–T §2.2 (Lemma 1: the misplaced elements X_1, X_2, X_3 are the
+boundary's path nodes' events) read per value *and* in the count at once: the earlier
+reading (upper: I(≤k) ≥ q·(|I| + |X|), lower: I(≤k) + X(≤k) ≥ q·|I|) put every
+straddling event on both sides together, so a p99 whose straddle was ≥ 1 % of the window
+fell to the last key. The new tests imply the old ones' failure never more often: upper's
+threshold is lower by q·X(≤k), lower's higher by q·X(≤k). When Δ = 0 the bracket is one
+value bucket, γ − 1 ≈ 2α_v wide.
 
 **Merge**: the union of the nodes (a node in both adds its histograms), then a collapse:
 the invariant holds for the union (above), so any number of parts in any merge tree keep
@@ -108,7 +145,45 @@ EMPTY_CLOCK = -(2**62)
 MIN_INDEXED = 1e-300
 MAX_EVENTS = 2**38  # keeps the collapse test's integer products below 2^63
 SHIFT = 24
-COLLAPSE_SHARE = 0.125  # ε' = ε/8: brackets ~8× tighter than promised, for ~1.7× the bytes
+COLLAPSE_SHARE = 1 / 32  # ε' = ε/32 for nodes ending in the STRICT_TICKS most recent ticks
+ACCEPTED_SHARE = 1 / 8   # ε/8 behind them, and what a blob must keep (blobs before issue 21)
+STRICT_TICKS = 1 << 13   # 2.3 h at 1 s: windows of up to an hour, 15 min or more before the clock
+
+
+def _universe(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(keys, return_inverse=True)``, by a dense tally when the keys span little
+    more than their number (the usual case: a query's keys are a few thousand value
+    buckets), so a history of many instants does not sort every entry at each."""
+    if keys.size == 0:
+        return keys.astype(np.int64), np.zeros(0, np.intp)
+    lo = int(keys.min())
+    span = int(keys.max()) - lo + 1
+    if span > 4 * keys.size + 65536:
+        return np.unique(keys, return_inverse=True)
+    offset = keys.astype(np.int64) - lo
+    present = np.bincount(offset, minlength=span) > 0
+    universe = np.flatnonzero(present)
+    rank = np.cumsum(present) - 1
+    return (universe + lo).astype(keys.dtype), rank[offset]
+
+
+def _first_passing(rank: np.ndarray, basis: np.ndarray, q: Fraction) -> int:
+    """The first j with ``rank[j] ≥ max(q·basis[j], 1)``, or ``rank.size`` (exactly: both
+    are integers and q a fraction; the test must be monotone in j, as the brackets' are)."""
+    num, den = q.numerator, q.denominator
+    ok_int64 = den < 2**24 and int(basis.max(initial=0)) < 2**38 and int(rank.max(initial=0)) < 2**38
+    if ok_int64:  # products below 2^62: one vectorised test
+        passing = (rank * den >= basis * num) & (rank >= 1)
+        return int(np.argmax(passing)) if passing.any() else int(rank.size)
+    lo, hi = 0, int(rank.size)  # Python integers: a binary search on the monotone test
+    while lo < hi:
+        mid = (lo + hi) // 2
+        r = int(rank[mid])
+        if r >= 1 and r * den >= int(basis[mid]) * num:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
 
 
 @dataclass(frozen=True)
@@ -132,6 +207,26 @@ class RankTable:
     rank_error: int
     epsilon: float
     to_clock: bool  # basis of epsilon: the window's count (True) or [lo, clock]'s
+
+    def shares(self) -> tuple[np.ndarray, np.ndarray]:
+        """Brackets of the share F(k) = C(≤k)/n_w of the window at or below each key,
+        each from its one consistent world (module notes, **Bracket**):
+
+            I(≤k) / (|I| + X(>k))  ≤  F(k)  ≤  (I(≤k) + X(≤k)) / (|I| + X(≤k))
+
+        (F = (I(≤k) + Y(≤k)) / (|I| + Y(≤k) + Y(>k)) falls with Y(>k) and rises with
+        Y(≤k)); narrower than cl/N_u … cu/N_l, which count the straddle on both sides.
+        A world with no event has no share: 0/0 reads 0 below and 1 above. Rounded outward.
+        """
+        straddle = self.cu - self.cl
+        low_den = (self.n_upper - straddle).astype(np.float64)
+        high_den = (self.n_lower + straddle).astype(np.float64)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            low = np.where(low_den > 0, self.cl / np.where(low_den > 0, low_den, 1.0), 0.0)
+            high = np.where(high_den > 0, self.cu / np.where(high_den > 0, high_den, 1.0), 1.0)
+        low = np.maximum(np.nextafter(low, -np.inf), 0.0)
+        high = np.minimum(np.nextafter(high, np.inf), 1.0)
+        return low, high
 
 
 @dataclass(frozen=True)
@@ -162,6 +257,8 @@ class DistributionRow:
     count: int
     cdf_lower: int
     cdf_upper: int
+    share_lower: float = 0.0  # bracket of C(≤ upper edge)/n_w (RankTable.shares)
+    share_upper: float = 1.0
 
 
 class WindowedQuantiles(Sketch):
@@ -214,6 +311,7 @@ class WindowedQuantiles(Sketch):
         if self.alpha > 1 << 20:
             raise SketchError(f"epsilon {epsilon} needs {self.alpha} exact ticks; at most 2^20")
         self._num = int(math.floor(epsilon * COLLAPSE_SHARE * (1 << SHIFT)))
+        self._num_accepted = int(math.floor(epsilon * ACCEPTED_SHARE * (1 << SHIFT)))
         self.gamma = (1.0 + value_accuracy) / (1.0 - value_accuracy)
         self.log_gamma = math.log(self.gamma)
         # Keys: bias + i for γ^(i−1) < |v| ≤ γ^i, i ≥ 1 − bias covers |v| ≥ MIN_INDEXED.
@@ -280,7 +378,8 @@ class WindowedQuantiles(Sketch):
         self._set(*K.union(*self._lists(), *self._empty_lists(), live))
 
     def _collapse(self) -> None:
-        self._set(*K.collapse(*self._lists(), self.log_w, self._exact_from(), self._num, SHIFT))
+        self._set(*K.collapse(*self._lists(), self.log_w, self._exact_from(), self._num_accepted, SHIFT,
+                              self._clock - STRICT_TICKS + 1, self._num))
 
     def _exact_from(self) -> int:
         return self._clock - self.alpha + 1
@@ -347,7 +446,7 @@ class WindowedQuantiles(Sketch):
         else:
             _, i_inside, i_cut, _ = self._classify(*self._check_range(*inner))
         idx, node = self._entries(meets)
-        universe, inv = np.unique(self._keys[idx], return_inverse=True)
+        universe, inv = _universe(self._keys[idx])
         c = self._cnts[idx].astype(np.float64)
         m = universe.size
 
@@ -378,13 +477,13 @@ class WindowedQuantiles(Sketch):
         return [self._bracket(q, table) for q in qs]
 
     def _bracket(self, q: float, tb: RankTable) -> QuantileBracket | None:
+        """The bracket of one q from one consistent world per side (module notes)."""
         if tb.n_upper == 0 or tb.keys.size == 0:
             return None
         fq = Fraction(repr(q))  # q as written: 0.1 is one tenth, not its binary neighbour
-        need_low = max(math.ceil(fq * tb.n_lower), 1)
-        need_high = max(math.ceil(fq * tb.n_upper), 1)
-        j_lo = int(np.searchsorted(tb.cu, need_low, side="left"))
-        j_hi = int(np.searchsorted(tb.cl, need_high, side="left"))
+        straddle = tb.cu - tb.cl  # X(≤k)
+        j_lo = _first_passing(tb.cu, tb.n_lower + straddle, fq)
+        j_hi = _first_passing(tb.cl, tb.n_upper - straddle, fq)
         last = tb.keys.size - 1
         lower = float(tb.lo_edge[min(j_lo, last)])
         upper = float(tb.hi_edge[min(j_hi, last)])
@@ -406,8 +505,9 @@ class WindowedQuantiles(Sketch):
         tb = self.rank_table(lo, hi, inner)
         counts = np.diff(np.concatenate(([0], tb.est)))
         keep = np.flatnonzero((counts != 0) | (np.diff(np.concatenate(([0], tb.cu))) != 0))
+        low, high = tb.shares()
         return [DistributionRow(float(tb.lo_edge[j]), float(tb.hi_edge[j]), int(counts[j]),
-                                int(tb.cl[j]), int(tb.cu[j])) for j in keep]
+                                int(tb.cl[j]), int(tb.cu[j]), float(low[j]), float(high[j])) for j in keep]
 
     def decayed_quantile(self, phi: float, decay, at: int, lo: int | None = None) -> QuantileBracket | None:
         """The φ-quantile of values weighted by ``decay(at − tick)`` (a non-increasing
@@ -419,8 +519,18 @@ class WindowedQuantiles(Sketch):
 
             Σ_N g_N·h_N(≤v) ≤ W(≤v) ≤ Σ_N G_N·h_N(≤v)
 
-        and the bracket is read like the window quantile's, with weights for counts. Float
-        sums are widened by 1e-9 of the total.
+        The decayed φ-quantile is the smallest v with W(≤v) ≥ max(φ·W, tiny), i.e.
+        (1 − φ)·W(≤v) ≥ φ·W(>v); every event's weight lies in its own [g, G] whatever the
+        others', so each side is read from its one worst world (as the window quantile's,
+        module notes):
+
+            upper: the first key k with (1 − φ)·L(≤k) ≥ φ·H(>k) and L(≤k) > 0
+            lower: the first key k with (1 − φ)·H(≤k) ≥ φ·L(>k) and H(≤k) > 0
+
+        with L = Σ g·h and H = Σ G·h. Upper holds in every world since W(≤k) ≥ L(≤k) and
+        W(>k) ≤ H(>k); below lower's key every world has (1 − φ)·W(≤k) ≤ (1 − φ)·H(≤k)
+        < φ·L(>k) ≤ φ·W(>k) (or no weight at all at or below k). Float sums are widened by
+        1e-9 of the total and each test by 1e-12, against the side it could favour.
         """
         phi = float(phi)
         if not 0.0 <= phi <= 1.0:
@@ -444,23 +554,27 @@ class WindowedQuantiles(Sketch):
         G = f_young
         idx, node = self._entries(meets)
         rank = np.cumsum(meets) - 1  # node index -> position among the meeting nodes
-        universe, inv = np.unique(self._keys[idx], return_inverse=True)
+        universe, inv = _universe(self._keys[idx])
         c = self._cnts[idx].astype(np.float64)
-        cl = np.cumsum(np.bincount(inv, weights=c * g[rank[node]], minlength=universe.size))
-        cu = np.cumsum(np.bincount(inv, weights=c * G[rank[node]], minlength=universe.size))
+        per_l = np.bincount(inv, weights=c * g[rank[node]], minlength=universe.size)
+        per_h = np.bincount(inv, weights=c * G[rank[node]], minlength=universe.size)
+        cl, cu = np.cumsum(per_l), np.cumsum(per_h)
         if cu.size == 0 or cu[-1] <= 0:
             return None
         slack = 1e-9 * float(cu[-1])
-        n_upper, n_lower = float(cu[-1]) + slack, max(0.0, float(cl[-1]) - slack)
-        cu = np.minimum(cu + slack, n_upper)
-        cl = np.maximum(cl - slack, 0.0)
+        # W above key k, summed from the top (not a difference of two large sums).
+        l_above = np.concatenate((np.cumsum(per_l[::-1])[::-1][1:], [0.0]))
+        h_above = np.concatenate((np.cumsum(per_h[::-1])[::-1][1:], [0.0]))
+        keep = 1.0 - phi
+        up_ok = (keep * np.maximum(cl - slack, 0.0) >= phi * (h_above + slack) * (1 + 1e-12)) & (cl > 0)
+        lo_ok = (keep * (cu + slack) * (1 + 1e-12) >= phi * np.maximum(l_above - slack, 0.0)) & (cu > 0)
         last_key = universe.size - 1
+        j_hi = int(np.argmax(up_ok)) if up_ok.any() else last_key
+        j_lo = int(np.argmax(lo_ok)) if lo_ok.any() else last_key
         lo_edge, hi_edge = self.edges_of(universe)
         tiny = 1e-300
-        j_lo = int(np.searchsorted(cu, max(phi * n_lower * (1 - 1e-12), tiny), side="left"))
-        j_hi = int(np.searchsorted(cl, max(phi * n_upper * (1 + 1e-12), tiny), side="left"))
-        lower = math.nextafter(float(lo_edge[min(j_lo, last_key)]), -math.inf)
-        upper = math.nextafter(float(hi_edge[min(j_hi, last_key)]), math.inf)
+        lower = math.nextafter(float(lo_edge[j_lo]), -math.inf)
+        upper = math.nextafter(float(hi_edge[j_hi]), math.inf)
         mid = (cl + cu) / 2
         j = min(int(np.searchsorted(mid, max(phi * mid[-1], tiny), side="left")), last_key)
         a, b = float(lo_edge[j]), float(hi_edge[j])
@@ -543,7 +657,7 @@ class WindowedQuantiles(Sketch):
                 or left[-1] > clock or right.min() < live or int(wt.sum()) >= MAX_EVENTS):
             raise r.fail("has nodes out of order, misaligned or outside the window")
         sk._clock = int(clock)
-        if not K.invariant_holds(left, lg, wt, sk._exact_from(), sk._num, SHIFT):
+        if not K.invariant_holds(left, lg, wt, sk._exact_from(), sk._num_accepted, SHIFT):
             raise r.fail("breaks the collapse invariant (its rank error would exceed epsilon)")
         sk._set(left, lg, off.astype(np.int64), keys, cnts, wt)
         return sk

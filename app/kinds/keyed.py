@@ -50,11 +50,14 @@ def _check_phi(config: StreamConfig, params: dict) -> dict:
 
 
 class HeavyHitters(list):
-    """The list answer, with what it knows of the keys it does not list."""
+    """The list answer, with what it knows of the keys it does not list and the bracket of
+    the window's count N (``events``): an unlisted key could reach φ·N only if
+    ``unlisted_max ≥ φ·events.lower``."""
 
-    def __init__(self, items, unlisted_max: float, complete: bool):
+    def __init__(self, items, unlisted_max: float, complete: bool, events: tuple[float, float] = (0.0, 0.0)):
         super().__init__(items)
-        self.extra = {"unlisted_max": unlisted_max, "complete": bool(complete)}
+        self.extra = {"unlisted_max": unlisted_max, "complete": bool(complete),
+                      "events": {"lower": events[0], "upper": events[1]}}
 
 
 def _window_uppers(ecm, ids, window: Window) -> tuple[np.ndarray, list | None]:
@@ -103,7 +106,8 @@ def _heavy_hitters(summary, config, window, params):
     if window.outer[0] > window.outer[1]:
         return HeavyHitters([], 0.0, True)
     found = summary["key_candidates"].candidates(*window.outer)
-    n_low = window_estimate(summary["count"].query, window, "splittable-histogram").lower
+    count = window_estimate(summary["count"].query, window, "splittable-histogram")
+    n_low = count.lower
     level = params["phi"] * n_low
     items, dropped_max = [], 0.0
     if len(found.ids):
@@ -117,7 +121,7 @@ def _heavy_hitters(summary, config, window, params):
     items.sort(key=lambda item: -item["estimate"])
     unlisted_max = max(found.threshold, dropped_max)
     complete = found.threshold == 0 or found.threshold < level
-    return HeavyHitters(items, unlisted_max, complete)
+    return HeavyHitters(items, unlisted_max, complete, (count.lower, count.upper))
 
 
 def _same_shape(configs: tuple[StreamConfig, StreamConfig], params: dict) -> dict:

@@ -104,11 +104,13 @@ class _Listing(list):
 def _distribution(summary, config, window, params):
     """The window's CDF: value buckets (merged to at most ``buckets`` rows, each a run of
     adjacent logarithmic buckets) with the bracket of the number of events at or below the
-    row's upper edge and the estimated events in the row."""
+    row's upper edge, the bracket of their share of the window (each side from one
+    consistent world, ``RankTable.shares``) and the estimated events in the row."""
     if window.outer[0] > window.outer[1]:
         return _Listing([], events={"lower": 0, "upper": 0})
     outer, inner = _ranges(window)
     table = summary["values"].rank_table(*outer, inner)
+    share_lower, share_upper = table.shares()
     counts = np.diff(np.concatenate(([0], table.est)))
     rows = np.flatnonzero(counts != 0)
     groups = np.array_split(rows, min(params["buckets"], rows.size)) if rows.size else []
@@ -117,7 +119,8 @@ def _distribution(summary, config, window, params):
         first, last = int(g[0]), int(g[-1])
         items.append({"lower_edge": float(table.lo_edge[first]), "upper_edge": float(table.hi_edge[last]),
                       "count": int(counts[first : last + 1].sum()),
-                      "cdf_lower": int(table.cl[last]), "cdf_upper": int(table.cu[last])})
+                      "cdf_lower": int(table.cl[last]), "cdf_upper": int(table.cu[last]),
+                      "share_lower": float(share_lower[last]), "share_upper": float(share_upper[last])})
     return _Listing(items, events={"lower": table.n_lower, "upper": table.n_upper},
                     bound={"kind": "additive", "epsilon": table.epsilon, "confidence": 1.0,
                            "method": METHOD, "rank_error": table.rank_error,

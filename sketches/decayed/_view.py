@@ -47,3 +47,17 @@ class View:
         est = ce[idx]
         lower, upper = self.interval(est, cl[idx], ch[idx], tails)
         return est, np.asarray(lower, np.float64), np.asarray(upper, np.float64)
+
+    def above(self, tails: int, inclusive: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Brackets of the weight at points ``>= p`` (or ``> p``) for every point ``p``,
+        summed from the top (not a difference of two large sums)."""
+        n = self.points.size
+
+        def suffix(x):
+            return np.concatenate([np.cumsum(x[::-1])[::-1], [0.0]])
+
+        se, sl, sh = suffix(self.mass), suffix(self.lo), suffix(self.hi)
+        idx = np.arange(n) if inclusive else np.arange(1, n + 1)
+        est = se[idx]
+        lower, upper = self.interval(est, sl[idx], sh[idx], tails)
+        return est, np.asarray(lower, np.float64), np.asarray(upper, np.float64)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from fractions import Fraction
 
 import httpx
 import numpy as np
@@ -27,12 +28,14 @@ MAX_WINDOW = 600.0
 _names = (f"hist-{i}" for i in itertools.count())
 
 
-def _publish(redis_url: str, name: str, ts: np.ndarray, weights: np.ndarray) -> StreamConfig:
+def _publish(redis_url: str, name: str, ts: np.ndarray, weights: np.ndarray,
+             values: np.ndarray | None = None) -> StreamConfig:
     config = StreamConfig(max_window=MAX_WINDOW, epsilon=0.05)
     summary = StreamSummary.create(config, TEST_SECRET)
     n = len(ts)
     if n:
-        summary.update_table(decode_chunk(encode_chunk(ts, [None] * n, np.full(n, np.nan), weights)))
+        values = np.full(n, np.nan) if values is None else values
+        summary.update_table(decode_chunk(encode_chunk(ts, [None] * n, values, weights)))
     Publisher(redis_url).publish_summary(name, summary, version=1, events=n)
     return config
 
@@ -90,6 +93,43 @@ def test_history_answers_are_the_plain_answers_and_hold_the_truth(api, redis_url
                 truth = truth_of(inside)
                 b = a["bound"]
                 assert b["confidence"] == 1.0 and b["lower"] <= truth <= b["upper"], (a, truth)
+
+
+def _true_quantile(values: np.ndarray, q: float) -> float:
+    """Contract §6: the smallest v with at least q × count events of value ≤ v (at least one)."""
+    v = np.sort(values)
+    return float(v[max(math.ceil(Fraction(repr(q)) * v.size), 1) - 1])
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=streams(), window=st.sampled_from([1.0, 95.5, 300.0]), points=st.integers(2, 30),
+       seed=st.integers(0, 2**32 - 1))
+def test_quantile_history_brackets_the_truth_at_every_instant(api, redis_url, data, window, points, seed):
+    """Quantiles over time: each instant's items, each with its bracket, are the plain
+    query's answer at that ``at`` and hold the brute-force quantile (latency-like values
+    with ties; an instant whose window is empty has no bracket)."""
+    ts, weights = data
+    rng = np.random.default_rng(seed)
+    values = np.round(rng.lognormal(3, 1, ts.size), 1)
+    name = next(_names)
+    _publish(redis_url, name, ts, weights, values)
+    qs = [0.5, 0.9, 0.99]
+    with api.client() as c:
+        r = c.get(f"/v1/streams/{name}/quantiles/history",
+                  params={"window": window, "points": points, "q": "0.5,0.9,0.99"})
+        assert r.status_code == 200, r.text
+        for a in r.json()["answers"]:
+            assert [it["q"] for it in a["items"]] == qs
+            plain = c.get(f"/v1/streams/{name}/quantiles",
+                          params={"window": window, "at": repr(a["at"]), "q": "0.5,0.9,0.99"}).json()
+            assert a == plain
+            inside = (ts >= a["at"] - window) & (ts <= a["at"])
+            for it in a["items"]:
+                if not inside.any():
+                    continue  # no event: nothing to bracket (the edge ticks may still hold some)
+                truth = _true_quantile(values[inside], it["q"])
+                b = it["bound"]
+                assert b["confidence"] == 1.0 and b["lower"] <= truth <= b["upper"], (a["at"], it, truth)
 
 
 @pytest.mark.parametrize("params, status, words", [

@@ -111,3 +111,35 @@ def test_routes_come_from_the_table(api, redis_url):
         assert one.status_code == 422
         missing = c.get("/v1/inner-product", params={"streams": f"{names[0]},{next(_names)}"})
         assert missing.status_code == 404
+
+
+def test_distribution_rows_bracket_the_cdf_and_its_share():
+    """``distribution`` through the answer path, windows whose edges cut ticks, shards
+    merged: each row's count bracket holds C(≤ upper edge), its share bracket holds
+    C(≤ upper edge)/n (each side from one consistent world) inside cdf/events."""
+    import app.kinds.values  # noqa: F401
+    from app.answers import answer
+
+    rng = np.random.default_rng(21)
+    config = StreamConfig(max_window=600.0, epsilon=0.05, delta=0.1, resolution=1.0, value_min=0.0, value_max=1e6)
+    n = 6000
+    ts = (1000 + np.sort(rng.uniform(0, 600, n)) * 1024 // 1 / 1024).tolist()
+    values = np.round(rng.lognormal(3, 1, n), 1)
+    case = S.Case(config, ts, [None] * n, values.tolist(), [1.0] * n, rng.integers(0, 4, n).tolist())
+    summary = S.summarize(case)
+    status = _status(case)
+    for _ in range(12):
+        w = float(rng.uniform(5, 500))
+        at = case.clock - float(rng.uniform(0, 600 - w))
+        r = answer("distribution", "s", config, summary, status,
+                   {"window": repr(w), "at": repr(at), "buckets": "4096"})
+        inside = values[S.in_window(case, w, at)]  # exact rationals, as the contract says
+        assert r["events"]["lower"] <= inside.size <= r["events"]["upper"]
+        for row in r["items"]:
+            c = int(np.count_nonzero(inside <= row["upper_edge"]))
+            assert row["cdf_lower"] <= c <= row["cdf_upper"], (row, c)
+            if inside.size:
+                assert row["share_lower"] <= c / inside.size <= row["share_upper"], (row, c, inside.size)
+            assert row["share_lower"] >= row["cdf_lower"] / r["events"]["upper"] * (1 - 1e-12)
+            if r["events"]["lower"]:
+                assert row["share_upper"] <= min(1.0, row["cdf_upper"] / r["events"]["lower"]) * (1 + 1e-12)

@@ -467,7 +467,57 @@ def _check_quantiles(c, d, stream):
     assert all(_close(y, it["bound"]["lower"]) for y, it in zip(lower["y"], items))
     assert all(_close(y, it["bound"]["upper"]) for y, it in zip(upper["y"], items))
     assert "p50" in d.text("#q-summary")
+    # Over time: p50, p90 and p99 each a band and a line, opened from the history route;
+    # the newest point is the answer at the clock.
+    d.page.wait_for_function("() => (document.getElementById('q-time-chart').data || []).length === 9")
+    assert any("/quantiles/history" in url for url in d.requests)
+    traces = d.figure("q-time-chart")
+    by_q = {it["q"]: it for it in items}
+    for k, q in enumerate((0.5, 0.9, 0.99)):
+        lower, upper, line = traces[3 * k:3 * k + 3]
+        assert line["name"] == f"p{round(q * 100)}"
+        it = by_q[q]
+        assert _close(line["y"][-1], it["estimate"])
+        assert _close(lower["y"][-1], it["bound"]["lower"]) and _close(upper["y"][-1], it["bound"]["upper"])
     d.shot("dashboard-quantiles.png", "section[aria-labelledby=q-title]")
+
+
+@pytest.mark.browser
+def test_quantiles_over_time_open_with_their_history(api, redis_url, dashboard):
+    """p50/p90/p99 over time, without Spark: a summary built and published as the worker
+    does, a 10-minute window in a 1-hour stream; one history request draws each line, every
+    point inside its band, the newest the answer at the clock."""
+    from tests.conftest import TEST_SECRET
+    from tidemark.chunks import decode_chunk, encode_chunk
+    from tidemark.streams import StreamConfig
+    from tidemark.summary import StreamSummary
+    from workers.publish import Publisher
+
+    name = "quantiles-over-time"
+    settings = {"max_window": 3600.0, "epsilon": 0.05, "value_min": 0.0, "value_max": 1000.0}
+    with httpx.Client(base_url=api.url, timeout=30, headers=auth("admin")) as c:
+        _declare(c, name, **settings)
+        config = StreamConfig(**c.get(f"/v1/streams/{name}").json()["settings"])
+        rng = np.random.default_rng(14)
+        n = 20_000
+        ts = np.sort(T0 + rng.uniform(0, 3600, n))
+        values = np.round(np.clip(rng.lognormal(4.0, 0.8, n), 0, 1000), 1)
+        summary = StreamSummary.create(config, TEST_SECRET)
+        summary.update_table(decode_chunk(encode_chunk(ts, [None] * n, values, np.ones(n))))
+        Publisher(redis_url).publish_summary(name, summary, version=1, events=n)
+        want = _answer(c, name, "quantiles", window=600, q="0.5,0.9,0.99").json()["items"]
+    d = dashboard(api.url).open(f"#stream={name}&window=10m")
+    d.page.wait_for_function(
+        "() => { const t = document.getElementById('q-time-chart').data || []; return t.length === 9 && t[2].x.length > 30; }")
+    traces = d.figure("q-time-chart")
+    for k, it in enumerate(want):
+        lower, upper, line = traces[3 * k:3 * k + 3]
+        assert line["name"] == f"p{round(it['q'] * 100)}" and line["x"] == sorted(line["x"])
+        assert all(lo <= y <= up for lo, y, up in zip(lower["y"], line["y"], upper["y"]))
+        assert _close(line["y"][-1], it["estimate"]) and _close(upper["y"][-1], it["bound"]["upper"])
+    assert sum(urlparse(u).path.endswith("/quantiles/history") for u in d.requests) == 1
+    d.shot("dashboard-quantiles-over-time.png", "section[aria-labelledby=q-title]")
+    d.assert_clean()
 
 
 def _check_tiles(c, d, stream):

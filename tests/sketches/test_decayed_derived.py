@@ -241,3 +241,38 @@ def test_heavy_hitter_intervals_pay_for_every_heavy_value():
         for v, e in heavy_hitters(sk, phi, 999, d):
             n_hat = sk.range_sum(d, v, v, 999).estimate
             assert math.isclose(e.upper, min(1.0, (n_hat + a) / (s0 - a)), rel_tol=1e-6)
+
+
+def test_frequency_and_quantile_brackets_read_one_consistent_world():
+    """Issue 21: each side from one world (N low with R high; W(≤u) low with W(>u) high).
+    The brackets hold the truth, lie inside the earlier ones (lo_N/hi_S, hi_N/lo_S;
+    lo(W(≤u)) > φ·hi(S₀)) and are strictly narrower somewhere."""
+    rng = np.random.default_rng(21)
+    n = 20_000
+    ticks = rng.integers(0, 50_000, n)
+    values = np.minimum(rng.zipf(1.3, n) - 1, 20).astype(float)
+    weights = rng.exponential(2.0, n)
+    sk = DecayedRelativeSketch(0.2, Polynomial(1.0), VMIN, VMAX, resolution=1)
+    sk.update(ticks, values, weights)
+    at = 50_000
+    g = Polynomial(1.0)(at - ticks) * weights
+    s0 = g.sum()
+    view = sk._view(None, at)
+    _, dl, du = view.total(4)
+    narrower = 0
+    for v in np.unique(values):
+        e = relative_frequency(sk, v, at)
+        truth = g[values == v].sum() / s0
+        assert e.lower <= truth <= e.upper, (v, truth, e)
+        _, nl, nu = view.select(view.points == sk.quantize(np.array([v]))[0], 4)
+        old_lo, old_hi = min(1.0, nl / du), min(1.0, nu / dl)
+        assert old_lo <= e.lower * (1 + 1e-12) and e.upper <= old_hi * (1 + 1e-12)
+        narrower += (e.upper - e.lower) < 0.9 * (old_hi - old_lo)
+    assert narrower >= 3
+    _, le_lo, _ = view.cumulative(4, inclusive=True)
+    for phi in (0.5, 0.9, 0.99):
+        e = quantile(sk, phi, at)
+        truth = true_quantile(values, np.ones(n), g, phi)
+        assert e.lower <= truth <= e.upper, (phi, truth, e)
+        up = np.flatnonzero(le_lo > phi * du)
+        assert e.upper <= (float(view.points[up[0]]) if up.size else VMAX)

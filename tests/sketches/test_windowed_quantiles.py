@@ -308,7 +308,7 @@ def test_bad_header_fields_are_refused():
 @SETTINGS
 @given(streams(), st.data())
 def test_rank_error_within_the_collapse_share_and_exact_recent_ticks(stream, data):
-    """Δ = U_lo ≤ ε'·A_lo ≤ ε'·n_w (ε' = ε/8, the collapse test), and no node of two or
+    """Δ = U_lo ≤ ε'·A_lo ≤ ε'·n_w (ε' = ε·COLLAPSE_SHARE, the collapse test), and no node of two or
     more ticks reaches the α most recent ticks, so windows starting there read exact ranks."""
     from sketches.windowed_quantiles import COLLAPSE_SHARE
 

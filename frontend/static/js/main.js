@@ -74,7 +74,7 @@ function renderNoStream() {
   $('stream-title').textContent = 'No stream yet';
   $('stream-settings').textContent = '';
   $('status').replaceChildren();
-  for (const id of ['count-chart', 'sum-chart', 'hh-chart', 'q-chart', 'decay-chart']) {
+  for (const id of ['count-chart', 'sum-chart', 'hh-chart', 'q-chart', 'q-time-chart', 'decay-chart']) {
     emptyPlot(id, 'no stream declared');
   }
 }

@@ -1,9 +1,11 @@
-/* Quantiles of value: the estimate against q, each bracket shaded; p50/p90/p99 in words. */
+/* Quantiles of value: the estimate against q, each bracket shaded; p50/p90/p99 in words
+ * and over time (quantile-history.js). */
 import { ask, knownMissing, missingAnswer, problemText } from './api.js';
 import { bandTraces, baseLayout, draw, emptyPlot, showChart } from './charts.js';
 import { $, el, showNote } from './dom.js';
 import { fmtExact, fmtGuarantee, fmtInterval, fmtShort } from './format.js';
 import { COLORS, hasValues, state } from './state.js';
+import { refreshQuantileHistory } from './quantile-history.js';
 
 const QS = [0, 0.01, 0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.99, 1];
 
@@ -14,12 +16,14 @@ export async function refreshQuantiles(g) {
     showNote(note, problemText(missingAnswer(gone), 'Quantiles'));
     $('q-summary').replaceChildren();
     showChart('q-chart', false);
+    refreshQuantileHistory(g, null);
     return;
   }
   if (!hasValues()) {
     showNote(note, 'This stream declares no value range (value_min, value_max): quantiles need one.');
     $('q-summary').replaceChildren();
     showChart('q-chart', false);
+    refreshQuantileHistory(g, null);
     return;
   }
   const r = await ask('quantiles', { window: state.window, q: QS.join(',') });
@@ -28,6 +32,7 @@ export async function refreshQuantiles(g) {
     showNote(note, problemText(r, 'Quantiles'), r.missing ? 'info' : 'error');
     $('q-summary').replaceChildren();
     if (r.missing) showChart('q-chart', false); else emptyPlot('q-chart', 'no answer');
+    refreshQuantileHistory(g, null);
     return;
   }
   showNote(note, '');
@@ -35,6 +40,7 @@ export async function refreshQuantiles(g) {
   if (!items.length || (r.body.as_of && r.body.as_of.events === 0)) {
     $('q-summary').replaceChildren();
     emptyPlot('q-chart', 'no events in the window');
+    refreshQuantileHistory(g, r.body);
     return;
   }
   const x = items.map((it) => it.q);
@@ -57,4 +63,5 @@ export async function refreshQuantiles(g) {
     class: 'inline-stat', title: `bracket ${fmtInterval(it.bound)} · ${fmtGuarantee(it.bound)}`,
   }, el('b', { text: `p${Math.round(it.q * 100)}` }), ` ${fmtShort(it.estimate)} `,
   el('span', { class: 'muted', text: `[${fmtShort(it.bound.lower)}, ${fmtShort(it.bound.upper)}]` }))));
+  refreshQuantileHistory(g, r.body);
 }
