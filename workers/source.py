@@ -10,9 +10,12 @@ declared stream: the API's append scores the stream in the sorted set ``tm:activ
 its entry's time, and ``latestOffset`` only looks at streams scored since its last look
 (with a margin, and a full look now and then).
 
-Each row is one chunk (``stream``, ``shard``, ``entry``, ``clock_before``, ``payload``):
-events travel through Spark in columnar blobs, not as one row each. A chunk's shard is a
-stable function of its entry id and of the stream's ``shards`` setting.
+Each row is one chunk (``stream``, ``shard``, ``entry``, ``clock_before``, ``payload``,
+``generation``): events travel through Spark in columnar blobs, not as one row each. A
+chunk's shard is a stable function of its entry id and of the stream's ``shards`` setting.
+The tombstone entry a DELETE appends (fields ``t``, ``g``, ``s``: the generation it ended
+and the stream's shard count) becomes one row per shard with ``tombstone`` set and no
+payload, so every shard's stateful function is called and removes its state.
 """
 
 from __future__ import annotations
@@ -22,8 +25,8 @@ import time
 import zlib
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
-from pyspark.sql.types import (BinaryType, DoubleType, IntegerType, StringType, StructField,
-                               StructType)
+from pyspark.sql.types import (BinaryType, BooleanType, DoubleType, IntegerType, LongType,
+                               StringType, StructField, StructType)
 
 __all__ = ["RedisChunkSource", "SCHEMA", "shard_of"]
 
@@ -34,6 +37,8 @@ SCHEMA = StructType(
         StructField("entry", StringType(), False),
         StructField("clock_before", DoubleType(), False),
         StructField("payload", BinaryType(), False),
+        StructField("generation", LongType(), False),  # 0: an entry from before generations
+        StructField("tombstone", BooleanType(), False),
     ]
 )
 
@@ -134,6 +139,12 @@ class _Reader(DataSourceStreamReader):
                 return
             for entry_id, fields in entries:
                 eid = entry_id.decode()
+                generation = int(fields.get(b"g", b"0"))
+                cursor = eid
+                if b"t" in fields:  # a DELETE's tombstone: every shard of the stream hears it
+                    for shard in range(int(fields.get(b"s", b"1"))):
+                        yield (partition.stream, shard, eid, float("-inf"), b"", generation, True)
+                    continue
                 clock = fields.get(b"c", b"")
                 yield (
                     partition.stream,
@@ -141,8 +152,9 @@ class _Reader(DataSourceStreamReader):
                     eid,
                     float(clock) if clock else float("-inf"),
                     fields[b"d"],
+                    generation,
+                    False,
                 )
-                cursor = eid
             if cursor == partition.end:
                 return
 
