@@ -8,6 +8,7 @@ from fastapi import APIRouter, HTTPException, Path, Query, Request, Response
 
 from app.deps import ADMIN, READ, SettingsDep, StoreDep
 from app.security import principal_of, visible
+from app.store import StreamNotFound
 from tidemark import capacity
 from tidemark.streams import STREAM_NAME_PATTERN, StreamConfig
 
@@ -33,8 +34,13 @@ def list_streams(
     if cursor is not None:
         names = [n for n in names if n > cursor]
     page = names[:limit]
-    return {"streams": [describe(store, n) for n in page],
-            "next_cursor": page[-1] if len(names) > limit else None}
+    described = []
+    for n in page:
+        try:
+            described.append(describe(store, n))
+        except StreamNotFound:  # deleted while the page was read
+            pass
+    return {"streams": described, "next_cursor": page[-1] if len(names) > limit else None}
 
 
 @router.put("/{name}", status_code=201, dependencies=[ADMIN])
