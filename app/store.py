@@ -520,6 +520,23 @@ class Store:
                     del self._shards[key]
         return merged, _status(shards, ingested)
 
+    def failed_streams(self) -> dict[str, str]:
+        """The streams whose current shards say ``failed``, with why (``tidemark up`` says
+        so on its terminal)."""
+        names = self.names()
+        with self.redis.pipeline(transaction=False) as p:
+            for name in names:
+                p.hgetall(keys.shard_status(name))
+                p.hget(keys.GENERATIONS, name)
+            replies = p.execute()
+        out = {}
+        for i, name in enumerate(names):
+            shards = _shards(replies[2 * i], replies[2 * i + 1])
+            failed = [f"shard {k}: {s['failed']}" for k, s in sorted(shards.items()) if s.get("failed")]
+            if failed:
+                out[name] = "; ".join(failed)
+        return out
+
     # -- health --------------------------------------------------------------------------------
     def ping(self) -> bool:
         try:

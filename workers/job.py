@@ -262,6 +262,7 @@ def build_spark(master: str | None, partitions: int, app_name: str = "tidemark-w
     settings = {
         "spark.sql.shuffle.partitions": str(partitions),
         "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",  # no [Stage N: …] bars in anyone's terminal
         "spark.sql.execution.arrow.pyspark.enabled": "true",
         "spark.sql.execution.arrow.pyspark.fallback.enabled": "false",
         "spark.sql.streaming.minBatchesToRetain": "20",
