@@ -100,9 +100,8 @@ def sort_out_generations(previous: dict | None, rows: pd.DataFrame):
     if held is not None and newest > held:
         previous, held = None, None  # a new declaration of the name: nothing of the old counts
     target = held if held is not None else (newest or None)
-    if target is not None:
-        keep = (gens == target) | (gens == 0) if held is not None else (gens == target)
-        chunks = chunks[keep.to_numpy()]
+    if target is not None:  # (entries from before generations precede any delete)
+        chunks = chunks[((gens == target) | (gens == 0)).to_numpy()]
     return previous, chunks, target
 
 

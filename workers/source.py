@@ -47,6 +47,15 @@ _MARGIN_MS = 10_000  # streams scored this long before the last look are looked 
 _FULL_LOOK_EVERY = 60.0  # seconds
 
 
+# KEYS: ingest stream, active set. ARGV: name, declarations hash.
+_FORGET = """
+if redis.call('HEXISTS', ARGV[2], ARGV[1]) == 0 and redis.call('XLEN', KEYS[1]) == 0 then
+  redis.call('DEL', KEYS[1])
+  redis.call('ZREM', KEYS[2], ARGV[1])
+end
+"""
+
+
 def shard_of(entry_id: str, shards: int) -> int:
     return zlib.crc32(entry_id.encode()) % shards
 
@@ -165,10 +174,17 @@ class _Reader(DataSourceStreamReader):
         moved = {s: last for s, last in end.items() if self._trimmed.get(s) != last}
         if not moved:
             return
-        with self._redis().pipeline(transaction=False) as p:
+        r = self._redis()
+        with r.pipeline(transaction=False) as p:
             for stream, last in moved.items():
                 ms, seq = _id_tuple(last)
                 # MINID keeps ids >= the bound, so trim strictly past `last`.
                 p.xtrim(keys.ingest(stream), minid=f"{ms}-{seq + 1}", approximate=False)
-            p.execute()
+            p.hmget(keys.STREAMS, list(moved))
+            declared = p.execute()[-1]
+        # A deleted stream whose tombstone is read and committed leaves no key behind (one
+        # script: a declaration or an entry that came meanwhile keeps them).
+        for stream, config in zip(moved, declared):
+            if config is None:
+                r.eval(_FORGET, 2, keys.ingest(stream), keys.ACTIVE, stream, keys.STREAMS)
         self._trimmed.update(moved)

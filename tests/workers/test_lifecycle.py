@@ -134,7 +134,13 @@ def test_delete_under_load_and_redeclare_with_kill_9_between(tmp_path, request):
                     status = _status(c, s)
                     assert status["events"] == load.sent[s] and status["late_dropped"] == 0, (s, status)
                 assert c.get("/v1/streams/gone").status_code == 404
-                generation = int(redis.Redis.from_url(server.url).hget("tm:generations", "doomed"))
+                r = redis.Redis.from_url(server.url)  # nothing of a deleted stream is left
+                deadline = time.monotonic() + 60
+                while r.exists("tm:ingest:{gone}") or r.zscore("tm:active", "gone") is not None:
+                    assert time.monotonic() < deadline, "the deleted stream's log key stayed"
+                    time.sleep(0.5)
+                assert not [k for k in r.scan_iter() if b"{gone}" in k]
+                generation = int(r.hget("tm:generations", "doomed"))
         finally:
             worker = worker.process
             if worker.poll() is None:
