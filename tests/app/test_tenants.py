@@ -233,3 +233,13 @@ def test_patterns_are_names_and_stars_only(bad):
     with pytest.raises(ValueError):
         ApiKey(key="k" * 16, scopes=["read"], streams=[bad])
     assert re.fullmatch(r"[A-Za-z0-9_.*-]+", "team-a.*")
+
+
+def test_many_stars_cost_little_and_overlong_names_match_nothing():
+    """A regular expression of many ``.*`` backtracks for minutes on a 40-character name;
+    the check must stay cheap whatever pattern an operator writes and a request names."""
+    many = Principal(frozenset({"read"}), ["*a" * 15 + "*b"])
+    started = time.perf_counter()
+    assert not may_see(many, "a" * 64)
+    assert time.perf_counter() - started < 0.05
+    assert not may_see(Principal(frozenset({"read"}), ["*"]), "x" * 65)  # no stream is longer
