@@ -21,6 +21,8 @@ generation still held in Spark's state store).
 
 from __future__ import annotations
 
+from tidemark import keys
+
 __all__ = ["NEXT_GENERATION_LUA", "CURRENT_GENERATION_LUA", "lua"]
 
 # Lua: sets the (declared) local `gen` to a new generation. Reads Redis' clock, which a
@@ -29,10 +31,10 @@ NEXT_GENERATION_LUA = """
 do
   local t = redis.call('TIME')
   local g = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  local last = tonumber(redis.call('GET', 'tm:generation:last') or '0')
+  local last = tonumber(redis.call('GET', '""" + keys.GENERATION_LAST + """') or '0')
   if g <= last then g = last + 1 end
   gen = string.format('%d', g)
-  redis.call('SET', 'tm:generation:last', gen)
+  redis.call('SET', '""" + keys.GENERATION_LAST + """', gen)
 end
 """
 

@@ -37,6 +37,7 @@ STANDBY = PREFIX + "worker:standby"  # string with a TTL, set by a standing-by s
 PUBLISHED = PREFIX + "worker:published"  # set by the driver; absent after a flush -> republish
 GENERATIONS = PREFIX + "generations"  # hash: name -> generation of its current declaration
 DELETED = PREFIX + "deleted"  # hash: name -> the generation its last DELETE ended
+GENERATION_LAST = PREFIX + "generation:last"  # the last generation handed out
 
 
 def idempotency_pattern(stream: str) -> str:
