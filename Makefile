@@ -10,7 +10,7 @@ APT_PACKAGES :=
 .PHONY: demo test system-deps venv bench clean
 
 demo: venv system-deps
-	$(VENV)/bin/tidemark demo
+	@$(VENV)/bin/tidemark demo
 
 test: venv system-deps
 	$(PY) -m pytest -q

@@ -21,7 +21,7 @@ from collections import OrderedDict
 
 from starlette.types import Scope, Send
 
-from app.security import allows, presented_key
+from app.security import allows, may_see, presented_key
 
 __all__ = ["AnswerCache", "FastAnswers", "GZIP_FROM", "MAX_SENT_QUERY"]
 
@@ -142,9 +142,11 @@ class FastAnswers:
         if not (self.any_host or host.split(":")[0] in self.hosts):
             return False
         key = presented_key(authorization, cookie, "read")
-        scopes = state.keychain.scopes(key) if key else None
-        if scopes is None or not allows(scopes, "read"):
+        principal = state.keychain.principal(key) if key else None
+        if principal is None or not allows(principal.scopes, "read"):
             return False
+        if principal.restricted and (not may_see(principal, hit.name) or b"streams=" in scope["query_string"]):
+            return False  # the full way says 404 (app.security.authorize: the one check)
         await self._send(hit, gzip_ok, send)
         state.metrics.query_seconds.labels(hit.query).observe(time.perf_counter() - started)
         return True

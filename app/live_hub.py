@@ -68,7 +68,7 @@ class LiveHub:
                 await asyncio.sleep(1.0)
 
     async def _prepare(self, note: dict) -> None:
-        if self.prepare is None or not note.get("stream"):
+        if self.prepare is None or not note.get("stream") or note.get("deleted"):
             return
         try:
             await asyncio.to_thread(self.prepare, note["stream"])

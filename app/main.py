@@ -23,7 +23,8 @@ from app.answers import QueryError
 from app.live_hub import LiveHub
 from app.metrics import Metrics
 from app.routes import alerts, health, history, ingest, live, queries, streams
-from app.security import PUBLIC_PATHS, Keychain, RedactKeys, SignInMiddleware, api_routes, required_scope
+from app.security import (HIDDEN, PUBLIC_PATHS, Keychain, RedactKeys, SignInMiddleware, api_routes,
+                          principal_of, required_scope)
 from app.store import Backpressure, Store, StreamConflict, StreamNotFound
 from app.warm import warm_answers
 from sketches.base import CorruptSketchError
@@ -57,7 +58,14 @@ def _error_handlers(app: FastAPI) -> None:
             return JSONResponse({"detail": str(exc)}, status_code=status, headers=headers)
         return handle
 
-    app.add_exception_handler(StreamNotFound, handler(404))
+    @app.exception_handler(StreamNotFound)
+    async def no_stream(request: Request, exc: StreamNotFound) -> JSONResponse:
+        # A key limited to some streams is told of no stream by name: an absent stream and
+        # one it may not see look the same.
+        principal = principal_of(request)
+        detail = HIDDEN if principal is not None and principal.restricted else str(exc)
+        return JSONResponse({"detail": detail}, status_code=404)
+
     app.add_exception_handler(AlertNotFound, handler(404))
     app.add_exception_handler(StreamConflict, handler(409))
     app.add_exception_handler(QueryError, handler(422))

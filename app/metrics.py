@@ -37,3 +37,14 @@ class Metrics:
         self.part_restarts = Gauge(
             "tidemark_part_restarts", "Restarts of a part by `tidemark up` since it started",
             ["part"], registry=self.registry)
+
+    def forget(self, stream: str) -> None:
+        """Drop every series of a deleted stream (a new stream of the name starts at zero)."""
+        for family in (self.events_accepted, self.events_rejected, self.sketch_version,
+                       self.publish_age_seconds, self.pending_chunks):
+            try:
+                family.remove(stream)
+            except KeyError:
+                pass
+        for labels in [k for k in list(self.sketch_bytes._metrics) if k[0] == stream]:
+            self.sketch_bytes.remove(*labels)

@@ -101,8 +101,8 @@ def readiness(store: Store, stale_after: float, max_wait: float) -> dict:
                 late = _waiting(r, _ms(beat.get("progress_at")), sec * 1000 + usec // 1000,
                                 max_wait)
                 if late:
-                    stream, n, waited = late
-                    why["worker"] = (f"stream {stream!r}: {n} events waiting {waited:.0f} s and "
+                    _, n, waited = late  # /readyz is open to all: it names no stream
+                    why["worker"] = (f"{n} events of a stream waiting {waited:.0f} s and "
                                      f"no batch has finished since (query {beat['run_id']}, last "
                                      f"batch {beat.get('batch_id')}, {who})")
     except redis.RedisError as e:

@@ -19,6 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 import redis
 
 from tidemark import keys
+from tidemark.generations import CURRENT_GENERATION_LUA, NEXT_GENERATION_LUA, lua
 from tidemark.hash_secret import HashSecret
 from tidemark.streams import StreamConfig
 from tidemark.summary import StreamSummary
@@ -49,11 +50,15 @@ class IngestReceipt(dict):
     """The answer to one ingest request; the same again for a repeated Idempotency-Key."""
 
 
-# Appends one ingest chunk atomically with everything the late rule and retries need.
-# KEYS: ingest stream, ingest stats hash, active set, idempotency key ('' = none)
+# Appends one ingest chunk atomically with everything the late rule and retries need,
+# stamped with the stream's generation (``tidemark.generations``); refused ('x') when the
+# stream has none: it was deleted (or never declared) since the caller looked.
+# KEYS: ingest stream, ingest stats hash, active set, idempotency key ('' = none),
+#       generations hash, declarations hash
 # ARGV: chunk ('' = no accepted event), accepted, rejected, largest ts of the chunk ('' = none),
 #       receipt JSON, idempotency TTL seconds, stream name
-_APPEND = """
+_APPEND = lua(CURRENT_GENERATION_LUA, KEYS_GEN="KEYS[5]", KEYS_STREAMS="KEYS[6]", ARGV_NAME="ARGV[7]") + """
+if not gen then return 'x' end
 if KEYS[4] ~= '' then
   local first = redis.call('GET', KEYS[4])
   if first then return '1' .. first end
@@ -63,7 +68,7 @@ local clock = redis.call('HGET', KEYS[2], 'clock')
 -- before it has written anything.
 redis.call('HINCRBY', KEYS[2], 'received', ARGV[2])
 if ARGV[1] ~= '' then
-  local id = redis.call('XADD', KEYS[1], '*', 'd', ARGV[1], 'n', ARGV[2], 'c', clock or '')
+  local id = redis.call('XADD', KEYS[1], '*', 'd', ARGV[1], 'n', ARGV[2], 'c', clock or '', 'g', gen)
   redis.call('ZADD', KEYS[3], tonumber(string.match(id, '^(%d+)')), ARGV[7])
 end
 if ARGV[4] ~= '' and (not clock or tonumber(ARGV[4]) > tonumber(clock)) then
@@ -72,6 +77,43 @@ end
 redis.call('HINCRBY', KEYS[2], 'rejected', ARGV[3])
 if KEYS[4] ~= '' then redis.call('SET', KEYS[4], ARGV[5], 'EX', ARGV[6]) end
 return '0' .. ARGV[5]
+"""
+
+# Declares a stream: a new name gets its settings and a fresh generation (and any status a
+# stale publish left is cleared); an existing one returns its settings for comparison.
+# KEYS: declarations, generations, deleted, ingest stats, shard sketches, shard statuses
+# ARGV: name, settings JSON.  Returns {1 (new) | 0, settings JSON}.
+_DECLARE = """
+local current = redis.call('HGET', KEYS[1], ARGV[1])
+if current then return {0, current} end
+local gen
+""" + NEXT_GENERATION_LUA + """
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+redis.call('HSET', KEYS[2], ARGV[1], gen)
+redis.call('HDEL', KEYS[3], ARGV[1])
+redis.call('DEL', KEYS[4], KEYS[5], KEYS[6])
+return {1, ARGV[2]}
+"""
+
+# Deletes a stream at once: its declaration, generation, counters, pending ingest entries
+# and published shards go; the generation it ended is recorded (a late publish of it is
+# refused) and a tombstone entry is appended to its ingest log, which the worker turns into
+# the removal of every shard's state. Returns -1 when the stream is not declared.
+# KEYS: declarations, generations, deleted, ingest stream, ingest stats, shard sketches,
+#       shard statuses, active set.  ARGV: name, announce channel.
+_DELETE = """
+local decl = redis.call('HGET', KEYS[1], ARGV[1])
+if not decl then return -1 end
+local gen = redis.call('HGET', KEYS[2], ARGV[1]) or '0'
+local shards = cjson.decode(decl)['shards'] or 1
+redis.call('HDEL', KEYS[1], ARGV[1])
+redis.call('HDEL', KEYS[2], ARGV[1])
+redis.call('HSET', KEYS[3], ARGV[1], gen)
+redis.call('DEL', KEYS[4], KEYS[5], KEYS[6], KEYS[7])
+local id = redis.call('XADD', KEYS[4], '*', 't', '1', 'g', gen, 's', shards)
+redis.call('ZADD', KEYS[8], tonumber(string.match(id, '^(%d+)')), ARGV[1])
+redis.call('PUBLISH', ARGV[2], cjson.encode({stream=ARGV[1], deleted=true}))
+return shards
 """
 IDEMPOTENCY_TTL = 86400
 
@@ -82,8 +124,18 @@ def _num(raw: bytes | None, kind=int, default=0):
     return kind(raw.decode())
 
 
-def _shards(raw: dict) -> dict[int, dict]:
-    return {int(k): json.loads(v) for k, v in raw.items()}
+def _shards(raw: dict, generation: bytes | None = None) -> dict[int, dict]:
+    """The published shard statuses of the stream's current ``generation`` only (a status
+    of another generation is a stale publish: never served, never counted)."""
+    current = None if generation is None else int(generation)
+    shards = {int(k): json.loads(v) for k, v in raw.items()}
+    return {k: s for k, s in shards.items() if s.get("generation") == current}
+
+
+def _versions(shards: dict[int, dict]) -> tuple:
+    """What identifies the shard summaries served: (shard, (generation, version)) each, so
+    a re-declared stream's version 1 is never taken for the old one's."""
+    return tuple(sorted((k, (s.get("generation"), s["version"])) for k, s in shards.items()))
 
 
 def _consumed(shards: dict[int, dict]) -> int:
@@ -136,6 +188,8 @@ class Store:
         # The append is never retried by the client: a reply lost after Redis ran it would
         # store the chunk twice. The caller gets a 503 and retries with its Idempotency-Key.
         self._append = redis.Redis.from_url(redis_url, retry=None).register_script(_APPEND)
+        self._declare = self.redis.register_script(_DECLARE)
+        self._delete = self.redis.register_script(_DELETE)
         # name -> (shard versions, merged summary, their shard statuses): the version served;
         # shard summaries decoded once per version
         self._merged: OrderedDict[str, tuple[tuple, StreamSummary, dict]] = OrderedDict()
@@ -156,17 +210,53 @@ class Store:
     # -- declarations --------------------------------------------------------------------
     def declare(self, name: str, config: StreamConfig) -> bool:
         """Declare a stream; True when new. Re-declaring with other settings is a conflict,
-        since published sketches were sized from the old ones."""
-        raw = json.dumps(config.model_dump())
-        if self.redis.hsetnx(keys.STREAMS, name, raw):
+        since published sketches were sized from the old ones (delete it first)."""
+        new, raw = self._declare(
+            keys=[keys.STREAMS, keys.GENERATIONS, keys.DELETED, keys.ingest_stats(name),
+                  keys.shard_sketch(name), keys.shard_status(name)],
+            args=[name, json.dumps(config.model_dump())])
+        if new:
+            self.forget(name)
             return True
-        current = StreamConfig.model_validate_json(self.redis.hget(keys.STREAMS, name))
-        if current != config:
+        if StreamConfig.model_validate_json(raw) != config:
             raise StreamConflict(
                 f"stream {name!r} already exists with other settings; "
-                "sketches are sized from them, so they cannot change (declare a new stream)"
+                "sketches are sized from them, so they cannot change (delete it, or declare "
+                "a new stream)"
             )
         return False
+
+    def delete(self, name: str) -> None:
+        """Remove a stream at once (contract §4): see ``_DELETE``; its idempotency keys
+        go too (a retry of an old request must not be answered as stored). What the
+        worker still holds of it is of an ended generation, so nothing of it is ever
+        served or counted again (``tidemark.generations``)."""
+        shards = self._delete(
+            keys=[keys.STREAMS, keys.GENERATIONS, keys.DELETED, keys.ingest(name),
+                  keys.ingest_stats(name), keys.shard_sketch(name), keys.shard_status(name),
+                  keys.ACTIVE],
+            args=[name, keys.ANNOUNCE])
+        self.forget(name)
+        if int(shards) < 0:
+            raise StreamNotFound(name)
+        batch = []
+        for key in self.redis.scan_iter(match=keys.idempotency_pattern(name), count=1000):
+            batch.append(key)
+            if len(batch) >= 500:
+                self.redis.unlink(*batch)
+                batch.clear()
+        if batch:
+            self.redis.unlink(*batch)
+
+    def forget(self, name: str) -> None:
+        """Drop everything kept in memory of a stream (it was deleted or declared anew)."""
+        with self._lock:
+            self._configs.pop(name, None)
+            self._reads.pop(name, None)
+            self._read_at.pop(name, None)
+            self._merged.pop(name, None)
+            for key in [k for k in self._shards if k[0] == name]:
+                del self._shards[key]
 
     def config(self, name: str) -> StreamConfig:
         """The stream's declaration. A declaration never changes (re-declaring with other
@@ -196,8 +286,9 @@ class Store:
             p.xlen(keys.ingest(name))
             p.hget(keys.ingest_stats(name), "received")
             p.hgetall(keys.shard_status(name))
-            chunks, received, shards = p.execute()
-        waiting = _num(received) - _consumed(_shards(shards))
+            p.hget(keys.GENERATIONS, name)
+            chunks, received, shards, generation = p.execute()
+        waiting = _num(received) - _consumed(_shards(shards, generation))
         if chunks >= self.max_pending_chunks or waiting >= self.max_pending_events:
             raise Backpressure(
                 f"stream {name!r} has {chunks} requests ({max(waiting, 0)} events) waiting for "
@@ -221,12 +312,35 @@ class Store:
                 return IngestReceipt(json.loads(first), replayed=True)
             self.check_backpressure(name)
         out = self._append(
-            keys=[keys.ingest(name), keys.ingest_stats(name), keys.ACTIVE, idem],
+            keys=[keys.ingest(name), keys.ingest_stats(name), keys.ACTIVE, idem,
+                  keys.GENERATIONS, keys.STREAMS],
             args=[chunk or b"", accepted, rejected, "" if max_ts is None else repr(float(max_ts)),
                   json.dumps(receipt), IDEMPOTENCY_TTL, name],
         )
         out = out.decode() if isinstance(out, bytes) else out
+        if out == "x":
+            self.forget(name)
+            raise StreamNotFound(name)
         return IngestReceipt(json.loads(out[1:]), replayed=out[0] == "1")
+
+    def generation(self, name: str) -> int | None:
+        raw = self.redis.hget(keys.GENERATIONS, name)
+        return None if raw is None else int(raw)
+
+    def take_rate(self, tenant: str, events: int, per_second: int) -> None:
+        """Count ``events`` against the tenant's events of this wall-clock second (kept in
+        Redis, so every API process shares it); ``Backpressure`` (429) beyond ``per_second``,
+        with nothing counted."""
+        second = int(time.time())
+        key = keys.tenant_rate(tenant, second)
+        with self.redis.pipeline(transaction=True) as p:
+            p.incrby(key, events)
+            p.expire(key, 2)
+            total, _ = p.execute()
+        if total > per_second:
+            self.redis.decrby(key, events)
+            raise Backpressure(f"your keys' ingest is limited to {per_second} events per second "
+                               "(TIDEMARK_TENANT_MAX_EVENTS_PER_SECOND); retry shortly")
 
     def pending(self, name: str) -> int:
         return int(self.redis.xlen(keys.ingest(name)))
@@ -252,9 +366,10 @@ class Store:
         with self.redis.pipeline(transaction=True) as p:
             p.hgetall(keys.shard_status(name))
             p.hgetall(keys.ingest_stats(name))
-            raw, ingested = p.execute()
-        shards = _shards(raw)
-        read = shards, ingested, tuple(sorted((k, s["version"]) for k, s in shards.items()))
+            p.hget(keys.GENERATIONS, name)
+            raw, ingested, generation = p.execute()
+        shards = _shards(raw, generation)
+        read = shards, ingested, _versions(shards)
         if len(self._reads) >= 4 * self.cached_streams:
             self._reads.clear()
             self._read_at.clear()
@@ -381,14 +496,19 @@ class Store:
                 p.hmget(keys.shard_sketch(name), stale)
                 p.hgetall(keys.shard_status(name))
                 p.hgetall(keys.ingest_stats(name))
-                blobs, raw, ingested = p.execute()
-            shards = _shards(raw)
+                p.hget(keys.GENERATIONS, name)
+                blobs, raw, ingested, generation = p.execute()
+            shards = _shards(raw, generation)
             for k, blob in zip(stale, blobs):
-                if blob:
-                    self._shards[(name, k)] = (shards[k]["version"], blob,
-                                               StreamSummary.from_bytes(blob, self.secret))
-            versions = tuple(sorted((k, s["version"]) for k, s in shards.items()))
-        parts = [self._shards[(name, k)] for k, _ in versions if (name, k) in self._shards]
+                if blob and k in shards:
+                    self._shards[(name, k)] = (
+                        (shards[k].get("generation"), shards[k]["version"]), blob,
+                        StreamSummary.from_bytes(blob, self.secret))
+            versions = _versions(shards)
+        # A shard whose new blob was missing keeps its last decoded version, never one of
+        # another generation.
+        parts = [self._shards[(name, k)] for k, v in versions
+                 if self._shards.get((name, k), ((None,),))[0][0] == v[0]]
         if not parts:
             return None, _status(shards, ingested)
         if len(parts) == 1:
@@ -405,6 +525,23 @@ class Store:
                 for key in [k for k in self._shards if k[0] == old]:
                     del self._shards[key]
         return merged, _status(shards, ingested)
+
+    def failed_streams(self) -> dict[str, str]:
+        """The streams whose current shards say ``failed``, with why (``tidemark up`` says
+        so on its terminal)."""
+        names = self.names()
+        with self.redis.pipeline(transaction=False) as p:
+            for name in names:
+                p.hgetall(keys.shard_status(name))
+                p.hget(keys.GENERATIONS, name)
+            replies = p.execute()
+        out = {}
+        for i, name in enumerate(names):
+            shards = _shards(replies[2 * i], replies[2 * i + 1])
+            failed = [f"shard {k}: {s['failed']}" for k, s in sorted(shards.items()) if s.get("failed")]
+            if failed:
+                out[name] = "; ".join(failed)
+        return out
 
     # -- health --------------------------------------------------------------------------------
     def ping(self) -> bool:

@@ -71,6 +71,12 @@ def start_api(src: str | Path, redis_url: str, run_dir: str, *args: str, **extra
     return proc, port
 
 
+def _verbose(src: str | Path) -> list[str]:
+    """``--verbose`` where ``up`` has it: the benches read the worker's own lines."""
+    main = Path(src, "tidemark_cli", "main.py")
+    return ["--verbose"] if main.is_file() and '"--verbose"' in main.read_text() else []
+
+
 def start_up(src: str | Path, stream: str, prefix: str,
              extra_env: dict[str, str] | None = None) -> tuple[str, int, subprocess.Popen]:
     """``tidemark up`` from ``src`` on a free port, in a fresh run directory, with one
@@ -83,7 +89,7 @@ def start_up(src: str | Path, stream: str, prefix: str,
     env = api_env(src, tmp, TIDEMARK_CHECKPOINT=f"{tmp}/checkpoint", **(extra_env or {}))
     env.pop("REDIS_URL", None)
     up = subprocess.Popen([sys.executable, "-m", "tidemark_cli", "up", "--config", str(config),
-                           "--port", str(port)], env=env, cwd=str(src), stdout=subprocess.PIPE,
+                           "--port", str(port), *_verbose(src)], env=env, cwd=str(src), stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, text=True, start_new_session=True)
     return tmp, port, up
 

@@ -109,7 +109,7 @@ def test_up_survives_kill_9_of_each_part_counting_every_event_once(tmp_path):
     env.pop("REDIS_URL", None)
     log = tmp_path / "up.log"
     up = subprocess.Popen([sys.executable, "-m", "tidemark_cli", "up", "--config", str(config),
-                           "--port", str(port), "--master", "local[2]"], env=env,
+                           "--port", str(port), "--master", "local[2]", "--verbose"], env=env,
                           stdout=open(log, "wb"), stderr=subprocess.STDOUT, start_new_session=True)
     load, watch = Load(url, key), Watch(url, key)
     state_file = tmp_path / "run" / "supervisor.json"

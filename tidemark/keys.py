@@ -35,3 +35,16 @@ ANNOUNCE = PREFIX + "announce"  # pub/sub channel: {"stream", "sketch_version"}
 HEARTBEAT = PREFIX + "worker:heartbeat"  # string with a TTL, set by the worker driver
 STANDBY = PREFIX + "worker:standby"  # string with a TTL, set by a standing-by spare worker
 PUBLISHED = PREFIX + "worker:published"  # set by the driver; absent after a flush -> republish
+GENERATIONS = PREFIX + "generations"  # hash: name -> generation of its current declaration
+DELETED = PREFIX + "deleted"  # hash: name -> the generation its last DELETE ended
+GENERATION_LAST = PREFIX + "generation:last"  # the last generation handed out
+
+
+def idempotency_pattern(stream: str) -> str:
+    """SCAN pattern of a stream's idempotency keys (names hold no glob characters)."""
+    return f"{PREFIX}idem:{{{stream}}}:*"
+
+
+def tenant_rate(tenant: str, second: int) -> str:
+    """Events a tenant's keys were accepted in one wall-clock second (a 2 s TTL)."""
+    return f"{PREFIX}rate:{tenant}:{second}"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import re
 from pathlib import Path
 from typing import Literal
 
@@ -12,6 +13,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 __all__ = ["Settings", "ApiKey", "SCOPES"]
 
 SCOPES = ("read", "ingest", "admin")
+_STREAM_PATTERN = re.compile(r"[A-Za-z0-9_.*-]{1,64}")
 
 
 class ApiKey(BaseModel):
@@ -21,9 +23,22 @@ class ApiKey(BaseModel):
 
     key: str = Field(min_length=16, max_length=512)
     scopes: list[Literal["read", "ingest", "admin"]] = Field(min_length=1)
+    streams: list[str] | None = Field(
+        default=None, min_length=1, max_length=256,
+        description="stream name patterns this key reaches ('*' matches any run of "
+        "characters; otherwise literal); none = every stream")
+
+    @field_validator("streams")
+    @classmethod
+    def _patterns(cls, patterns: list[str] | None) -> list[str] | None:
+        for p in patterns or []:
+            if not _STREAM_PATTERN.fullmatch(p):
+                raise ValueError(f"stream pattern {p[:80]!r}: letters, digits, '_', '.', '-' "
+                                 "and '*' only, at most 64 characters")
+        return patterns
 
     def __repr__(self) -> str:  # never print the key itself
-        return f"ApiKey(scopes={self.scopes})"
+        return f"ApiKey(scopes={self.scopes}, streams={self.streams})"
 
     __str__ = __repr__
 
@@ -106,6 +121,14 @@ class Settings(BaseSettings):
     max_streams: int = Field(default=1000, ge=1)
     max_alerts: int = Field(default=1000, ge=1)
     max_sse_clients: int = Field(default=100, ge=1)
+    # Per tenant: the keys with one set of stream patterns (README, Security).
+    tenant_max_streams: int = Field(default=100, ge=1, description="streams a tenant's "
+                                    "patterns may match before declaring another is a 409")
+    tenant_max_alerts: int = Field(default=100, ge=1, description="alerts on a tenant's "
+                                   "streams before creating another is a 409")
+    tenant_max_events_per_second: int = Field(
+        default=200_000, ge=1, description="events a tenant's keys may have accepted per "
+        "second, all its streams together, before ingest answers 429")
 
     @field_validator("webhook_allow_hosts")
     @classmethod

@@ -1,4 +1,4 @@
-"""The ``tidemark`` command: up, demo, ingest, worker, api (contract §2)."""
+"""The ``tidemark`` command: up, demo, ingest, streams, worker, api (contract §2)."""
 
 from __future__ import annotations
 
@@ -59,9 +59,17 @@ def declare_streams(redis_url: str, streams: dict[str, StreamConfig]) -> None:
 
 
 # -- processes ---------------------------------------------------------------------------
-def _spawn(args: list[str], env: dict | None = None, stdin=None) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "tidemark_cli", *args], stdin=stdin,
-                            start_new_session=True, env={**os.environ, **(env or {})})
+def _spawn(args: list[str], env: dict | None = None, stdin=None,
+           log: Path | None = None) -> subprocess.Popen:
+    """Start a part; its standard output and error go to ``log`` (appended) when given."""
+    output = open(log, "ab") if log else None
+    try:
+        return subprocess.Popen([sys.executable, "-m", "tidemark_cli", *args], stdin=stdin,
+                                stdout=output, stderr=subprocess.STDOUT if output else None,
+                                start_new_session=True, env={**os.environ, **(env or {})})
+    finally:
+        if output:
+            output.close()  # the child holds its own copy
 
 
 def _stop(proc: subprocess.Popen | None, timeout: float = 30.0) -> None:
@@ -86,8 +94,25 @@ def _stop(proc: subprocess.Popen | None, timeout: float = 30.0) -> None:
 
 
 def _ready(url: str, timeout: float = 2.0) -> bool:
+    return _readiness(url, timeout)[0] is True
+
+
+def _readiness(url: str, timeout: float = 2.0) -> tuple[bool | None, dict | None]:
+    """``/readyz``: (ready, its body); (None, None) when the API does not answer."""
     try:
-        return httpx.get(f"{url}/readyz", timeout=timeout).status_code == 200
+        r = httpx.get(f"{url}/readyz", timeout=timeout)
+    except httpx.HTTPError:
+        return None, None
+    try:
+        body = r.json()
+    except ValueError:
+        body = None
+    return r.status_code == 200, body
+
+
+def _answers(url: str, path: str) -> bool:
+    try:
+        return httpx.get(f"{url}{path}", timeout=1.0).status_code == 200
     except httpx.HTTPError:
         return False
 
@@ -96,9 +121,16 @@ def _log(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
-def _parts(args, settings: Settings, run_dir: Path, env: dict, streams: dict):
+def _parts(args, settings: Settings, run_dir: Path, env: dict, streams: dict, log=_log):
     """The supervised parts of ``up``: embedded Redis (unless --redis), worker, API.
-    The configured streams are declared before the worker and the API start."""
+    The configured streams are declared before the worker and the API start. Without
+    ``--verbose`` the worker's and the API's output (Spark's and the JVM's included) go
+    to ``logs/worker.log`` and ``logs/api.log`` under the run directory."""
+    logs = None if getattr(args, "verbose", True) else run_dir / "logs"
+    if logs:
+        logs.mkdir(parents=True, exist_ok=True)
+    worker_log = logs / "worker.log" if logs else None
+    api_log = logs / "api.log" if logs else None
     from tidemark.redis_server import EmbeddedRedis
     from tidemark.standby import WorkerSlot
     from tidemark.supervisor import Part
@@ -126,15 +158,18 @@ def _parts(args, settings: Settings, run_dir: Path, env: dict, streams: dict):
     if settings.standby_worker and (not master or master.startswith("local")):
         # A spare with its own local Spark (on a cluster it would hold executors idle).
         slot = WorkerSlot(lambda standby: _spawn(worker_args + ["--standby"] * standby, env,
-                                                 subprocess.PIPE if standby else None),
-                          _stop, _log)
-    parts.append(Part("worker", slot.start if slot else lambda: _spawn(worker_args, env), _stop))
+                                                 subprocess.PIPE if standby else None, worker_log),
+                          _stop, log)
+    parts.append(Part("worker", slot.start if slot else lambda: _spawn(worker_args, env, log=worker_log),
+                      _stop))
     api_args = ["api", "--redis", redis_url, "--host", args.host, "--port", str(args.port)]
-    parts.append(Part("api", lambda: _spawn(api_args, env), _stop))
+    parts.append(Part("api", lambda: _spawn(api_args, env, log=api_log), _stop))
     return parts, redis_url, slot
 
 
 def run_up(args, demo: bool = False) -> None:
+    from app.store import Store
+    from tidemark.console import Console, Watch
     from tidemark.credentials import ensure_api_keys
     from tidemark.hash_secret import load_or_create
     from tidemark.supervisor import GiveUp, Supervisor
@@ -150,11 +185,21 @@ def run_up(args, demo: bool = False) -> None:
     run_dir = Path(settings.run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     checkpoint = args.checkpoint or settings.checkpoint
+    console = Console()
+    logs = run_dir / "logs"
+
+    def say(line: str) -> None:
+        if not args.verbose and " worker " in f" {line} " and "restarting" in line:
+            line += f" (its output: {logs / 'worker.log'})"
+        console.say(line)
+
     # One hash secret for both parts, kept beside the worker's checkpoint.
     env = {"TIDEMARK_HASH_SECRET": load_or_create(checkpoint, settings.hash_secret).secret.hex()}
-    parts, _, slot = _parts(args, settings, run_dir, env, streams)
+    console.say(f"Starting Tidemark{' (demo)' if demo else ''}"
+                + ("" if args.verbose else f"; the engine's output goes to {logs}/ (--verbose shows it)"))
+    parts, redis_url, slot = _parts(args, settings, run_dir, env, streams, say)
     supervisor = Supervisor(parts, settings.max_restarts, settings.restart_window,
-                            state_file=run_dir / "supervisor.json", log=_log)
+                            state_file=run_dir / "supervisor.json", log=say)
     stopping = False
 
     def stop(*_):
@@ -170,21 +215,25 @@ def run_up(args, demo: bool = False) -> None:
         except RuntimeError as e:  # redis-server missing or not starting
             raise CliError(str(e)) from None
         url = f"http://{args.host}:{args.port}"
+        store = Store(redis_url)
         deadline = time.monotonic() + 180
-        while not stopping and not _ready(url):
+        while not stopping:
             if time.monotonic() > deadline:
-                raise CliError("not ready after 180 s: see the logs above")
+                raise CliError(f"not ready after 180 s: see {logs}/" if not args.verbose
+                               else "not ready after 180 s: see the logs above")
             supervisor.tick()
-            time.sleep(0.5)
+            _phases(console, store, url)
+            if console.waiting() is None:
+                break
+            time.sleep(0.25)
         if stopping:
             return
         if generated:
-            print(f"Tidemark is up: dashboard at {url}/?key={generated}  (API docs at {url}/docs)\n"
-                  f"  admin API key (kept in {run_dir / 'api-key'}): "
-                  f"send 'Authorization: Bearer <key>'", flush=True)
+            console.say(f"Tidemark is up: dashboard at {url}/?key={generated}  (API docs at {url}/docs)\n"
+                        f"  admin API key (kept in {run_dir / 'api-key'}): "
+                        f"send 'Authorization: Bearer <key>'")
         else:
-            print(f"Tidemark is up: dashboard at {url}/?key=<a read key>  (API docs at {url}/docs)",
-                  flush=True)
+            console.say(f"Tidemark is up: dashboard at {url}/?key=<a read key>  (API docs at {url}/docs)")
         if demo:
             from tidemark.demo import DemoFeeder
 
@@ -192,12 +241,20 @@ def run_up(args, demo: bool = False) -> None:
                 raise CliError("the demo needs an admin key in TIDEMARK_API_KEYS to declare and feed streams")
             generator = DemoFeeder(url, admin)
             generator.start()
+        watch = Watch(say)
         checked_at = 0.0
         while not stopping:
             supervisor.tick()
-            if slot and time.monotonic() - checked_at > 2:  # a spare once all is processing
+            if time.monotonic() - checked_at > 2:
                 checked_at = time.monotonic()
-                slot.tend(_ready(url, timeout=0.5))  # never holds up noticing a death
+                ready, body = _readiness(url, timeout=0.5)  # never holds up noticing a death
+                watch.readiness(ready, body)
+                if slot:  # a spare once all is processing
+                    slot.tend(ready is True)
+                try:
+                    watch.streams(store.failed_streams())
+                except Exception:  # noqa: BLE001 — Redis restarting: the supervisor says so
+                    pass
             time.sleep(0.2)
     except GiveUp as e:
         raise CliError(str(e)) from None
@@ -207,7 +264,26 @@ def run_up(args, demo: bool = False) -> None:
         if slot:
             slot.close()
         supervisor.stop()
-        print("Tidemark stopped.", flush=True)
+        console.say("Tidemark stopped.")
+
+
+def _phases(console, store, url: str) -> None:
+    """Mark the phases of a start that are done now (seen from the outside)."""
+    if "Redis" not in console.done and store.ping():
+        console.phase_done("Redis")
+    if "worker" not in console.done and "Redis" in console.done:
+        try:
+            beat = store.worker_heartbeat()
+        except Exception:  # noqa: BLE001
+            beat = None
+        if beat and beat.get("active") and time.time() - beat.get("time", 0) < 5:
+            console.phase_done("worker", "Spark streaming query running")
+    if "API" not in console.done and _answers(url, "/healthz"):
+        console.phase_done("API", url)
+    if "first batch" not in console.done and {"worker", "API"} <= set(console.done) and _ready(url, 1.0):
+        console.phase_done("first batch", "processing")
+    console.tick({"Redis": "starting", "worker": "starting Spark (a JVM, the session, the query)",
+                  "API": "starting", "first batch": "the first micro-batch"}.get(console.waiting() or "", ""))
 
 
 def run_worker(args) -> None:
@@ -273,6 +349,24 @@ def run_api(args) -> None:
     uvicorn.run("tidemark_cli.main:api_app", factory=True, workers=workers, **common)
 
 
+def run_streams(args) -> None:
+    from tidemark.streams_client import delete_stream, list_streams, print_streams, the_key
+
+    key = the_key(args.key)
+    if args.action == "list":
+        print_streams(list_streams(args.api, key))
+        return
+    if not args.yes:
+        if not sys.stdin.isatty():
+            raise CliError("deleting a stream cannot be undone: add --yes to confirm")
+        answer = input(f"Delete stream {args.name!r}, its answers, pending events and alerts? "
+                       "Type its name to confirm: ")
+        if answer.strip() != args.name:
+            raise CliError("not confirmed; nothing deleted")
+    delete_stream(args.api, key, args.name)
+    print(f"deleted stream {args.name!r}; the name may be declared again at once")
+
+
 def run_ingest(args) -> None:
     from tidemark.ingest_client import send_files
 
@@ -293,6 +387,9 @@ def parser() -> argparse.ArgumentParser:
         s.add_argument("--redis", help="use this Redis instead of an embedded one")
         s.add_argument("--master", help="Spark master URL (default local[*])")
         s.add_argument("--checkpoint", help="worker state location (path or pyarrow.fs URI)")
+        s.add_argument("--verbose", action="store_true",
+                       help="show the parts' own output (Spark, the JVM) instead of keeping it "
+                       "in logs/ under the run directory")
     s = sub.add_parser("ingest", help="send NDJSON or CSV event files to a stream")
     s.add_argument("--stream", required=True)
     s.add_argument("--api", default="http://127.0.0.1:8000")
@@ -301,6 +398,17 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--retry-for", type=float, default=300.0, metavar="SECONDS",
                    help="keep retrying a request on 429, 503 or a dropped connection this long")
     s.add_argument("files", nargs="+")
+    s = sub.add_parser("streams", help="list streams, or delete one")
+    actions = s.add_subparsers(dest="action", required=True)
+    for action in ("list", "delete"):
+        a = actions.add_parser(action, help="the streams the key may see" if action == "list"
+                               else "delete a stream: its answers, pending events, alerts and "
+                               "state; the name is free again")
+        if action == "delete":
+            a.add_argument("name")
+            a.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+        a.add_argument("--api", default="http://127.0.0.1:8000")
+        a.add_argument("--key", help="API key (default: $TIDEMARK_KEY, else the run directory's)")
     s = sub.add_parser("worker", help="run the Spark worker")
     s.add_argument("--redis")
     s.add_argument("--master")
@@ -325,7 +433,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
         {"up": run_up, "demo": lambda a: run_up(a, demo=True), "ingest": run_ingest,
-         "worker": run_worker, "api": run_api}[args.command](args)
+         "worker": run_worker, "api": run_api, "streams": run_streams}[args.command](args)
     except CliError as e:
         print(f"tidemark: error: {e}", file=sys.stderr)
         return 1

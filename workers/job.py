@@ -45,7 +45,7 @@ def _phase(what: str) -> None:
     log.info("start-up: %s (%.1f s since %s)", what, time.monotonic() - _STARTED[0], _STARTED[1])
 
 STATE_SCHEMA = ("blob binary, config string, events long, late_dropped long, clock double, "
-                "version long, failed string, failed_events long")
+                "version long, failed string, failed_events long, generation long")
 OUTPUT_SCHEMA = "stream string, shard int, version long, events long, failed string"
 _STATE_FIELDS = [f.split()[0] for f in STATE_SCHEMA.split(", ")]
 _PUBLISHERS: dict[str, object] = {}  # one Redis client per Python worker process
@@ -69,30 +69,68 @@ def _now() -> str:
 
 
 def shard_status(state: dict, sizes: dict | None = None) -> dict:
-    return {"version": state["version"], "events": state["events"],
+    return {"generation": state["generation"], "version": state["version"], "events": state["events"],
             "late_dropped": state["late_dropped"], "clock": state["clock"],
             "updated_at": _now(), "sizes": sizes or {}, "failed": state["failed"] or None,
             "failed_events": state["failed_events"]}
 
 
+def sort_out_generations(previous: dict | None, rows: pd.DataFrame):
+    """Which state and which chunk rows a batch goes on with (``tidemark.generations``):
+    ``(previous, rows, generation)``; ``previous`` None when the shard starts afresh (or has
+    no state), ``generation`` None when the rows say nothing about it (then the current
+    one is looked up).
+
+    A tombstone of generation T ends every state and chunk of a generation <= T; a chunk
+    of a generation newer than the state's starts the state afresh (the stream was deleted
+    and declared again, whether or not its tombstone was seen); an older one is dropped.
+    Entries from before generations (0) belong to the state's generation."""
+    if "generation" not in rows:  # rows built by hand (tests): no generation, no tombstone
+        rows = rows.assign(generation=0, tombstone=False)
+    tombstones = rows[rows["tombstone"]]
+    dead = int(tombstones["generation"].max()) if len(tombstones) else None
+    held = int(previous["generation"] or 0) if previous else None
+    if previous is not None and dead is not None and held <= dead:
+        previous, held = None, None
+    chunks = rows[~rows["tombstone"]]
+    gens = chunks["generation"].astype("int64")
+    if dead is not None:
+        chunks, gens = chunks[gens > dead], gens[gens > dead]
+    newest = int(gens.max()) if len(gens) else 0
+    if held is not None and newest > held:
+        previous, held = None, None  # a new declaration of the name: nothing of the old counts
+    target = held if held is not None else (newest or None)
+    if target is not None:  # (entries from before generations precede any delete)
+        chunks = chunks[((gens == target) | (gens == 0)).to_numpy()]
+    return previous, chunks, target
+
+
 def apply_chunks(stream: str, previous: dict | None, rows: pd.DataFrame, secret: HashSecret,
-                 config_of) -> dict:
-    """One shard's new state from its previous state and this batch's chunk rows (pure but
-    for reading the stream's declaration when the shard is new)."""
+                 declaration_of) -> dict | None:
+    """One shard's new state from its previous state and this batch's rows (pure but for
+    reading the stream's declaration when the shard starts): the ``previous`` object itself
+    when nothing of the batch counts for it, None when the shard holds no state any more
+    (its stream was deleted)."""
     from workers.update import Chunk, update_shard
 
-    state = dict(previous) if previous else {
+    kept, rows, generation = sort_out_generations(previous, rows)
+    if not len(rows):
+        return kept  # ``previous`` unchanged, or None when a tombstone ended it
+    state = dict(kept) if kept else {
         "blob": None, "config": None, "events": 0, "late_dropped": 0, "clock": None,
-        "version": 0, "failed": "", "failed_events": 0}
+        "version": 0, "failed": "", "failed_events": 0, "generation": generation}
+    if state["config"] is None:
+        declared = declaration_of(stream)
+        # State is created only for the generation current now: chunks of a deleted
+        # stream (or of a declaration since replaced) are never counted.
+        if declared is None or (generation is not None and declared[1] != generation):
+            return None
+        state["config"] = declared[0].model_dump_json()
+        state["generation"] = declared[1]
     rows = rows.iloc[sorted(range(len(rows)), key=lambda i: _entry_key(rows["entry"].iloc[i]))]
     chunks = [Chunk(bytes(p), float(c)) for p, c in zip(rows["payload"], rows["clock_before"])]
     state["version"] += 1
     try:
-        if state["config"] is None:
-            config = config_of(stream)
-            if config is None:
-                raise LookupError(f"stream {stream!r} is not declared")
-            state["config"] = config.model_dump_json()
         config = StreamConfig.model_validate_json(state["config"])
         result = update_shard(state["blob"], config, secret, chunks)
     except (ConnectionError, OSError):
@@ -162,7 +200,13 @@ def shard_updater(redis_url: str, secret: HashSecret):
         rows = pd.concat(list(pdfs), ignore_index=True)
         previous = dict(zip(_STATE_FIELDS, group_state.get)) if group_state.exists else None
         publisher = _publisher(redis_url)
-        state = apply_chunks(stream, previous, rows, secret, publisher.config)
+        state = apply_chunks(stream, previous, rows, secret, publisher.declaration)
+        if state is None:  # its stream was deleted: the shard's bytes leave the state store
+            if group_state.exists:
+                group_state.remove()
+            return
+        if state is previous:  # nothing of this batch counts for it (an ended generation)
+            return
         group_state.update(tuple(state[f] for f in _STATE_FIELDS))
         if state["blob"] is not None or state["failed"]:
             publisher.publish(stream, shard, shard_status(state, state.get("sizes")),
@@ -249,6 +293,7 @@ def build_spark(master: str | None, partitions: int, app_name: str = "tidemark-w
     settings = {
         "spark.sql.shuffle.partitions": str(partitions),
         "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",  # no [Stage N: …] bars in anyone's terminal
         "spark.sql.execution.arrow.pyspark.enabled": "true",
         "spark.sql.execution.arrow.pyspark.fallback.enabled": "false",
         "spark.sql.streaming.minBatchesToRetain": "20",

@@ -17,21 +17,48 @@ import socket
 import time
 
 from tidemark import keys
+from tidemark.generations import CURRENT_GENERATION_LUA, lua
 from tidemark.streams import StreamConfig
 from workers.redis_client import worker_redis
 
 __all__ = ["Publisher", "ShardStatus"]
 
-# KEYS: shard statuses hash, shard sketches hash, declarations hash
-# ARGV: shard, version, status JSON, blob, stream name, config JSON, announce channel
+# Publishes one shard only for the stream's current generation (``tidemark.generations``)
+# and only when its version is newer than the one Redis holds of that generation.
+# A stream with no generation was deleted (the generation it ended is in the deleted hash:
+# anything of it or older is refused) or lost in a Redis flush (the shard brings its
+# declaration and generation back, as the republish after a flush needs).
+# KEYS: shard statuses hash, shard sketches hash, declarations hash, generations hash,
+#       deleted hash
+# ARGV: shard, version, status JSON, blob, stream name, config JSON, announce channel,
+#       generation
 _PUBLISH = """
+local cur = redis.call('HGET', KEYS[4], ARGV[5])
+if cur then
+  if cur ~= ARGV[8] then return 0 end
+else
+  local dead = redis.call('HGET', KEYS[5], ARGV[5])
+  if dead and tonumber(ARGV[8]) <= tonumber(dead) then return 0 end
+  redis.call('HSETNX', KEYS[3], ARGV[5], ARGV[6])
+  redis.call('HSET', KEYS[4], ARGV[5], ARGV[8])
+end
 local current = redis.call('HGET', KEYS[1], ARGV[1])
-if current and cjson.decode(current)['version'] >= tonumber(ARGV[2]) then return 0 end
+if current then
+  local c = cjson.decode(current)
+  if c['generation'] == tonumber(ARGV[8]) and c['version'] >= tonumber(ARGV[2]) then return 0 end
+end
 redis.call('HSET', KEYS[2], ARGV[1], ARGV[4])
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
-redis.call('HSETNX', KEYS[3], ARGV[5], ARGV[6])
 redis.call('PUBLISH', ARGV[7], cjson.encode({stream=ARGV[5], shard=tonumber(ARGV[1]), version=tonumber(ARGV[2])}))
 return 1
+"""
+
+# The current generation of a stream, declaring it with ARGV[2] if it is not (benches and
+# tests that publish summaries without Spark). KEYS: declarations, generations.
+_ENSURE = """
+redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2])
+""" + lua(CURRENT_GENERATION_LUA, KEYS_GEN="KEYS[2]", KEYS_STREAMS="KEYS[1]", ARGV_NAME="ARGV[1]") + """
+return gen
 """
 
 
@@ -44,17 +71,38 @@ class Publisher:
     def __init__(self, redis_url: str):
         self.redis = worker_redis(redis_url)  # rides out a Redis restart
         self._publish = self.redis.register_script(_PUBLISH)
+        self._ensure = self.redis.register_script(_ENSURE)
 
     def config(self, name: str) -> StreamConfig | None:
         raw = self.redis.hget(keys.STREAMS, name)
         return None if raw is None else StreamConfig.model_validate_json(raw)
 
+    def declaration(self, name: str) -> tuple[StreamConfig, int] | None:
+        """The stream's settings and current generation, read together (None: not declared)."""
+        with self.redis.pipeline(transaction=True) as p:
+            p.hget(keys.STREAMS, name)
+            p.hget(keys.GENERATIONS, name)
+            raw, gen = p.execute()
+        if raw is None:
+            return None
+        return StreamConfig.model_validate_json(raw), int(gen) if gen is not None else 0
+
+    def current_generation(self, name: str, config: dict) -> int:
+        """The stream's current generation (declared with ``config`` if it is not)."""
+        return int(self._ensure(keys=[keys.STREAMS, keys.GENERATIONS], args=[name, json.dumps(config)]))
+
     def publish(self, name: str, shard: int, status: ShardStatus, blob: bytes, config: dict) -> bool:
-        """True when Redis took it (False: it already had this version or a newer one)."""
+        """True when Redis took it (False: it already had this version or a newer one of
+        the generation, or the generation is not the stream's current one). A status
+        without a generation is published as of the current one (declaring the stream with
+        ``config`` if it is not: benches and tests that publish without Spark)."""
+        if status.get("generation") is None:
+            status = {**status, "generation": self.current_generation(name, config)}
         return bool(self._publish(
-            keys=[keys.shard_status(name), keys.shard_sketch(name), keys.STREAMS],
+            keys=[keys.shard_status(name), keys.shard_sketch(name), keys.STREAMS,
+                  keys.GENERATIONS, keys.DELETED],
             args=[shard, status["version"], json.dumps(status), blob, name, json.dumps(config),
-                  keys.ANNOUNCE],
+                  keys.ANNOUNCE, int(status["generation"])],
         ))
 
     def publish_summary(self, name: str, summary, version: int, events: int,
@@ -63,11 +111,13 @@ class Publisher:
         without Spark publish them the way the worker does)."""
         import datetime as dt
 
-        status = ShardStatus(version=version, events=events, late_dropped=late_dropped,
+        config = summary.config.model_dump()
+        status = ShardStatus(version=version, events=events,
+                             late_dropped=late_dropped,
                              clock=summary.clock_seconds, sizes=summary.sizes(), failed=None,
                              failed_events=0,
                              updated_at=dt.datetime.now(dt.timezone.utc).isoformat())
-        return self.publish(name, shard, status, summary.to_bytes(), summary.config.model_dump())
+        return self.publish(name, shard, status, summary.to_bytes(), config)
 
     def heartbeat(self, beat: dict, ttl: int = 15) -> None:
         beat = {"host": socket.gethostname(), "pid": os.getpid(), "time": time.time(), **beat}

@@ -10,9 +10,12 @@ declared stream: the API's append scores the stream in the sorted set ``tm:activ
 its entry's time, and ``latestOffset`` only looks at streams scored since its last look
 (with a margin, and a full look now and then).
 
-Each row is one chunk (``stream``, ``shard``, ``entry``, ``clock_before``, ``payload``):
-events travel through Spark in columnar blobs, not as one row each. A chunk's shard is a
-stable function of its entry id and of the stream's ``shards`` setting.
+Each row is one chunk (``stream``, ``shard``, ``entry``, ``clock_before``, ``payload``,
+``generation``): events travel through Spark in columnar blobs, not as one row each. A
+chunk's shard is a stable function of its entry id and of the stream's ``shards`` setting.
+The tombstone entry a DELETE appends (fields ``t``, ``g``, ``s``: the generation it ended
+and the stream's shard count) becomes one row per shard with ``tombstone`` set and no
+payload, so every shard's stateful function is called and removes its state.
 """
 
 from __future__ import annotations
@@ -22,8 +25,8 @@ import time
 import zlib
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
-from pyspark.sql.types import (BinaryType, DoubleType, IntegerType, StringType, StructField,
-                               StructType)
+from pyspark.sql.types import (BinaryType, BooleanType, DoubleType, IntegerType, LongType,
+                               StringType, StructField, StructType)
 
 __all__ = ["RedisChunkSource", "SCHEMA", "shard_of"]
 
@@ -34,12 +37,23 @@ SCHEMA = StructType(
         StructField("entry", StringType(), False),
         StructField("clock_before", DoubleType(), False),
         StructField("payload", BinaryType(), False),
+        StructField("generation", LongType(), False),  # 0: an entry from before generations
+        StructField("tombstone", BooleanType(), False),
     ]
 )
 
 _ZERO = "0-0"
 _MARGIN_MS = 10_000  # streams scored this long before the last look are looked at again
 _FULL_LOOK_EVERY = 60.0  # seconds
+
+
+# KEYS: ingest stream, active set. ARGV: name, declarations hash.
+_FORGET = """
+if redis.call('HEXISTS', ARGV[2], ARGV[1]) == 0 and redis.call('XLEN', KEYS[1]) == 0 then
+  redis.call('DEL', KEYS[1])
+  redis.call('ZREM', KEYS[2], ARGV[1])
+end
+"""
 
 
 def shard_of(entry_id: str, shards: int) -> int:
@@ -134,6 +148,12 @@ class _Reader(DataSourceStreamReader):
                 return
             for entry_id, fields in entries:
                 eid = entry_id.decode()
+                generation = int(fields.get(b"g", b"0"))
+                cursor = eid
+                if b"t" in fields:  # a DELETE's tombstone: every shard of the stream hears it
+                    for shard in range(int(fields.get(b"s", b"1"))):
+                        yield (partition.stream, shard, eid, float("-inf"), b"", generation, True)
+                    continue
                 clock = fields.get(b"c", b"")
                 yield (
                     partition.stream,
@@ -141,8 +161,9 @@ class _Reader(DataSourceStreamReader):
                     eid,
                     float(clock) if clock else float("-inf"),
                     fields[b"d"],
+                    generation,
+                    False,
                 )
-                cursor = eid
             if cursor == partition.end:
                 return
 
@@ -153,10 +174,17 @@ class _Reader(DataSourceStreamReader):
         moved = {s: last for s, last in end.items() if self._trimmed.get(s) != last}
         if not moved:
             return
-        with self._redis().pipeline(transaction=False) as p:
+        r = self._redis()
+        with r.pipeline(transaction=False) as p:
             for stream, last in moved.items():
                 ms, seq = _id_tuple(last)
                 # MINID keeps ids >= the bound, so trim strictly past `last`.
                 p.xtrim(keys.ingest(stream), minid=f"{ms}-{seq + 1}", approximate=False)
-            p.execute()
+            p.hmget(keys.STREAMS, list(moved))
+            declared = p.execute()[-1]
+        # A deleted stream whose tombstone is read and committed leaves no key behind (one
+        # script: a declaration or an entry that came meanwhile keeps them).
+        for stream, config in zip(moved, declared):
+            if config is None:
+                r.eval(_FORGET, 2, keys.ingest(stream), keys.ACTIVE, stream, keys.STREAMS)
         self._trimmed.update(moved)

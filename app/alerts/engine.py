@@ -229,7 +229,11 @@ class AlertEngine:
         while True:
             try:
                 async for note in announcements(self.redis_url):
-                    if note:
+                    if note and note.get("deleted"):
+                        # Deleted through another API process: nothing of it is served here
+                        # from now (the alert loop listens in every process, always).
+                        self.store.forget(note["stream"])
+                    elif note:
                         self.store.forget_reads(note["stream"])
                         self._announced.add(note["stream"])
                         self._announce.set()

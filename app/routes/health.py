@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import datetime as dt
+import re
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
 from prometheus_client import generate_latest
 
 from app.deps import READ, MetricsDep, SettingsDep, StoreDep
 from app.readiness import readiness
+from app.store import StreamNotFound
+from app.security import principal_of, visible
 from tidemark.supervisor import read_state
 
 router = APIRouter(tags=["health"])
@@ -38,13 +41,20 @@ def _age_seconds(iso: str | None) -> float | None:
 
 
 @router.get("/metrics", dependencies=[READ])
-def metrics(store: StoreDep, metrics: MetricsDep, settings: SettingsDep) -> PlainTextResponse:
+def metrics(store: StoreDep, metrics: MetricsDep, settings: SettingsDep, request: Request) -> PlainTextResponse:
+    """Prometheus text; a key limited to some streams gets the per-stream series of those
+    only (and every series without a stream label)."""
     supervised = read_state(settings.run_path / "supervisor.json")  # under `tidemark up`
     for part, state in (supervised or {}).get("parts", {}).items():
         metrics.part_restarts.labels(part).set(state.get("restarts", 0))
+    principal = principal_of(request)
     if store.ping():
-        for name in store.names():
-            status = store.status(name)
+        for name in visible(principal, store.names()):
+            try:
+                status = store.status(name)
+            except StreamNotFound:  # deleted meanwhile
+                metrics.forget(name)
+                continue
             metrics.sketch_version.labels(name).set(status["sketch_version"])
             metrics.pending_chunks.labels(name).set(store.pending(name))
             for part, size in status["sketch_bytes"].items():
@@ -56,5 +66,21 @@ def metrics(store: StoreDep, metrics: MetricsDep, settings: SettingsDep) -> Plai
         beat = store.worker_heartbeat()
         if beat:
             metrics.batch_seconds.set(beat.get("batch_seconds", 0.0))
-    return PlainTextResponse(generate_latest(metrics.registry).decode(),
-                             media_type="text/plain; version=0.0.4")
+    text = generate_latest(metrics.registry).decode()
+    if principal is not None and principal.restricted:
+        text = "".join(line for line in text.splitlines(keepends=True)
+                       if not (m := _STREAM_LABEL.search(line)) or visible(principal, [m.group(1)]))
+    return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
+
+
+_STREAM_LABEL = re.compile(r'[{,]stream="([^"]*)"')
+
+
+@router.get("/v1/access", dependencies=[READ])
+def access(request: Request) -> dict:
+    """What the presented key may do and where: its scopes (``admin`` implies the others)
+    and its stream patterns (null: every stream). The dashboard shows its admin controls
+    from this."""
+    principal = principal_of(request)
+    scopes = sorted({"read", "ingest", "admin"} if "admin" in principal.scopes else principal.scopes)
+    return {"scopes": scopes, "streams": list(principal.patterns) if principal.restricted else None}

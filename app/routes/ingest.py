@@ -9,6 +9,7 @@ from fastapi import APIRouter, Header, HTTPException, Request, Response
 
 from app.deps import INGEST, MetricsDep, SettingsDep, StoreDep
 from app.routes.streams import StreamName
+from app.security import principal_of
 from tidemark.chunks import encode_chunk
 from tidemark.events import (ARROW_STREAM, BodyError, EventBatch, parse_body, validate_arrow,
                              validate_events, validate_ndjson_fast)
@@ -37,8 +38,11 @@ def _validate(body: bytes, config, max_future: float, media: str) -> EventBatch:
 
 
 def _ingest(name: str, body: bytes, store, max_future: float, media: str,
-            idempotency_key: str | None) -> tuple[EventBatch, dict]:
+            idempotency_key: str | None, tenant: str | None = None,
+            tenant_rate: int = 0) -> tuple[EventBatch, dict]:
     batch = _validate(body, store.config(name), max_future, media)
+    if tenant is not None and len(batch):  # one tenant's flood never starves the others
+        store.take_rate(tenant, len(batch), tenant_rate)
     chunk = encode_chunk(batch.ts, batch.key, batch.value, batch.weight) if len(batch) else None
     receipt = {
         "accepted": len(batch),
@@ -90,8 +94,10 @@ async def ingest(name: StreamName, request: Request, response: Response, store: 
     media = _media_type(request)
     body = await read_body(request, settings.max_body_bytes)
     # Validation and encoding are CPU work: off the event loop.
+    principal = principal_of(request)
     batch, receipt = await asyncio.to_thread(_ingest, name, body, store, settings.max_future,
-                                             media, idempotency_key)
+                                             media, idempotency_key, principal.tenant,
+                                             settings.tenant_max_events_per_second)
     if receipt.pop("replayed", False):
         response.headers["Idempotent-Replayed"] = "true"
     else:

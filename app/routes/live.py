@@ -10,6 +10,7 @@ from fastapi.responses import StreamingResponse
 
 from app.deps import READ
 from app.live_hub import TooManyClients
+from app.security import may_see, principal_of
 
 router = APIRouter(tags=["live"])
 
@@ -19,6 +20,7 @@ KEEP_ALIVE = 5.0  # seconds between comment lines, so a dead connection is notic
 @router.get("/v1/live", dependencies=[READ])
 async def live(request: Request) -> StreamingResponse:
     hub = request.app.state.live_hub
+    principal = principal_of(request)
     try:
         queue = hub.subscribe()
     except TooManyClients as e:
@@ -35,7 +37,8 @@ async def live(request: Request) -> StreamingResponse:
                 except asyncio.TimeoutError:
                     yield ": keep-alive\n\n"
                 else:
-                    yield f"data: {json.dumps(note)}\n\n"
+                    if may_see(principal, note.get("stream", "")):  # only its own streams' news
+                        yield f"data: {json.dumps(note)}\n\n"
         finally:
             hub.unsubscribe(queue)
 

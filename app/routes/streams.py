@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, HTTPException, Path, Query, Response
+from fastapi import APIRouter, HTTPException, Path, Query, Request, Response
 
 from app.deps import ADMIN, READ, SettingsDep, StoreDep
+from app.security import principal_of, visible
+from app.store import StreamNotFound
 from tidemark import capacity
 from tidemark.streams import STREAM_NAME_PATTERN, StreamConfig
 
@@ -21,27 +23,40 @@ def describe(store, name: str) -> dict:
 @router.get("", dependencies=[READ])
 def list_streams(
     store: StoreDep,
+    request: Request,
     limit: Annotated[int, Query(ge=1, le=1000, description="streams per page")] = 1000,
     cursor: Annotated[str | None, Query(pattern=STREAM_NAME_PATTERN,
                                         description="the previous page's next_cursor")] = None,
 ) -> dict:
-    """Streams in name order, a page at a time; ``next_cursor`` is null on the last page."""
-    names = store.names()
+    """Streams in name order, a page at a time; ``next_cursor`` is null on the last page.
+    A key limited to some streams lists those only."""
+    names = visible(principal_of(request), store.names())
     if cursor is not None:
         names = [n for n in names if n > cursor]
     page = names[:limit]
-    return {"streams": [describe(store, n) for n in page],
-            "next_cursor": page[-1] if len(names) > limit else None}
+    described = []
+    for n in page:
+        try:
+            described.append(describe(store, n))
+        except StreamNotFound:  # deleted while the page was read
+            pass
+    return {"streams": described, "next_cursor": page[-1] if len(names) > limit else None}
 
 
 @router.put("/{name}", status_code=201, dependencies=[ADMIN])
 def declare_stream(name: StreamName, config: StreamConfig, store: StoreDep, settings: SettingsDep,
-                   response: Response) -> dict:
+                   request: Request, response: Response) -> dict:
     capacity.check(config, settings.max_summary_bytes)  # 422 before anything is stored
     names = store.names()
     if name not in names and len(names) >= settings.max_streams:
         raise HTTPException(409, f"this deployment already has {len(names)} streams, its limit "
                                  "(TIDEMARK_MAX_STREAMS)")
+    principal = principal_of(request)
+    if name not in names and principal.restricted:
+        mine = visible(principal, names)
+        if len(mine) >= settings.tenant_max_streams:
+            raise HTTPException(409, f"your streams already number {len(mine)}, the limit per "
+                                     "tenant (TIDEMARK_TENANT_MAX_STREAMS)")
     if not store.declare(name, config):
         response.status_code = 200
     return describe(store, name)
@@ -50,3 +65,20 @@ def declare_stream(name: StreamName, config: StreamConfig, store: StoreDep, sett
 @router.get("/{name}", dependencies=[READ])
 def get_stream(name: StreamName, store: StoreDep) -> dict:
     return describe(store, name)
+
+
+@router.delete("/{name}", status_code=204, dependencies=[ADMIN])
+def delete_stream(name: StreamName, store: StoreDep, request: Request) -> None:
+    """Remove a stream at once: its answers, pending events and alerts; the worker drops
+    its state within seconds, and the name may be declared again, afresh (contract §4)."""
+    store.delete(name)
+    request.app.state.metrics.forget(name)
+    alerts = request.app.state.alerts
+    from app.alerts.engine import rule_streams
+
+    for rule in alerts.rules():
+        if name in rule_streams(rule) or rule.stream == name:
+            try:
+                alerts.delete(rule.id)  # its pending deliveries are cancelled with it
+            except LookupError:
+                pass  # deleted meanwhile by another request

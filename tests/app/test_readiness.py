@@ -51,7 +51,7 @@ def test_readyz_is_200_only_while_redis_answers_and_the_worker_processes(tmp_pat
                 _beat(pub, progress_at=_iso(started))
                 r = anonymous.get("/readyz")
                 assert r.status_code == 503
-                assert r.json()["why"]["worker"].startswith("stream 's': 3 events waiting 1 s and "
+                assert r.json()["why"]["worker"].startswith("3 events of a stream waiting 1 s and "
                                                             "no batch has finished since")
                 # A batch that started after the append finished: they were read.
                 _beat(pub, progress_at=_iso(time.time()))

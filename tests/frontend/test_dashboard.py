@@ -17,6 +17,7 @@ import re
 import socketserver
 import threading
 import time
+import uuid
 from pathlib import Path
 from urllib.parse import parse_qs, urlparse
 
@@ -688,3 +689,56 @@ def test_live_updates_resume_after_the_api_restarts(own_api, dashboard):
         d.page.wait_for_timeout(500)
     assert any(urlparse(u).path == "/v1/streams/restarted/count" for u in d.requests[asked:])
     d.assert_clean(allow_unreachable=True)
+
+
+@pytest.mark.browser
+def test_an_admin_deletes_a_stream_after_confirming_and_a_team_key_sees_its_own(own_api, dashboard):
+    """The delete button is an admin's only, asks for the stream's name, and the stream
+    leaves the page; a key limited to some streams shows those alone."""
+    from tests.conftest import API_KEYS, ApiServer
+
+    team_key = f"team-a-read-{uuid.uuid4().hex}"
+    server = ApiServer(own_api.redis_url, api_keys=API_KEYS + [
+        {"key": team_key, "scopes": ["read"], "streams": ["team-a.*"]}]).start()
+    try:
+        with httpx.Client(base_url=server.url, timeout=30, headers=auth("admin")) as c:
+            for n in ("team-a.web", "team-a.doomed", "team-b.db"):
+                _declare(c, n)
+        # A reader: the streams, no delete button.
+        reader = dashboard(server.url).open("#stream=team-a.doomed")
+        reader.page.wait_for_function("() => document.querySelectorAll('#stream-picker option').length === 3")
+        assert reader.page.locator("#delete-stream").is_hidden()
+        # A team's key: only its streams, anywhere on the page.
+        team = dashboard(server.url)
+        team.context.clear_cookies()
+        team.context.add_cookies([{"name": "tidemark_key", "value": team_key, "url": server.url,
+                                   "httpOnly": True, "sameSite": "Strict"}])
+        team.open()
+        team.page.wait_for_function("() => document.querySelectorAll('#stream-picker option').length === 2")
+        assert "team-b" not in team.page.evaluate("() => document.body.innerText")
+        # An admin: the button, a confirmation that needs the name, then the stream is gone.
+        admin = dashboard(server.url)
+        admin.context.clear_cookies()
+        admin.context.add_cookies([{"name": "tidemark_key", "value": KEYS["admin"], "url": server.url,
+                                    "httpOnly": True, "sameSite": "Strict"}])
+        admin.open("#stream=team-a.doomed")
+        admin.page.wait_for_function("() => window.tidemark.state.selected === 'team-a.doomed'")
+        admin.page.locator("#delete-stream").click()
+        assert admin.page.locator("#delete-dialog").is_visible()
+        assert admin.page.locator("#delete-confirm").is_disabled()
+        admin.page.fill("#delete-confirm-name", "team-a.doome")
+        assert admin.page.locator("#delete-confirm").is_disabled()
+        admin.page.fill("#delete-confirm-name", "team-a.doomed")
+        admin.shot("dashboard-delete-stream.png")
+        admin.page.locator("#delete-confirm").click()
+        admin.page.wait_for_function(
+            "() => ![...document.querySelectorAll('#stream-picker option')].some(o => o.value === 'team-a.doomed')")
+        admin.page.wait_for_function("() => window.tidemark.state.selected === 'team-a.web'")
+        with httpx.Client(base_url=server.url, timeout=30, headers=auth("admin")) as c:
+            assert c.get("/v1/streams/team-a.doomed").status_code == 404
+        # The reader's page hears of it live and drops it too.
+        reader.page.wait_for_function("() => document.querySelectorAll('#stream-picker option').length === 2")
+        for d in (reader, team, admin):
+            d.assert_clean()
+    finally:
+        server.stop()

@@ -37,6 +37,27 @@ def test_ingest_sends_ndjson_and_csv_and_reports_counts(api, stream_name, tmp_pa
     assert status["received"] == 27 and status["rejected"] == 2
 
 
+def test_streams_list_and_delete(api, stream_name):
+    httpx.put(f"{api.url}/v1/streams/{stream_name}", json={"max_window": "1h"}, headers=auth("admin"))
+    out = _tidemark("streams", "list", "--api", api.url, "--key", KEYS["read"])
+    assert out.returncode == 0, out.stderr
+    assert any(line.split()[0] == stream_name for line in out.stdout.splitlines()[1:])
+    # Without a terminal to ask on, deleting needs --yes; nothing is deleted meanwhile.
+    out = _tidemark("streams", "delete", stream_name, "--api", api.url, "--key", KEYS["admin"],
+                    stdin=subprocess.DEVNULL)
+    assert out.returncode == 1 and out.stderr.strip() == \
+        "tidemark: error: deleting a stream cannot be undone: add --yes to confirm"
+    assert httpx.get(f"{api.url}/v1/streams/{stream_name}", headers=auth("read")).status_code == 200
+    out = _tidemark("streams", "delete", stream_name, "--yes", "--api", api.url, "--key", KEYS["read"])
+    assert out.returncode == 1 and out.stderr.strip() == \
+        "tidemark: error: 403: this API key lacks the 'admin' scope"
+    out = _tidemark("streams", "delete", stream_name, "--yes", "--api", api.url, "--key", KEYS["admin"])
+    assert out.returncode == 0 and f"deleted stream '{stream_name}'" in out.stdout, out.stderr
+    assert httpx.get(f"{api.url}/v1/streams/{stream_name}", headers=auth("read")).status_code == 404
+    out = _tidemark("streams", "delete", stream_name, "--yes", "--api", api.url, "--key", KEYS["admin"])
+    assert out.returncode == 1 and out.stderr.strip().startswith("tidemark: error: 404: ")
+
+
 def test_errors_are_one_clear_line_and_a_nonzero_status(tmp_path):
     out = _tidemark("ingest", "--stream", "s", "--api", "http://127.0.0.1:9", str(tmp_path / "nope.ndjson"))
     assert out.returncode != 0
@@ -56,15 +77,25 @@ def test_up_serves_the_configured_streams_and_stops_cleanly(tmp_path):
            "TIDEMARK_CHECKPOINT": str(tmp_path / "ckpt")}
     env.pop("REDIS_URL", None)
     proc = subprocess.Popen([sys.executable, "-m", "tidemark_cli", "up", "--config", str(config),
-                             "--port", str(port)], stdout=subprocess.PIPE, text=True, env=env,
-                            start_new_session=True)
+                             "--port", str(port)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, env=env, start_new_session=True)
     try:
-        line = ""
+        line, terminal = "", []
         deadline = time.monotonic() + 240
         while "Tidemark is up" not in line:
             assert time.monotonic() < deadline and proc.poll() is None, "up never became ready"
             line = proc.stdout.readline()
+            terminal.append(line)
         assert f"http://127.0.0.1:{port}/?key=" in line
+        # What a newcomer sees: its own phases and the URL, none of the engine's chatter,
+        # which is kept in the run directory's log.
+        text = "".join(terminal)
+        for phase in ("Redis", "worker", "API", "first batch"):
+            assert f"✓ {phase}" in text, text
+        for chatter in ("WARN", "[Stage", "log4j", "SparkSession", "py4j", "NativeCodeLoader", "INFO"):
+            assert chatter not in text, (chatter, text)
+        assert len(terminal) <= 8, text
+        assert (tmp_path / "run" / "logs" / "worker.log").stat().st_size > 0
         # The first start made an admin key, kept private in the run directory.
         key_file = tmp_path / "run" / "api-key"
         assert key_file.stat().st_mode & 0o777 == 0o600

@@ -107,15 +107,14 @@ def test_a_failing_stream_keeps_its_state_and_says_why():
 
     good = _chunks([[1.0, 2.0, 3.0]])[0]
     rows = pd.DataFrame({"entry": ["1-0"], "payload": [good.payload], "clock_before": [-math.inf]})
-    state = apply_chunks("s", None, rows, TEST_SECRET, lambda name: CONFIG)
+    state = apply_chunks("s", None, rows, TEST_SECRET, lambda name: (CONFIG, 7))
     assert state["events"] == 3 and not state["failed"] and state["version"] == 1
     corrupt = pd.DataFrame({"entry": ["2-0"], "payload": [b"not a chunk"], "clock_before": [3.0]})
-    after = apply_chunks("s", state, corrupt, TEST_SECRET, lambda name: CONFIG)
+    after = apply_chunks("s", state, corrupt, TEST_SECRET, lambda name: (CONFIG, 7))
     assert after["blob"] == state["blob"] and after["events"] == 3
     assert "ChunkError" in after["failed"] and after["version"] == 2
-    # An undeclared stream fails alone, with the reason.
-    lost = apply_chunks("gone", None, rows, TEST_SECRET, lambda name: None)
-    assert "not declared" in lost["failed"] and lost["failed_events"] == 3 and lost["blob"] is None
+    # A stream no longer declared (deleted) gets no state at all.
+    assert apply_chunks("gone", None, rows, TEST_SECRET, lambda name: None) is None
 
 
 def test_settings_that_need_a_huge_summary_are_refused_with_what_fits():

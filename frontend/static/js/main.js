@@ -20,6 +20,7 @@ import { refreshFrequency } from './frequency.js';
 import { enc, fmtDuration, parseDuration } from './format.js';
 import { refreshHeavyHitters } from './heavy-hitters.js';
 import { refreshIp } from './inner-product.js';
+import { initLifecycle } from './lifecycle.js';
 import { connectLive, reachable } from './live.js';
 import { renderPicker, renderPickerSoon } from './picker.js';
 import { refreshQuantiles } from './quantiles.js';
@@ -129,7 +130,16 @@ function onHashChange() {
 }
 
 // ---- live updates ---------------------------------------------------------------------------
+/** A stream was deleted (here or elsewhere): it leaves the list; another is shown. */
+function forgetStream(name) {
+  if (!state.streams.has(name)) return;
+  state.streams.delete(name);
+  if (state.selected === name) state.selected = null;
+  loadStreams();
+}
+
 function onAnnouncement(note) {
+  if (note.deleted) { forgetStream(note.stream); return; }
   const s = state.streams.get(note.stream);
   if (!s) { loadStreamsSoon(); return; }
   if (Number.isFinite(note.sketch_version) && note.sketch_version > (s.status.sketch_version || 0)) {
@@ -223,6 +233,7 @@ function start() {
   if (h.stream) openNamed(h.stream);
   loadStreams();
   discover();
+  initLifecycle(forgetStream);
   setTimeout(loadPlotly, PLOTLY_AT_LATEST_MS); // the charts, even if no answer comes
 }
 
