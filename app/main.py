@@ -22,7 +22,7 @@ from app.answer_cache import AnswerCache, FastAnswers
 from app.answers import QueryError
 from app.live_hub import LiveHub
 from app.metrics import Metrics
-from app.routes import alerts, health, history, ingest, live, queries, streams
+from app.routes import alerts, health, history, ingest, live, prometheus, queries, streams
 from app.security import PUBLIC_PATHS, Keychain, RedactKeys, SignInMiddleware, api_routes, required_scope
 from app.store import Backpressure, Store, StreamConflict, StreamNotFound
 from app.warm import warm_answers
@@ -155,7 +155,7 @@ def create_app(settings: Settings, redis_url: str) -> FastAPI:
         access_log.addFilter(RedactKeys())
     _error_handlers(app)
     app.add_middleware(GZipMiddleware, minimum_size=1024, compresslevel=5)  # not SSE, not pre-gzipped assets
-    for module in (health, streams, ingest, alerts, history, queries, live):
+    for module in (health, streams, ingest, alerts, history, queries, live, prometheus):
         app.include_router(module.router)
     # The last added runs first: a request for a Host we do not answer for (DNS
     # rebinding) is refused before anything else, then the dashboard's sign-in link.

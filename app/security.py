@@ -7,6 +7,8 @@ compared in constant time and never logged.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
 import hmac
 import logging
@@ -63,16 +65,28 @@ def allows(scopes: frozenset[str], needed: str) -> bool:
 
 def presented_key(authorization: str | None, cookie: str | None, needed: str) -> str | None:
     """The key a request presents from its raw ``Authorization`` and ``Cookie`` headers: a
-    bearer credential, else, for ``read`` only, the sign-in cookie (what the dashboard's
+    bearer credential, or the password of HTTP Basic (what Grafana's Prometheus data source
+    and promtool send, contract §10; the user name is not read), else, for ``read`` only,
+    the sign-in cookie (what the dashboard's
     fetches and its EventSource send; a SameSite=Strict cookie never rides a cross-site
     request). ``authorize`` and the fast answer path (``app.answer_cache``) both read it
     here, so they cannot disagree on who is asking."""
     scheme, credentials = get_authorization_scheme_param(authorization)
     if authorization and scheme.lower() == "bearer" and credentials:
         return credentials
+    if authorization and scheme.lower() == "basic" and credentials:
+        return _basic_password(credentials)
     if needed == "read" and cookie:
         return cookie_parser(cookie).get(COOKIE)
     return None
+
+
+def _basic_password(credentials: str) -> str | None:
+    try:
+        decoded = base64.b64decode(credentials, validate=True).decode("utf-8")
+    except (binascii.Error, ValueError):
+        return None
+    return decoded.partition(":")[2] or None
 
 
 async def authorize(security_scopes: SecurityScopes, request: Request,
@@ -88,7 +102,8 @@ async def authorize(security_scopes: SecurityScopes, request: Request,
     key = presented_key(request.headers.get("authorization"), request.headers.get("cookie"), needed)
     challenge = {"WWW-Authenticate": "Bearer"}
     if not key:
-        raise HTTPException(401, "missing API key: send 'Authorization: Bearer <key>'", challenge)
+        raise HTTPException(401, "missing API key: send 'Authorization: Bearer <key>' "
+                            "(or HTTP Basic with the key as the password)", challenge)
     keychain: Keychain = request.app.state.keychain
     scopes = keychain.scopes(key)
     if scopes is None:

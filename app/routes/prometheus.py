@@ -1,0 +1,300 @@
+"""The read side of the Prometheus HTTP API (contract §10), so Grafana's Prometheus data
+source, promtool and other PromQL clients chart Tidemark's answers with their bounds.
+
+``/api/v1/query``, ``/query_range``, ``/labels``, ``/label/<name>/values``, ``/series`` and
+``/status/buildinfo``, in Prometheus' envelope (``web/api/v1/api.go``): ``{"status":
+"success", "data": …}``, or ``{"status": "error", "errorType", "error"}`` with ``bad_data``
+(400) for what is not in the language and ``execution`` (422) for a query Tidemark refuses
+as a whole. Parameters come from the query string and from form-encoded bodies (Grafana
+POSTs them), the body first, as Prometheus' ``FormValue`` reads them. Access is the
+``read`` scope (a Bearer key, or the key as the password of HTTP Basic, as Grafana sends it).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from urllib.parse import parse_qsl
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse
+from starlette.concurrency import run_in_threadpool
+
+from app.answers import QueryError
+from app.deps import READ
+from app.promql.evaluate import Series, evaluate, format_value
+from app.promql.parser import ParseError, parse
+from app.promql.query import BOUNDS, BadQuery, Scalar, SeriesQuery, metric_names, plan
+from app.promql.times import BadParameter, parse_duration, parse_time, seconds
+from app.store import StreamNotFound
+from tidemark import __version__
+
+__all__ = ["router", "visible_streams", "MAX_POINTS", "PROMETHEUS_API_VERSION"]
+
+router = APIRouter(prefix="/api/v1", tags=["prometheus"], dependencies=[READ])
+
+MAX_POINTS = 11_000          # per series, as Prometheus refuses beyond
+MAX_BODY = 1 << 20           # a form body larger than any query Grafana writes
+# The Prometheus release whose HTTP API this answers as (and whose promtool the tests run).
+PROMETHEUS_API_VERSION = "2.42.0"
+_LABEL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_LABELS = ("__name__", "bound", "key", "q", "stream", "value", "window")
+
+
+class PromError(Exception):
+    def __init__(self, error_type: str, message: str, status: int):
+        super().__init__(message)
+        self.error_type, self.status = error_type, status
+
+
+def bad_data(message: str) -> PromError:
+    return PromError("bad_data", message, 400)
+
+
+def execution(message: str) -> PromError:
+    return PromError("execution", message, 422)
+
+
+def visible_streams(request: Request, names: list[str]) -> list[str]:
+    """The streams of ``names`` the request's key may see (contract §9): THE one place this
+    API decides it — every listing is filtered here, and a stream named outright that is
+    not returned is answered as absent. Today every key sees every stream."""
+    return list(names)
+
+
+def _ok(data) -> JSONResponse:
+    return JSONResponse({"status": "success", "data": data})
+
+
+def _error(e: PromError) -> JSONResponse:
+    return JSONResponse({"status": "error", "errorType": e.error_type, "error": str(e)},
+                        status_code=e.status)
+
+
+async def _form(request: Request) -> list[tuple[str, str]]:
+    """Body parameters (form-encoded POST) before the query string's, as Go's ParseForm."""
+    pairs: list[tuple[str, str]] = []
+    if request.method == "POST":
+        body = await request.body()
+        if len(body) > MAX_BODY:
+            raise bad_data(f"request body larger than {MAX_BODY} bytes")
+        ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        if body and ctype not in ("", "application/x-www-form-urlencoded"):
+            raise bad_data(f"unsupported body type {ctype!r}: send application/x-www-form-urlencoded")
+        try:
+            pairs = parse_qsl(body.decode("utf-8"), keep_blank_values=True, strict_parsing=False)
+        except UnicodeDecodeError:
+            raise bad_data("the form body is not UTF-8") from None
+    return pairs + list(request.query_params.multi_items())
+
+
+def _first(form, name: str) -> str | None:
+    return next((v for k, v in form if k == name), None)
+
+
+def _time(form, name: str, default_ms: int) -> int:
+    raw = _first(form, name)
+    try:
+        return default_ms if raw in (None, "") else parse_time(raw, name)
+    except BadParameter as e:
+        raise bad_data(str(e)) from None
+
+
+def _query(form):
+    text = _first(form, "query")
+    if text is None or text.strip() == "":
+        raise bad_data('invalid parameter "query": no query given; ' 
+                       'e.g. tidemark_count{stream="web", window="5m"}')
+    try:
+        return plan(parse(text))
+    except (ParseError, BadQuery) as e:
+        raise bad_data(f'invalid parameter "query": {e}') from None
+
+
+def _now_ms() -> int:
+    return round(time.time() * 1000)
+
+
+def _streams(request: Request, store, query: SeriesQuery) -> list[str]:
+    """The streams a selector reads: the one it names (absent, or not visible: a refusal
+    of the whole query), or every visible stream its regex matches."""
+    if isinstance(query.stream, str):
+        if not visible_streams(request, [query.stream]):
+            raise execution(f"stream {query.stream!r} not found")
+        return [query.stream]
+    return [n for n in visible_streams(request, store.names()) if query.selects(n)]
+
+
+def _run(request: Request, query: SeriesQuery, times_ms: list[int], step_ms: int | None) -> list[Series]:
+    store = request.app.state.store
+    started = time.perf_counter()
+    try:
+        names = _streams(request, store, query)
+        series = evaluate(store, query, names, times_ms, step_ms)
+    except StreamNotFound as e:
+        raise execution(f"stream {e.args[0]!r} not found" if e.args else str(e)) from None
+    except QueryError as e:
+        raise execution(str(e)) from None
+    request.app.state.metrics.query_seconds.labels("prometheus").observe(time.perf_counter() - started)
+    return series
+
+
+async def _answer(request: Request, work) -> JSONResponse:
+    try:
+        return _ok(await work(await _form(request)))
+    except PromError as e:
+        return _error(e)
+
+
+@router.api_route("/query", methods=["GET", "POST"])
+async def query(request: Request) -> JSONResponse:
+    """An instant query: ``query``, ``time`` (default: now)."""
+
+    async def work(form):
+        q = _query(form)
+        t = _time(form, "time", _now_ms())
+        if isinstance(q, Scalar):
+            return {"resultType": "scalar", "result": [seconds(t), format_value(q.value)]}
+        series = await run_in_threadpool(_run, request, q, [t], None)
+        return {"resultType": "vector",
+                "result": [{"metric": s.labels, "value": [seconds(ms), format_value(v)]}
+                           for s in series for ms, v in s.samples]}
+
+    return await _answer(request, work)
+
+
+def _range(form) -> tuple[int, int, int]:
+    for name in ("start", "end", "step"):
+        if _first(form, name) in (None, ""):
+            raise bad_data(f'invalid parameter "{name}": missing')
+    start, end = _time(form, "start", 0), _time(form, "end", 0)
+    try:
+        step = parse_duration(_first(form, "step"), "step")
+    except BadParameter as e:
+        raise bad_data(str(e)) from None
+    if end < start:
+        raise bad_data('invalid parameter "end": end timestamp must not be before start time')
+    if step <= 0:
+        raise bad_data('invalid parameter "step": zero or negative query resolution step widths '
+                       "are not accepted. Try a positive integer")
+    if (end - start) // step + 1 > MAX_POINTS:
+        raise bad_data(f"exceeded maximum resolution of {MAX_POINTS:,} points per timeseries. "
+                       "Try decreasing the query resolution (?step=XX)")
+    return start, end, step
+
+
+@router.api_route("/query_range", methods=["GET", "POST"])
+async def query_range(request: Request) -> JSONResponse:
+    """A range query: ``query``, ``start``, ``end``, ``step``; every step answered from one
+    read of each stream's summary."""
+
+    async def work(form):
+        q = _query(form)
+        start, end, step = _range(form)
+        times = list(range(start, end + 1, step))
+        if isinstance(q, Scalar):
+            value = format_value(q.value)
+            return {"resultType": "matrix",
+                    "result": [{"metric": {}, "values": [[seconds(t), value] for t in times]}]}
+        series = await run_in_threadpool(_run, request, q, times, step)
+        return {"resultType": "matrix",
+                "result": [{"metric": s.labels,
+                            "values": [[seconds(ms), format_value(v)] for ms, v in s.samples]}
+                           for s in series]}
+
+    return await _answer(request, work)
+
+
+# -- metadata ----------------------------------------------------------------------------------
+def _matched(request: Request, form) -> list[dict[str, str]] | None:
+    """The label sets of the series ``match[]`` selects (None when none is given): every
+    stream, bound and item the selectors name, answered at ``end`` (default: now) for the
+    kinds whose items are only known from an answer (heavy hitters' keys)."""
+    selectors = [v for k, v in form if k == "match[]"]
+    if not selectors:
+        return None
+    at = _time(form, "end", _now_ms())
+    found: dict[tuple, dict] = {}
+    for text in selectors:
+        try:
+            q = plan(parse(text))
+        except (ParseError, BadQuery) as e:
+            raise bad_data(f'invalid parameter "match[]": {e}') from None
+        if isinstance(q, Scalar):
+            raise bad_data('invalid parameter "match[]": a match[] is a selector, not a number')
+        for s in _run(request, q, [at], None):
+            found[tuple(sorted(s.labels.items()))] = s.labels
+        if q.kind not in ("heavy-hitters", "decayed-heavy-hitters"):
+            # Items known without answering: list every bound even where this instant has
+            # no sample (a quantile of an empty window), so a label browser sees them.
+            store = request.app.state.store
+            for name in _streams(request, store, q):
+                base = {"__name__": q.metric, **dict(q.labels), "stream": name}
+                qs = [v.strip() for v in dict(q.params).get("q", "").split(",") if v.strip()]
+                items = [("q", format_value(float(v))) for v in qs if _number(v)] if q.kind == "quantiles" else [None]
+                for item in items or [None]:
+                    for bound in q.bounds:
+                        labels = {**base, **dict([item] if item else []), "bound": bound}
+                        found[tuple(sorted(labels.items()))] = labels
+    return sorted(found.values(), key=lambda d: sorted(d.items()))
+
+
+def _number(text: str) -> bool:
+    try:
+        float(text)
+        return True
+    except ValueError:
+        return False
+
+
+@router.api_route("/series", methods=["GET", "POST"])
+async def series(request: Request) -> JSONResponse:
+    async def work(form):
+        if not any(k == "match[]" for k, _ in form):
+            raise bad_data("no match[] parameter provided")
+        return await run_in_threadpool(_matched, request, form)
+
+    return await _answer(request, work)
+
+
+@router.api_route("/labels", methods=["GET", "POST"])
+async def labels(request: Request) -> JSONResponse:
+    async def work(form):
+        matched = await run_in_threadpool(_matched, request, form)
+        if matched is None:
+            return list(_LABELS)
+        return sorted({k for labels in matched for k in labels})
+
+    return await _answer(request, work)
+
+
+@router.get("/label/{name}/values")
+async def label_values(name: str, request: Request) -> JSONResponse:
+    """``__name__``: the metric names; ``stream``: the streams the key may see; ``bound``:
+    estimate, lower, upper; any label: its values among the ``match[]`` series."""
+
+    async def work(form):
+        if not _LABEL_NAME.fullmatch(name):
+            raise bad_data(f'invalid label name: "{name}"')
+        matched = await run_in_threadpool(_matched, request, form)
+        if matched is not None:
+            return sorted({labels[name] for labels in matched if name in labels})
+        if name == "__name__":
+            return sorted(metric_names())
+        if name == "stream":
+            store = request.app.state.store
+            return sorted(await run_in_threadpool(lambda: visible_streams(request, store.names())))
+        if name == "bound":
+            return list(BOUNDS)
+        return []
+
+    return await _answer(request, work)
+
+
+@router.get("/status/buildinfo")
+async def buildinfo() -> JSONResponse:
+    """As Prometheus answers it; ``version`` is the Prometheus HTTP API this speaks (what
+    Grafana reads to choose its features), ``application`` says who answers."""
+    return _ok({"version": PROMETHEUS_API_VERSION, "revision": f"tidemark-{__version__}",
+                "branch": "tidemark", "buildUser": "tidemark", "buildDate": "",
+                "goVersion": "none", "application": f"Tidemark {__version__}"})

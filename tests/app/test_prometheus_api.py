@@ -1,0 +1,285 @@
+"""The Prometheus HTTP API's read side (contract §10), against the real API and Redis.
+
+Summaries are built and published the way the worker does (no Spark). Requests are shaped
+as Grafana's Prometheus data source sends them: form-encoded POST bodies, the key as the
+password of HTTP Basic, ``stream=~"(a|b)"`` for a multi-value variable. Every sample must be
+the native answer (``GET /v1/streams/{name}/{kind}``) at the same ``at``.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import time
+
+import httpx
+import numpy as np
+import pytest
+
+from app.routes.prometheus import MAX_POINTS
+from tests.conftest import KEYS, TEST_SECRET, auth
+from tidemark.chunks import decode_chunk, encode_chunk
+from tidemark.streams import StreamConfig
+from tidemark.summary import StreamSummary
+from workers.publish import Publisher
+
+MAX_WINDOW = 3600.0
+_names = (f"prom-{i}" for i in itertools.count())
+
+
+def publish(redis_url: str, name: str, end: float, n: int = 3000, seed: int = 0,
+            config: StreamConfig | None = None) -> StreamConfig:
+    """``n`` events over the ``MAX_WINDOW / 2`` before ``end``: zipf keys, lognormal values."""
+    rng = np.random.default_rng(seed)
+    config = config or StreamConfig(max_window=MAX_WINDOW, epsilon=0.05)
+    summary = StreamSummary.create(config, TEST_SECRET)
+    if n:
+        ts = end - rng.uniform(0, MAX_WINDOW / 2, n)
+        ts[0] = end
+        keys = [f"k{k}" for k in rng.zipf(1.5, n) % 50]
+        values = rng.lognormal(3, 1, n)
+        summary.update_table(decode_chunk(encode_chunk(ts, keys, values, np.ones(n))))
+    Publisher(redis_url).publish_summary(name, summary, version=1, events=n)
+    return config
+
+
+def basic(scope: str = "read") -> httpx.BasicAuth:
+    """What Grafana sends with basic auth on: any user name, the key as the password."""
+    return httpx.BasicAuth("grafana", KEYS[scope])
+
+
+def grafana_post(api, path: str, form: dict, scope: str = "read") -> httpx.Response:
+    """A form-encoded POST with Basic auth, as Grafana's Prometheus data source sends it."""
+    return httpx.post(f"{api.url}/api/v1/{path}", data=form, auth=basic(scope), timeout=30,
+                      headers={"Content-Type": "application/x-www-form-urlencoded"})
+
+
+@pytest.fixture(scope="module")
+def streams(api, redis_url):
+    """Two streams whose clocks are now (promtool and Grafana ask about now)."""
+    end = float(int(time.time()))
+    names = [next(_names), next(_names)]
+    for i, name in enumerate(names):
+        publish(redis_url, name, end, seed=i)
+    return names, end
+
+
+@functools.lru_cache(maxsize=None)
+def _native(url: str, name: str, kind: str, params: tuple) -> dict:
+    r = httpx.get(f"{url}/v1/streams/{name}/{kind}", params=dict(params), headers=auth("read"))
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def native(api, name: str, kind: str, params: dict) -> dict:
+    """The native answer (the same question asked twice is asked once)."""
+    return _native(api.url, name, kind, tuple(sorted(params.items())))
+
+
+def test_instant_query_is_the_native_answer_with_its_bounds(api, streams):
+    (name, _), end = streams
+    at = end - 17.25
+    r = grafana_post(api, "query", {"query": f'tidemark_count{{stream="{name}", window="5m"}}',
+                                    "time": repr(at)})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["status"] == "success" and body["data"]["resultType"] == "vector"
+    got = {s["metric"]["bound"]: s for s in body["data"]["result"]}
+    assert set(got) == {"estimate", "lower", "upper"}
+    want = native(api, name, "count", {"window": 300, "at": repr(at)})
+    for bound, value in (("estimate", want["estimate"]), ("lower", want["bound"]["lower"]),
+                         ("upper", want["bound"]["upper"])):
+        s = got[bound]
+        assert s["metric"] == {"__name__": "tidemark_count", "stream": name, "window": "5m", "bound": bound}
+        assert s["value"][0] == at and isinstance(s["value"][1], str)
+        assert float(s["value"][1]) == value
+    assert float(got["lower"]["value"][1]) <= float(got["estimate"]["value"][1]) <= float(got["upper"]["value"][1])
+
+
+@pytest.mark.parametrize("kind, params, item", [
+    ("quantiles", {"q": "0.5,0.99"}, "q"),
+    ("heavy-hitters", {"phi": "0.05"}, "key"),
+    ("frequency", {"key": "k1"}, None),
+    ("sum", {}, None),
+    ("distinct", {}, None),
+    ("self-join", {}, None),
+])
+def test_range_query_answers_every_step_as_natively(api, streams, kind, params, item):
+    (name, _), end = streams
+    start, step = end - 600, 60
+    labels = "".join(f', {k}="{v}"' for k, v in params.items())
+    metric = "tidemark_" + kind.replace("-", "_")
+    r = grafana_post(api, "query_range", {"query": f'{metric}{{stream="{name}"{labels}}}',
+                                          "start": str(int(start)), "end": str(int(end)), "step": str(step)})
+    assert r.status_code == 200, r.text
+    data = r.json()["data"]
+    assert data["resultType"] == "matrix" and data["result"]
+    seen = set()
+    for series in data["result"]:
+        m = series["metric"]
+        assert m["__name__"] == metric and m["stream"] == name and m["bound"] in ("estimate", "lower", "upper")
+        for t, v in series["values"]:
+            assert start <= t <= end and (t - start) % step == 0
+            want = native(api, name, kind, {**params, "window": step, "at": repr(float(t))})
+            if item is None:
+                answer = want
+            else:
+                label = m[item]
+                answer = next(i for i in want["items"] if (repr(i[item]).removesuffix(".0") if item == "q" else i[item]) == label)
+            expected = answer["estimate"] if m["bound"] == "estimate" else answer["bound"][m["bound"]]
+            assert float(v) == expected, (m, t)
+            seen.add((m.get(item), m["bound"]))
+    if kind == "quantiles":
+        assert {q for q, _ in seen} == {"0.5", "0.99"}
+    assert {b for _, b in seen} == {"estimate", "lower", "upper"}
+
+
+def test_multi_value_regex_and_one_bound(api, streams):
+    (a, b), end = streams
+    r = grafana_post(api, "query", {"query": f'tidemark_count{{stream=~"({a}|{b})", bound="upper"}}',
+                                    "time": str(end)})
+    assert r.status_code == 200, r.text
+    result = r.json()["data"]["result"]
+    assert sorted(s["metric"]["stream"] for s in result) == sorted([a, b])
+    assert all(s["metric"]["bound"] == "upper" for s in result)
+    r = grafana_post(api, "query", {"query": 'tidemark_count{stream=~"no-such-.*"}', "time": str(end)})
+    assert r.status_code == 200 and r.json()["data"]["result"] == []
+
+
+def test_scalars_for_grafanas_test(api):
+    r = grafana_post(api, "query", {"query": "1+1", "time": "1700000000.5"})
+    assert r.json() == {"status": "success", "data": {"resultType": "scalar", "result": [1700000000.5, "2"]}}
+    r = httpx.get(f"{api.url}/api/v1/query", params={"query": "(2 * 3 - 1) / 2", "time": "10"}, auth=basic())
+    assert r.json()["data"]["result"] == [10, "2.5"]
+    r = grafana_post(api, "query_range", {"query": "1+1", "start": "0", "end": "30", "step": "15s"})
+    assert r.json()["data"] == {"resultType": "matrix",
+                                "result": [{"metric": {}, "values": [[0, "2"], [15, "2"], [30, "2"]]}]}
+
+
+@pytest.mark.parametrize("query, words", [
+    ('rate(tidemark_count{stream="x"}[5m])', "1:1: parse error: functions"),
+    ('tidemark_count{stream="x"}[5m]', "1:27: parse error: range vectors"),
+    ('sum by (stream) (tidemark_count{stream="x"})', "aggregations"),
+    ('tidemark_count{stream="x"} > 3', "1:28: parse error: operator '>'"),
+    ('tidemark_count{stream="x"} + 1', "operators on series"),
+    ('tidemark_count{stream!="x"}', "is not supported"),
+    ('tidemark_count{stream="x", q=~"0.5"}', "is not supported"),
+    ("tidemark_count", 'needs stream="…"'),
+    ('node_cpu_seconds{stream="x"}', "unknown metric 'node_cpu_seconds'; Tidemark's metrics: "),
+    ('tidemark_count{stream="x", bound="middle"}', "bound"),
+    ('tidemark_count{stream="x", window="5 minutes"}', "window"),
+    ('tidemark_count{stream="x"', "1:26: parse error: unexpected end of input"),
+    ('tidemark_distribution{stream="x"}', "not served as series"),
+    ('tidemark_inner_product{stream="x"}', "several streams"),
+    ('tidemark_count{stream=~"(a+){2}"}', "not supported"),
+    ("", "no query"),
+])
+def test_what_is_not_in_the_language_is_bad_data_with_a_reason(api, query, words):
+    r = grafana_post(api, "query", {"query": query, "time": "1"})
+    assert r.status_code == 400, r.text
+    body = r.json()
+    assert body["status"] == "error" and body["errorType"] == "bad_data"
+    assert words in body["error"], body["error"]
+
+
+def test_queries_refused_as_a_whole_are_execution_errors(api, streams, redis_url):
+    (name, _), end = streams
+    valued = next(_names)
+    publish(redis_url, valued, end, n=100,
+            config=StreamConfig(max_window=MAX_WINDOW, value_min=0, value_max=1e6))
+    for query, words in [
+        ('tidemark_count{stream="never-declared"}', "not found"),
+        (f'tidemark_count{{stream="{name}", window="2h"}}', "max_window"),
+        (f'tidemark_heavy_hitters{{stream="{name}", phi="2"}}', "phi"),
+        (f'tidemark_decayed_sum{{stream="{name}"}}', "value_min"),
+        (f'tidemark_decayed_sum{{stream="{valued}", decay="sliding", guarantee="relative"}}',
+         "no small summary gives a relative error"),
+    ]:
+        r = grafana_post(api, "query", {"query": query, "time": str(end)})
+        assert r.status_code == 422, (query, r.text)
+        assert r.json()["errorType"] == "execution" and words in r.json()["error"], r.text
+
+
+def test_instants_without_an_answer_have_no_sample(api, redis_url, streams):
+    _, end = streams
+    name = next(_names)
+    publish(redis_url, name, end, n=0)
+    r = grafana_post(api, "query", {"query": f'tidemark_quantiles{{stream="{name}", q="0.5"}}', "time": str(end)})
+    assert r.status_code == 200 and r.json()["data"]["result"] == []
+    r = grafana_post(api, "query", {"query": f'tidemark_count{{stream="{name}"}}', "time": str(end)})
+    assert [float(s["value"][1]) for s in r.json()["data"]["result"]] == [0.0, 0.0, 0.0]
+    # Before the earliest window kept: a refusal at those instants, samples after it.
+    (full, _), _ = streams
+    start = end - 2 * MAX_WINDOW
+    r = grafana_post(api, "query_range", {"query": f'tidemark_count{{stream="{full}", window="10m", bound="estimate"}}',
+                                          "start": str(start), "end": str(end), "step": "5m"})
+    assert r.status_code == 200, r.text
+    times = [t for t, _ in r.json()["data"]["result"][0]["values"]]
+    assert times[-1] == end and times[0] >= end - MAX_WINDOW + 600 and len(times) < 25
+
+
+def test_range_limits_and_parameters(api):
+    q = 'tidemark_count{stream="x"}'
+    for form, words in [
+        ({"query": q, "start": "0", "end": str(MAX_POINTS), "step": "1"}, "exceeded maximum resolution of 11,000 points"),
+        ({"query": q, "start": "10", "end": "0", "step": "1"}, "end timestamp must not be before start"),
+        ({"query": q, "start": "0", "end": "10", "step": "0"}, "zero or negative"),
+        ({"query": q, "start": "0", "end": "10", "step": "soon"}, 'invalid parameter "step"'),
+        ({"query": q, "start": "yesterday", "end": "10", "step": "1"}, 'invalid parameter "start"'),
+        ({"query": q, "start": "0", "end": "10"}, 'invalid parameter "step": missing'),
+    ]:
+        r = grafana_post(api, "query_range", form)
+        assert r.status_code == 400 and r.json()["errorType"] == "bad_data", r.text
+        assert words in r.json()["error"], r.text
+    ok = {"query": "1", "start": "0", "end": str(MAX_POINTS - 1), "step": "1"}
+    assert len(grafana_post(api, "query_range", ok).json()["data"]["result"][0]["values"]) == MAX_POINTS
+    rfc = {"query": "1", "start": "2023-11-14T22:13:20Z", "end": "2023-11-14T22:23:20.5+00:00", "step": "5m"}
+    values = grafana_post(api, "query_range", rfc).json()["data"]["result"][0]["values"]
+    assert [t for t, _ in values] == [1700000000, 1700000300, 1700000600]
+
+
+def test_access_bearer_basic_and_scopes(api, streams):
+    (name, _), end = streams
+    form = {"query": f'tidemark_count{{stream="{name}"}}', "time": str(end)}
+    url = f"{api.url}/api/v1/query"
+    assert httpx.post(url, data=form).status_code == 401
+    assert httpx.post(url, data=form, auth=httpx.BasicAuth("x", "wrong-key-wrong-key")).status_code == 401
+    assert httpx.post(url, data=form, auth=basic("ingest")).status_code == 403
+    assert httpx.post(url, data=form, auth=basic("admin")).status_code == 200
+    assert httpx.post(url, data=form, headers={"Authorization": f"Bearer {KEYS['read']}"}).status_code == 200
+    assert httpx.post(url, data=form, headers={"Authorization": "Basic !!!"}).status_code == 401
+    for path in ("labels", "label/stream/values", "series?match[]=x", "status/buildinfo", "query_range"):
+        assert httpx.get(f"{api.url}/api/v1/{path}").status_code == 401, path
+
+
+def test_every_prometheus_route_asks_for_read(api):
+    from app.security import api_routes, required_scope
+
+    paths = [(p, r) for p, r in api_routes(api.app.routes) if p.startswith("/api/v1/")]
+    assert len(paths) >= 6
+    assert all(required_scope(r) == "read" for _, r in paths)
+
+
+def test_labels_values_series_and_buildinfo(api, streams):
+    (a, b), end = streams
+    get = lambda path, **params: httpx.get(f"{api.url}/api/v1/{path}", params=params, auth=basic())
+    names = get("label/__name__/values").json()["data"]
+    assert "tidemark_count" in names and "tidemark_heavy_hitters" in names and "tidemark_distribution" not in names
+    assert {a, b} <= set(get("label/stream/values").json()["data"])
+    assert get("label/bound/values").json()["data"] == ["estimate", "lower", "upper"]
+    assert {"__name__", "stream", "bound"} <= set(get("labels").json()["data"])
+    assert get("label/nope/values").json() == {"status": "success", "data": []}
+    assert get("label/1bad/values").status_code == 400
+    # With match[], as Grafana's label_values(tidemark_count{…}, stream) asks:
+    values = get("label/stream/values", **{"match[]": f'tidemark_count{{stream=~"{a}"}}'}).json()["data"]
+    assert values == [a]
+    r = httpx.post(f"{api.url}/api/v1/series", auth=basic(),
+                   data={"match[]": f'tidemark_quantiles{{stream="{a}", q="0.5,0.9"}}', "end": str(end)})
+    assert r.status_code == 200, r.text
+    series = r.json()["data"]
+    assert {(s["q"], s["bound"]) for s in series} == {(q, b) for q in ("0.5", "0.9") for b in ("estimate", "lower", "upper")}
+    r = get("series", **{"match[]": f'tidemark_heavy_hitters{{stream="{a}", phi="0.2"}}', "end": str(end)})
+    assert r.status_code == 200 and all("key" in s for s in r.json()["data"]) and r.json()["data"]
+    assert get("series").json()["errorType"] == "bad_data"
+    info = get("status/buildinfo").json()
+    assert info["status"] == "success" and info["data"]["version"].count(".") == 2
