@@ -97,6 +97,8 @@ _OPS = ("==", "!=", "=~", "!~", "<=", ">=", "=", "<", ">", "+", "-", "*", "/", "
         "(", ")", "{", "}", "[", "]", ",", "@", ":")
 _ESCAPES = {"a": "\a", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t", "v": "\v",
             "\\": "\\", "'": "'", '"': '"'}
+_DIGITS = "0123456789"
+_DIGITS_SET = frozenset(_DIGITS)
 _HEX = {"x": 2, "u": 4, "U": 8}
 
 
@@ -116,7 +118,7 @@ def _string(text: str, pos: int) -> tuple[str, int]:
                 out.append(_ESCAPES[e])
                 i += 2
                 continue
-            if e in _HEX or e[:1].isdigit():
+            if e in _HEX or (e and e in "01234567"):
                 width, base, start = (_HEX[e], 16, i + 2) if e in _HEX else (3, 8, i + 1)
                 digits = text[start : start + width]
                 try:
@@ -149,7 +151,7 @@ def tokenize(text: str) -> list[Token]:
         elif (m := _DURATION.match(text, i)) and not _NAME.match(text, m.end()):
             tokens.append(Token("DURATION", m.group(), i))
             i = m.end()
-        elif c.isdigit() or (c == "." and text[i + 1 : i + 2].isdigit()):
+        elif c in _DIGITS or (c == "." and text[i + 1 : i + 2] in _DIGITS_SET):
             m = _NUMBER.match(text, i)
             raw = m.group()
             value = float(int(raw, 16)) if raw[:2].lower() == "0x" else float(raw)
