@@ -106,7 +106,10 @@ def _fold(expr: Expr) -> float | None:
     return None
 
 
-def _selector(s: Selector) -> SeriesQuery:
+_EVERY_STREAM = regex.compile(".*")
+
+
+def _selector(s: Selector, every_stream: bool) -> SeriesQuery:
     seen: dict[str, object] = {}
     name = s.name
     for m in s.matchers:
@@ -124,10 +127,13 @@ def _selector(s: Selector) -> SeriesQuery:
         raise BadQuery(f"a selector needs a metric name; {SUPPORTED}")
     kind = kind_of(name)
     stream = seen.get("stream")
-    if stream is None:
+    if stream is None and not every_stream:
         raise BadQuery(f'{name} needs stream="…" (or stream=~"a|b" for several streams)')
     try:
-        picked = regex.compile(stream.value) if stream.op == "=~" else stream.value
+        if stream is None:
+            picked = _EVERY_STREAM
+        else:
+            picked = regex.compile(stream.value) if stream.op == "=~" else stream.value
     except regex.BadRegex as e:
         raise BadQuery(str(e)) from None
     for label, why in _RESERVED.items():
@@ -150,13 +156,16 @@ def _selector(s: Selector) -> SeriesQuery:
                        (bound.value,) if bound is not None else BOUNDS, window_ms)
 
 
-def plan(expr: Expr) -> Scalar | SeriesQuery:
-    """A scalar for arithmetic on numbers, the selector's query, or :class:`BadQuery`."""
+def plan(expr: Expr, every_stream: bool = False) -> Scalar | SeriesQuery:
+    """A scalar for arithmetic on numbers, the selector's query, or :class:`BadQuery`.
+    ``every_stream``: a selector without ``stream`` reads every stream (a ``match[]`` of
+    the metadata routes: Grafana's ``label_values(tidemark_count, stream)``); a query
+    names its streams."""
     value = _fold(expr)
     if value is not None:
         return Scalar(value)
     if isinstance(expr, Selector):
-        return _selector(expr)
+        return _selector(expr, every_stream)
     raise BadQuery(f"operators on series are not supported; {SUPPORTED}")
 
 

@@ -217,7 +217,7 @@ def _matched(request: Request, form) -> list[dict[str, str]] | None:
     found: dict[tuple, dict] = {}
     for text in selectors:
         try:
-            q = plan(parse(text))
+            q = plan(parse(text), every_stream=True)
         except (ParseError, BadQuery) as e:
             raise bad_data(f'invalid parameter "match[]": {e}') from None
         if isinstance(q, Scalar):

@@ -273,6 +273,9 @@ def test_labels_values_series_and_buildinfo(api, streams):
     # With match[], as Grafana's label_values(tidemark_count{…}, stream) asks:
     values = get("label/stream/values", **{"match[]": f'tidemark_count{{stream=~"{a}"}}'}).json()["data"]
     assert values == [a]
+    # label_values(tidemark_count, stream): a match[] without stream matches every stream
+    values = get("label/stream/values", **{"match[]": "tidemark_count"}).json()["data"]
+    assert {a, b} <= set(values)
     r = httpx.post(f"{api.url}/api/v1/series", auth=basic(),
                    data={"match[]": f'tidemark_quantiles{{stream="{a}", q="0.5,0.9"}}', "end": str(end)})
     assert r.status_code == 200, r.text
