@@ -15,6 +15,7 @@ quantiles of an empty window — simply has no sample.
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass, field
 from decimal import Decimal
 
@@ -22,10 +23,14 @@ from app.answers import QueryError, answer, lookup
 from app.promql.query import SeriesQuery
 from app.promql.times import seconds
 
-__all__ = ["Series", "evaluate", "format_value", "window_seconds", "DEFAULT_WINDOW_MS"]
+__all__ = ["Series", "EvaluationTimeout", "evaluate", "format_value", "window_seconds", "DEFAULT_WINDOW_MS"]
 
 DEFAULT_WINDOW_MS = 300_000
 ITEM_LABELS = ("q", "key", "value")  # what tells the items of a list answer apart
+
+
+class EvaluationTimeout(RuntimeError):
+    """The request's time budget ran out (Prometheus' ``timeout`` error)."""
 
 
 @dataclass
@@ -72,7 +77,7 @@ def _samples(body: dict):
 
 
 def _one_stream(store, query: SeriesQuery, name: str, times_ms: list[int], step_ms: int | None,
-                out: dict) -> None:
+                out: dict, deadline: float) -> None:
     config = store.config(name)
     summary, status = store.summary(name)  # one read: every instant below is of this version
     kind = lookup(query.kind, streams=1)
@@ -84,6 +89,8 @@ def _one_stream(store, query: SeriesQuery, name: str, times_ms: list[int], step_
     base = {"__name__": query.metric, **dict(query.labels), "stream": name}
     wanted = {b: i for i, b in enumerate(("estimate", "lower", "upper")) if b in query.bounds}
     for t in times_ms:
+        if time.monotonic() > deadline:
+            raise EvaluationTimeout("query timed out in expression evaluation")
         try:
             body = answer(query.kind, name, config, summary, status, {**params, "at": repr(seconds(t))})
         except QueryError:
@@ -99,10 +106,13 @@ def _one_stream(store, query: SeriesQuery, name: str, times_ms: list[int], step_
 
 
 def evaluate(store, query: SeriesQuery, names: list[str], times_ms: list[int],
-             step_ms: int | None = None) -> list[Series]:
+             step_ms: int | None = None, timeout: float = math.inf) -> list[Series]:
     """The series of ``query`` over the streams ``names`` (already matched and allowed) at
-    ``times_ms``, sorted by their labels."""
+    ``times_ms``, sorted by their labels; :class:`EvaluationTimeout` after ``timeout``
+    seconds (an answer at a past instant costs a millisecond or more: 11,000 of them over
+    many streams would hold a worker thread for minutes)."""
     out: dict = {}
+    deadline = time.monotonic() + timeout
     for name in names:
-        _one_stream(store, query, name, times_ms, step_ms, out)
+        _one_stream(store, query, name, times_ms, step_ms, out, deadline)
     return sorted(out.values(), key=lambda s: sorted(s.labels.items()))

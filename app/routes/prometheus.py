@@ -1,7 +1,7 @@
 """The read side of the Prometheus HTTP API (contract §10), so Grafana's Prometheus data
 source, promtool and other PromQL clients chart Tidemark's answers with their bounds.
 
-``/api/v1/query``, ``/query_range``, ``/labels``, ``/label/<name>/values``, ``/series`` and
+``/api/v1/query``, ``/query_range`` (with Prometheus' ``timeout``: ``timeout`` 503 past it), ``/labels``, ``/label/<name>/values``, ``/series`` and
 ``/status/buildinfo``, in Prometheus' envelope (``web/api/v1/api.go``): ``{"status":
 "success", "data": …}``, or ``{"status": "error", "errorType", "error"}`` with ``bad_data``
 (400) for what is not in the language and ``execution`` (422) for a query Tidemark refuses
@@ -22,7 +22,7 @@ from starlette.concurrency import run_in_threadpool
 
 from app.answers import QueryError
 from app.deps import READ
-from app.promql.evaluate import Series, evaluate, format_value
+from app.promql.evaluate import EvaluationTimeout, Series, evaluate, format_value
 from app.promql.parser import ParseError, parse
 from app.promql.query import BOUNDS, BadQuery, Scalar, SeriesQuery, metric_names, plan
 from app.promql.times import BadParameter, parse_duration, parse_time, seconds
@@ -35,6 +35,8 @@ router = APIRouter(prefix="/api/v1", tags=["prometheus"], dependencies=[READ])
 
 MAX_POINTS = 11_000          # per series, as Prometheus refuses beyond
 MAX_BODY = 1 << 20           # a form body larger than any query Grafana writes
+DEFAULT_TIMEOUT = 30.0       # seconds of evaluation a request may take (``timeout``) ...
+MAX_TIMEOUT = 120.0          # ... and the most it may ask for (Prometheus' default is 2m)
 # The Prometheus release whose HTTP API this answers as (and whose promtool the tests run).
 PROMETHEUS_API_VERSION = "2.42.0"
 _LABEL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -125,12 +127,25 @@ def _streams(request: Request, store, query: SeriesQuery) -> list[str]:
     return [n for n in visible_streams(request, store.names()) if query.selects(n)]
 
 
-def _run(request: Request, query: SeriesQuery, times_ms: list[int], step_ms: int | None) -> list[Series]:
+def _timeout(form) -> float:
+    raw = _first(form, "timeout")
+    if raw in (None, ""):
+        return DEFAULT_TIMEOUT
+    try:
+        return min(parse_duration(raw, "timeout") / 1000, MAX_TIMEOUT)
+    except BadParameter as e:
+        raise bad_data(str(e)) from None
+
+
+def _run(request: Request, query: SeriesQuery, times_ms: list[int], step_ms: int | None,
+         timeout: float = DEFAULT_TIMEOUT) -> list[Series]:
     store = request.app.state.store
     started = time.perf_counter()
     try:
         names = _streams(request, store, query)
-        series = evaluate(store, query, names, times_ms, step_ms)
+        series = evaluate(store, query, names, times_ms, step_ms, timeout)
+    except EvaluationTimeout as e:
+        raise PromError("timeout", str(e), 503) from None
     except StreamNotFound as e:
         raise execution(f"stream {e.args[0]!r} not found" if e.args else str(e)) from None
     except QueryError as e:
@@ -155,7 +170,7 @@ async def query(request: Request) -> JSONResponse:
         t = _time(form, "time", _now_ms())
         if isinstance(q, Scalar):
             return {"resultType": "scalar", "result": [seconds(t), format_value(q.value)]}
-        series = await run_in_threadpool(_run, request, q, [t], None)
+        series = await run_in_threadpool(_run, request, q, [t], None, _timeout(form))
         return {"resultType": "vector",
                 "result": [{"metric": s.labels, "value": [seconds(ms), format_value(v)]}
                            for s in series for ms, v in s.samples]}
@@ -196,7 +211,7 @@ async def query_range(request: Request) -> JSONResponse:
             value = format_value(q.value)
             return {"resultType": "matrix",
                     "result": [{"metric": {}, "values": [[seconds(t), value] for t in times]}]}
-        series = await run_in_threadpool(_run, request, q, times, step)
+        series = await run_in_threadpool(_run, request, q, times, step, _timeout(form))
         return {"resultType": "matrix",
                 "result": [{"metric": s.labels,
                             "values": [[seconds(ms), format_value(v)] for ms, v in s.samples]}

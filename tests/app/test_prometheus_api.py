@@ -286,3 +286,13 @@ def test_labels_values_series_and_buildinfo(api, streams):
     assert get("series").json()["errorType"] == "bad_data"
     info = get("status/buildinfo").json()
     assert info["status"] == "success" and info["data"]["version"].count(".") == 2
+
+
+def test_a_request_past_its_timeout_is_a_timeout_error(api, streams):
+    (name, _), end = streams
+    form = {"query": f'tidemark_heavy_hitters{{stream="{name}", phi="0.01", window="1m"}}',
+            "start": str(end - 1800), "end": str(end), "step": "1s", "timeout": "1ms"}
+    r = grafana_post(api, "query_range", form)
+    assert r.status_code == 503 and r.json()["errorType"] == "timeout", r.text
+    r = grafana_post(api, "query_range", {**form, "timeout": "soon"})
+    assert r.status_code == 400 and 'invalid parameter "timeout"' in r.json()["error"]
