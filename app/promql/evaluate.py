@@ -22,6 +22,7 @@ from decimal import Decimal
 from app.answers import QueryError, answer, lookup
 from app.promql.query import SeriesQuery
 from app.promql.times import seconds
+from app.store import StreamNotFound
 
 __all__ = ["Series", "EvaluationTimeout", "evaluate", "format_value", "window_seconds", "DEFAULT_WINDOW_MS"]
 
@@ -114,5 +115,10 @@ def evaluate(store, query: SeriesQuery, names: list[str], times_ms: list[int],
     out: dict = {}
     deadline = time.monotonic() + timeout
     for name in names:
-        _one_stream(store, query, name, times_ms, step_ms, out, deadline)
+        try:
+            _one_stream(store, query, name, times_ms, step_ms, out, deadline)
+        except StreamNotFound:
+            if isinstance(query.stream, str):
+                raise
+            # matched by a regex, deleted since it was listed: as if never listed
     return sorted(out.values(), key=lambda s: sorted(s.labels.items()))

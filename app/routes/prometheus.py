@@ -122,7 +122,7 @@ def _streams(request: Request, store, query: SeriesQuery) -> list[str]:
     of the whole query), or every visible stream its regex matches."""
     if isinstance(query.stream, str):
         if not visible_streams(request, [query.stream]):
-            raise execution(f"stream {query.stream!r} not found")
+            raise execution(str(StreamNotFound(query.stream)))  # as if it did not exist
         return [query.stream]
     return [n for n in visible_streams(request, store.names()) if query.selects(n)]
 
@@ -147,7 +147,7 @@ def _run(request: Request, query: SeriesQuery, times_ms: list[int], step_ms: int
     except EvaluationTimeout as e:
         raise PromError("timeout", str(e), 503) from None
     except StreamNotFound as e:
-        raise execution(f"stream {e.args[0]!r} not found" if e.args else str(e)) from None
+        raise execution(str(e)) from None
     except QueryError as e:
         raise execution(str(e)) from None
     request.app.state.metrics.query_seconds.labels("prometheus").observe(time.perf_counter() - started)
@@ -304,6 +304,21 @@ async def label_values(name: str, request: Request) -> JSONResponse:
         return []
 
     return await _answer(request, work)
+
+
+@router.get("/metadata")
+async def metadata() -> JSONResponse:
+    """Each metric's type and help, as Prometheus answers it (Grafana's query editor shows them)."""
+    return _ok({metric: [{"type": "gauge", "unit": "",
+                          "help": f"Tidemark {kind} answers over the window, with their bounds "
+                                  '(label bound="estimate|lower|upper")'}]
+                for metric, kind in metric_names().items()})
+
+
+@router.api_route("/query_exemplars", methods=["GET", "POST"])
+async def query_exemplars() -> JSONResponse:
+    """Tidemark keeps no exemplars (Grafana asks when its exemplar toggle is on)."""
+    return _ok([])
 
 
 @router.get("/status/buildinfo")

@@ -188,7 +188,7 @@ def test_queries_refused_as_a_whole_are_execution_errors(api, streams, redis_url
     publish(redis_url, valued, end, n=100,
             config=StreamConfig(max_window=MAX_WINDOW, value_min=0, value_max=1e6))
     for query, words in [
-        ('tidemark_count{stream="never-declared"}', "not found"),
+        ('tidemark_count{stream="never-declared"}', "stream 'never-declared' is not declared"),
         (f'tidemark_count{{stream="{name}", window="2h"}}', "max_window"),
         (f'tidemark_heavy_hitters{{stream="{name}", phi="2"}}', "phi"),
         (f'tidemark_decayed_sum{{stream="{name}"}}', "value_min"),
@@ -284,6 +284,9 @@ def test_labels_values_series_and_buildinfo(api, streams):
     r = get("series", **{"match[]": f'tidemark_heavy_hitters{{stream="{a}", phi="0.2"}}', "end": str(end)})
     assert r.status_code == 200 and all("key" in s for s in r.json()["data"]) and r.json()["data"]
     assert get("series").json()["errorType"] == "bad_data"
+    meta = get("metadata").json()["data"]
+    assert meta["tidemark_count"][0]["type"] == "gauge" and set(meta) == set(names)
+    assert get("query_exemplars", query="x").json() == {"status": "success", "data": []}
     info = get("status/buildinfo").json()
     assert info["status"] == "success" and info["data"]["version"].count(".") == 2
 
