@@ -283,10 +283,12 @@ async def labels(request: Request) -> JSONResponse:
     return await _answer(request, work)
 
 
-@router.get("/label/{name}/values")
-async def label_values(name: str, request: Request) -> JSONResponse:
+@router.get("/label/{label_name}/values")  # not {name}: that path parameter names a stream
+async def label_values(label_name: str, request: Request) -> JSONResponse:
     """``__name__``: the metric names; ``stream``: the streams the key may see; ``bound``:
     estimate, lower, upper; any label: its values among the ``match[]`` series."""
+
+    name = label_name
 
     async def work(form):
         if not _LABEL_NAME.fullmatch(name):

@@ -15,6 +15,8 @@ import time
 import httpx
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from app.routes.prometheus import MAX_POINTS
 from tests.conftest import KEYS, TEST_SECRET, auth
@@ -299,3 +301,41 @@ def test_a_request_past_its_timeout_is_a_timeout_error(api, streams):
     assert r.status_code == 503 and r.json()["errorType"] == "timeout", r.text
     r = grafana_post(api, "query_range", {**form, "timeout": "soon"})
     assert r.status_code == 400 and 'invalid parameter "timeout"' in r.json()["error"]
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_range_samples_are_native_answers_and_hold_the_truth(api, redis_url, data):
+    """Out-of-order events with bursts on one instant; any step, window and range: every
+    count sample is the native answer at its time, and its bound holds the exact count."""
+    n = data.draw(st.integers(0, 200))
+    base = data.draw(st.lists(st.floats(0, 1500, allow_nan=False), min_size=n, max_size=n))
+    ts = 1_700_000_000.0 + np.array(base + data.draw(st.lists(st.sampled_from(base or [0.0]), max_size=30)))
+    name = next(_names)
+    config = StreamConfig(max_window=1800, epsilon=0.05)
+    summary = StreamSummary.create(config, TEST_SECRET)
+    if ts.size:
+        summary.update_table(decode_chunk(encode_chunk(ts, [None] * ts.size, np.full(ts.size, np.nan), np.ones(ts.size))))
+    Publisher(redis_url).publish_summary(name, summary, version=1, events=int(ts.size))
+    window = data.draw(st.sampled_from(["1s", "30s", "5m", "1m30s"]))
+    step_ms = data.draw(st.integers(500, 120_000))
+    start_ms = data.draw(st.integers(1_700_000_000_000 - 600_000, 1_700_000_000_000 + 1_600_000))
+    end_ms = start_ms + step_ms * data.draw(st.integers(0, 30))
+    r = grafana_post(api, "query_range", {"query": f'tidemark_count{{stream="{name}", window="{window}"}}',
+                                          "start": repr(start_ms / 1000), "end": repr(end_ms / 1000),
+                                          "step": repr(step_ms / 1000)})
+    assert r.status_code == 200, r.text
+    by_time: dict = {}
+    for series in r.json()["data"]["result"]:
+        for t, v in series["values"]:
+            by_time.setdefault(t, {})[series["metric"]["bound"]] = float(v)
+    seconds_of = {"1s": 1, "30s": 30, "5m": 300, "1m30s": 90}[window]
+    for t, got in by_time.items():
+        want = native(api, name, "count", {"window": seconds_of, "at": repr(t)})
+        assert got == {"estimate": want["estimate"], "lower": want["bound"]["lower"], "upper": want["bound"]["upper"]}
+        truth = int(((ts >= t - seconds_of) & (ts <= t)).sum())
+        assert got["lower"] <= truth <= got["upper"], (t, got, truth)
+    if ts.size:  # every instant whose window is kept has its sample
+        oldest = float(ts.max()) - 1800 + seconds_of
+        kept = [ms / 1000 for ms in range(start_ms, end_ms + 1, step_ms) if ms / 1000 >= oldest + 1e-3]
+        assert set(kept) <= set(by_time)
