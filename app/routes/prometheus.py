@@ -222,9 +222,9 @@ async def query_range(request: Request) -> JSONResponse:
 
 # -- metadata ----------------------------------------------------------------------------------
 def _matched(request: Request, form) -> list[dict[str, str]] | None:
-    """The label sets of the series ``match[]`` selects (None when none is given): every
-    stream, bound and item the selectors name, answered at ``end`` (default: now) for the
-    kinds whose items are only known from an answer (heavy hitters' keys)."""
+    """The label sets of the series ``match[]`` selects (None when none is given): those
+    with a sample at ``end`` (default: now), as Prometheus lists the series with data. A
+    ``match[]`` without ``stream`` reads every stream the key may see."""
     selectors = [v for k, v in form if k == "match[]"]
     if not selectors:
         return None
@@ -239,27 +239,7 @@ def _matched(request: Request, form) -> list[dict[str, str]] | None:
             raise bad_data('invalid parameter "match[]": a match[] is a selector, not a number')
         for s in _run(request, q, [at], None):
             found[tuple(sorted(s.labels.items()))] = s.labels
-        if q.kind not in ("heavy-hitters", "decayed-heavy-hitters"):
-            # Items known without answering: list every bound even where this instant has
-            # no sample (a quantile of an empty window), so a label browser sees them.
-            store = request.app.state.store
-            for name in _streams(request, store, q):
-                base = {"__name__": q.metric, **dict(q.labels), "stream": name}
-                qs = [v.strip() for v in dict(q.params).get("q", "").split(",") if v.strip()]
-                items = [("q", format_value(float(v))) for v in qs if _number(v)] if q.kind == "quantiles" else [None]
-                for item in items or [None]:
-                    for bound in q.bounds:
-                        labels = {**base, **dict([item] if item else []), "bound": bound}
-                        found[tuple(sorted(labels.items()))] = labels
     return sorted(found.values(), key=lambda d: sorted(d.items()))
-
-
-def _number(text: str) -> bool:
-    try:
-        float(text)
-        return True
-    except ValueError:
-        return False
 
 
 @router.api_route("/series", methods=["GET", "POST"])

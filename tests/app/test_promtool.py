@@ -14,7 +14,6 @@ import shutil
 import subprocess
 import time
 
-import httpx
 import pytest
 
 from tests.app.test_prometheus_api import native, publish
