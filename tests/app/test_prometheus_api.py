@@ -339,3 +339,21 @@ def test_range_samples_are_native_answers_and_hold_the_truth(api, redis_url, dat
         oldest = float(ts.max()) - 1800 + seconds_of
         kept = [ms / 1000 for ms in range(start_ms, end_ms + 1, step_ms) if ms / 1000 >= oldest + 1e-3]
         assert set(kept) <= set(by_time)
+
+
+def test_every_stream_decision_goes_through_visible_streams(api, streams, monkeypatch):
+    """The one hook for keys limited to some streams (contract §9): a stream it hides is
+    absent from listings and regex matches, and named outright it is refused as absent."""
+    import app.routes.prometheus as prom
+
+    (a, b), end = streams
+    monkeypatch.setattr(prom, "visible_streams", lambda request, names: [n for n in names if n != b])
+    get = lambda path, **params: httpx.get(f"{api.url}/api/v1/{path}", params=params, auth=basic())
+    assert a in get("label/stream/values").json()["data"] and b not in get("label/stream/values").json()["data"]
+    assert get("label/stream/values", **{"match[]": "tidemark_count"}).json()["data"].count(b) == 0
+    r = grafana_post(api, "query", {"query": f'tidemark_count{{stream=~"({a}|{b})"}}', "time": str(end)})
+    assert {s["metric"]["stream"] for s in r.json()["data"]["result"]} == {a}
+    hidden = grafana_post(api, "query", {"query": f'tidemark_count{{stream="{b}"}}', "time": str(end)})
+    absent = grafana_post(api, "query", {"query": 'tidemark_count{stream="nowhere"}', "time": str(end)})
+    assert hidden.status_code == absent.status_code == 422
+    assert hidden.json()["error"].replace(b, "X") == absent.json()["error"].replace("nowhere", "X")
