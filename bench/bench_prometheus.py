@@ -3,7 +3,7 @@ route, over a stream holding an hour at ``--rate`` events/s.
 
 Starts a real Redis and the API (``tidemark api``, in a subprocess), builds the summary
 of the hour the way the worker does and publishes it (no Spark). Then, one request at a
-time on a kept-alive connection, each asked ``--repeats`` times:
+time on a kept-alive connection, each asked ``--repeats`` times (the two interleaved):
 
 * ``/api/v1/query_range`` as Grafana posts it (form body, HTTP Basic with the key as the
   password): ``--points`` steps ending at the stream's clock, ``window="5m"``;
@@ -54,14 +54,18 @@ def build(rate: float, seconds: float) -> StreamSummary:
     return summary
 
 
-def timed(send, repeats: int) -> tuple[np.ndarray, httpx.Response]:
-    lat = []
+def timed(sends: list, repeats: int) -> list[tuple[np.ndarray, httpx.Response]]:
+    """Each of ``sends`` ``repeats`` times, interleaved (both meet the same machine load)."""
+    lat: list[list[float]] = [[] for _ in sends]
+    last = [None] * len(sends)
     for _ in range(repeats):
-        started = time.perf_counter()
-        r = send()
-        lat.append(time.perf_counter() - started)
-        assert r.status_code == 200, r.text[:300]
-    return np.array(lat), r
+        for i, send in enumerate(sends):
+            started = time.perf_counter()
+            r = send()
+            lat[i].append(time.perf_counter() - started)
+            assert r.status_code == 200, r.text[:300]
+            last[i] = r
+    return [(np.array(lat[i]), last[i]) for i in range(len(sends))]
 
 
 def main() -> None:
@@ -97,8 +101,7 @@ def main() -> None:
                                            params={**params, "window": WINDOW, "points": args.points},
                                            headers={"Authorization": f"Bearer {KEY}"})
                     prom(), native()  # warm: decoded summary, compiled kernels
-                    p_lat, p_r = timed(prom, args.repeats)
-                    n_lat, n_r = timed(native, args.repeats)
+                    (p_lat, p_r), (n_lat, n_r) = timed([prom, native], args.repeats)
                     series = p_r.json()["data"]["result"]
                     points = max(len(s["values"]) for s in series)
                     rows.append((kind, len(series), points, p_lat, len(n_r.json()["answers"]), n_lat))
