@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass, field
 from decimal import Decimal
 
-from app.answers import QueryError, answer, lookup
+from app.answers import QueryError, answer, answer_streams, lookup
 from app.promql.query import SeriesQuery
 from app.promql.times import seconds
 from app.store import StreamNotFound
@@ -106,14 +106,49 @@ def _one_stream(store, query: SeriesQuery, name: str, times_ms: list[int], step_
                 series.samples.append((t, float(values[i])))
 
 
+def _together(store, query: SeriesQuery, names: tuple[str, ...], times_ms: list[int],
+              step_ms: int | None, out: dict, deadline: float) -> None:
+    """A kind over several streams (``tidemark_inner_product{streams="A,B"}``): each stream
+    read once, every instant answered by :func:`app.answers.answer_streams` as natively."""
+    configs = [store.config(n) for n in names]
+    read = [store.summary(n) for n in names]
+    kind = lookup(query.kind)
+    window = min(window_seconds(query, c, step_ms) for c in configs)
+    for c in configs:
+        if window > c.max_window:
+            raise QueryError(f"window {window:g}s exceeds the stream's max_window {c.max_window:g}s")
+    params = {**dict(query.params), "window": repr(window)}
+    kind.check(tuple(configs), params)
+    base = {"__name__": query.metric, **dict(query.labels)}
+    wanted = {b: i for i, b in enumerate(("estimate", "lower", "upper")) if b in query.bounds}
+    for t in times_ms:
+        if time.monotonic() > deadline:
+            raise EvaluationTimeout("query timed out in expression evaluation")
+        try:
+            body = answer_streams(query.kind, list(names), configs, read, {**params, "at": repr(seconds(t))})
+        except QueryError:
+            continue
+        for item, *values in _samples(body):
+            for bound, i in wanted.items():
+                series = out.get((names, item, bound))
+                if series is None:
+                    labels = {**base, **dict([item] if item else []), "bound": bound}
+                    series = out[(names, item, bound)] = Series(labels)
+                series.samples.append((t, float(values[i])))
+
+
 def evaluate(store, query: SeriesQuery, names: list[str], times_ms: list[int],
              step_ms: int | None = None, timeout: float = math.inf) -> list[Series]:
-    """The series of ``query`` over the streams ``names`` (already matched and allowed) at
+    """The series of ``query`` over the streams ``names`` (already matched and allowed; a
+    kind over several streams reads them together) at
     ``times_ms``, sorted by their labels; :class:`EvaluationTimeout` after ``timeout``
     seconds (an answer at a past instant costs a millisecond or more: 11,000 of them over
     many streams would hold a worker thread for minutes)."""
     out: dict = {}
     deadline = time.monotonic() + timeout
+    if isinstance(query.stream, tuple):
+        _together(store, query, query.stream, times_ms, step_ms, out, deadline)
+        return sorted(out.values(), key=lambda s: sorted(s.labels.items()))
     for name in names:
         try:
             _one_stream(store, query, name, times_ms, step_ms, out, deadline)

@@ -30,8 +30,7 @@ BOUNDS = ("estimate", "lower", "upper")
 _NOT_SERIES = {
     "distribution": "its rows are CDF buckets, not estimates: read GET /v1/streams/{name}/distribution",
 }
-_RESERVED = {"at": "the instant is the query's time (or start, end and step)",
-             "streams": "a selector reads one stream (stream=, or stream=~ for several)"}
+_RESERVED = {"at": "the instant is the query's time (or start, end and step)"}
 
 
 class BadQuery(ValueError):
@@ -49,7 +48,7 @@ class SeriesQuery:
 
     metric: str
     kind: str
-    stream: str | regex.Pattern
+    stream: str | regex.Pattern | tuple[str, ...]  # one, those matching, or a kind's several
     params: tuple[tuple[str, str], ...]  # the kind's parameters, as the selector names them
     labels: tuple[tuple[str, str], ...]  # every "=" label but bound (carried by the series)
     bounds: tuple[str, ...]
@@ -58,13 +57,15 @@ class SeriesQuery:
     def selects(self, name: str) -> bool:
         if isinstance(self.stream, str):
             return name == self.stream
+        if isinstance(self.stream, tuple):
+            return name in self.stream
         return self.stream.fullmatch(name)
 
 
 def metric_names() -> dict[str, str]:
     """``tidemark_<kind>`` → kind, for every kind answered as series."""
-    return {PREFIX + name.replace("-", "_"): name for name, kind in sorted(QUERY_KINDS.items())
-            if kind.streams == 1 and name not in _NOT_SERIES}
+    return {PREFIX + name.replace("-", "_"): name for name in sorted(QUERY_KINDS)
+            if name not in _NOT_SERIES}
 
 
 def kind_of(metric: str) -> str:
@@ -74,8 +75,6 @@ def kind_of(metric: str) -> str:
     kind = metric.removeprefix(PREFIX).replace("_", "-")
     if metric.startswith(PREFIX) and kind in _NOT_SERIES:
         raise BadQuery(f"{metric} is not served as series: {_NOT_SERIES[kind]}")
-    if metric.startswith(PREFIX) and kind in QUERY_KINDS:
-        raise BadQuery(f"{metric} reads several streams: GET /v1/{kind}?streams=A,B")
     raise BadQuery(f"unknown metric {metric!r}; Tidemark's metrics: {', '.join(kinds)}")
 
 
@@ -126,16 +125,10 @@ def _selector(s: Selector, every_stream: bool) -> SeriesQuery:
     if name is None:
         raise BadQuery(f"a selector needs a metric name; {SUPPORTED}")
     kind = kind_of(name)
-    stream = seen.get("stream")
-    if stream is None and not every_stream:
-        raise BadQuery(f'{name} needs stream="…" (or stream=~"a|b" for several streams)')
-    try:
-        if stream is None:
-            picked = _EVERY_STREAM
-        else:
-            picked = regex.compile(stream.value) if stream.op == "=~" else stream.value
-    except regex.BadRegex as e:
-        raise BadQuery(str(e)) from None
+    if QUERY_KINDS[kind].streams > 1:
+        picked = _several(name, QUERY_KINDS[kind].streams, seen)
+    else:
+        picked = _streams(name, seen, every_stream)
     for label, why in _RESERVED.items():
         if label in seen:
             raise BadQuery(f"label {label!r} is not a parameter here: {why}")
@@ -151,9 +144,37 @@ def _selector(s: Selector, every_stream: bool) -> SeriesQuery:
         raise BadQuery("window must be positive")
     equal = tuple((m.label, m.value) for m in s.matchers
                   if m.op == "=" and m.label not in ("__name__", "stream", "bound"))
-    params = tuple((k, v) for k, v in equal if k != "window")
+    params = tuple((k, v) for k, v in equal if k not in ("window", "streams"))
     return SeriesQuery(name, kind, picked, params, equal,
                        (bound.value,) if bound is not None else BOUNDS, window_ms)
+
+
+def _several(metric: str, count: int, seen: dict) -> tuple[str, ...]:
+    """The streams of a kind over several (``streams="A,B"``, as natively)."""
+    if "stream" in seen:
+        raise BadQuery(f'{metric} reads {count} streams: name them with streams="A,B", not stream')
+    given = seen.get("streams")
+    names = tuple(n.strip() for n in given.value.split(",") if n.strip()) if given else ()
+    if len(names) != count:
+        raise BadQuery(f'{metric} needs streams="A,B" ({count} stream names)')
+    return names
+
+
+def _streams(metric: str, seen: dict, every_stream: bool) -> str | regex.Pattern:
+    if "streams" in seen:
+        raise BadQuery('label "streams" is not a parameter here: a selector reads one stream '
+                       "(stream=, or stream=~ for several)")
+    stream = seen.get("stream")
+    if stream is None and not every_stream:
+        raise BadQuery(f'{metric} needs stream="…" (or stream=~"a|b" for several streams)')
+    try:
+        if stream is None:
+            picked = _EVERY_STREAM
+        else:
+            picked = regex.compile(stream.value) if stream.op == "=~" else stream.value
+    except regex.BadRegex as e:
+        raise BadQuery(str(e)) from None
+    return picked
 
 
 def plan(expr: Expr, every_stream: bool = False) -> Scalar | SeriesQuery:

@@ -120,10 +120,13 @@ def _now_ms() -> int:
 def _streams(request: Request, store, query: SeriesQuery) -> list[str]:
     """The streams a selector reads: the one it names (absent, or not visible: a refusal
     of the whole query), or every visible stream its regex matches."""
-    if isinstance(query.stream, str):
-        if not visible_streams(request, [query.stream]):
-            raise execution(str(StreamNotFound(query.stream)))  # as if it did not exist
-        return [query.stream]
+    if isinstance(query.stream, (str, tuple)):
+        named = [query.stream] if isinstance(query.stream, str) else list(query.stream)
+        seen = visible_streams(request, named)
+        hidden = [n for n in named if n not in seen]
+        if hidden:
+            raise execution(str(StreamNotFound(hidden[0])))  # as if it did not exist
+        return named
     return [n for n in visible_streams(request, store.names()) if query.selects(n)]
 
 

@@ -172,7 +172,7 @@ def test_scalars_for_grafanas_test(api):
     ('tidemark_count{stream="x", window="5 minutes"}', "window"),
     ('tidemark_count{stream="x"', "1:26: parse error: unexpected end of input"),
     ('tidemark_distribution{stream="x"}', "not served as series"),
-    ('tidemark_inner_product{stream="x"}', "several streams"),
+    ('tidemark_inner_product{stream="x"}', 'reads 2 streams: name them with streams="A,B"'),
     ('tidemark_count{stream=~"(a+){2}"}', "not supported"),
     ("", "no query"),
 ])
@@ -357,3 +357,20 @@ def test_every_stream_decision_goes_through_visible_streams(api, streams, monkey
     absent = grafana_post(api, "query", {"query": 'tidemark_count{stream="nowhere"}', "time": str(end)})
     assert hidden.status_code == absent.status_code == 422
     assert hidden.json()["error"].replace(b, "X") == absent.json()["error"].replace("nowhere", "X")
+
+
+def test_inner_product_of_two_streams_is_the_native_answer(api, streams):
+    (a, b), end = streams
+    r = grafana_post(api, "query_range", {"query": f'tidemark_inner_product{{streams="{a},{b}", window="10m"}}',
+                                          "start": str(end - 120), "end": str(end), "step": "60"})
+    assert r.status_code == 200, r.text
+    result = r.json()["data"]["result"]
+    assert {s["metric"]["bound"] for s in result} == {"estimate", "lower", "upper"}
+    for s in result:
+        assert s["metric"]["streams"] == f"{a},{b}" and "stream" not in s["metric"]
+        for t, v in s["values"]:
+            want = httpx.get(f"{api.url}/v1/inner-product", headers=api.headers,
+                             params={"streams": f"{a},{b}", "window": 600, "at": repr(float(t))}).json()
+            assert float(v) == (want["estimate"] if s["metric"]["bound"] == "estimate" else want["bound"][s["metric"]["bound"]])
+    r = grafana_post(api, "query", {"query": f'tidemark_inner_product{{streams="{a},nowhere"}}', "time": str(end)})
+    assert r.status_code == 422 and "'nowhere' is not declared" in r.json()["error"]

@@ -129,7 +129,7 @@ def test_metric_names_come_from_the_kinds_table():
     from app.answers import QUERY_KINDS
 
     kinds = metric_names()
-    assert set(kinds.values()) == {k for k, q in QUERY_KINDS.items() if q.streams == 1} - {"distribution"}
+    assert set(kinds.values()) == set(QUERY_KINDS) - {"distribution"}
     assert all(m == "tidemark_" + k.replace("-", "_") for m, k in kinds.items())
 
 
@@ -149,5 +149,19 @@ def test_selectors_outside_the_language(text, message):
 
 
 def test_every_metric_parses_as_a_selector():
+    from app.answers import QUERY_KINDS
+
     for metric, kind in metric_names().items():
-        assert plan(parse(f'{metric}{{stream="s"}}')).kind == kind
+        where = 'stream="s"' if QUERY_KINDS[kind].streams == 1 else 'streams="a,b"'
+        assert plan(parse(f'{metric}{{{where}}}')).kind == kind
+
+
+def test_a_kind_over_two_streams_names_them_as_natively():
+    q = read_query('tidemark_inner_product{streams="a, b", window="1m"}')
+    assert q.stream == ("a", "b") and q.params == () and ("streams", "a, b") in q.labels
+    for text, words in [('tidemark_inner_product{stream="a"}', "name them with streams"),
+                        ('tidemark_inner_product{streams="a"}', "2 stream names"),
+                        ('tidemark_count{streams="a,b"}', "reads one stream")]:
+        with pytest.raises(BadQuery) as e:
+            read_query(text)
+        assert words in str(e.value)
