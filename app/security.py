@@ -75,7 +75,9 @@ def presented_key(authorization: str | None, cookie: str | None, needed: str) ->
     if authorization and scheme.lower() == "bearer" and credentials:
         return credentials
     if authorization and scheme.lower() == "basic" and credentials:
-        return _basic_password(credentials)
+        password = _basic_password(credentials)
+        if password:  # else, as any other scheme, the cookie may still say who asks
+            return password
     if needed == "read" and cookie:
         return cookie_parser(cookie).get(COOKIE)
     return None

@@ -250,6 +250,9 @@ def test_access_bearer_basic_and_scopes(api, streams):
     assert httpx.post(url, data=form, auth=basic("admin")).status_code == 200
     assert httpx.post(url, data=form, headers={"Authorization": f"Bearer {KEYS['read']}"}).status_code == 200
     assert httpx.post(url, data=form, headers={"Authorization": "Basic !!!"}).status_code == 401
+    # The key is read where every route reads it (app.security.presented_key): Basic works natively too.
+    assert httpx.get(f"{api.url}/v1/streams/{name}", auth=basic()).status_code == 200
+    assert httpx.get(f"{api.url}/v1/streams/{name}", auth=httpx.BasicAuth(KEYS["read"], "")).status_code == 401
     for path in ("labels", "label/stream/values", "series?match[]=x", "status/buildinfo", "query_range"):
         assert httpx.get(f"{api.url}/api/v1/{path}").status_code == 401, path
 
