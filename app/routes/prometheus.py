@@ -1,7 +1,7 @@
 """The read side of the Prometheus HTTP API (contract §10), so Grafana's Prometheus data
 source, promtool and other PromQL clients chart Tidemark's answers with their bounds.
 
-``/api/v1/query``, ``/query_range`` (with Prometheus' ``timeout``: ``timeout`` 503 past it), ``/labels``, ``/label/<name>/values``, ``/series`` and
+``/api/v1/query``, ``/query_range`` (with Prometheus' ``timeout``: a 422 ``timeout`` past it), ``/labels``, ``/label/<name>/values``, ``/series`` and
 ``/status/buildinfo``, in Prometheus' envelope (``web/api/v1/api.go``): ``{"status":
 "success", "data": …}``, or ``{"status": "error", "errorType", "error"}`` with ``bad_data``
 (400) for what is not in the language and ``execution`` (422) for a query Tidemark refuses
@@ -148,7 +148,9 @@ def _run(request: Request, query: SeriesQuery, times_ms: list[int], step_ms: int
         names = _streams(request, store, query)
         series = evaluate(store, query, names, times_ms, step_ms, timeout)
     except EvaluationTimeout as e:
-        raise PromError("timeout", str(e), 503) from None
+        # Prometheus answers 503; here a 5xx is a bug (contract §8) and asking more than the
+        # budget is the caller's to change (fewer points or streams, a longer ``timeout``).
+        raise PromError("timeout", str(e), 422) from None
     except StreamNotFound as e:
         raise execution(str(e)) from None
     except QueryError as e:

@@ -301,7 +301,7 @@ def test_a_request_past_its_timeout_is_a_timeout_error(api, streams):
     form = {"query": f'tidemark_heavy_hitters{{stream="{name}", phi="0.01", window="1m"}}',
             "start": str(end - 1800), "end": str(end), "step": "1s", "timeout": "1ms"}
     r = grafana_post(api, "query_range", form)
-    assert r.status_code == 503 and r.json()["errorType"] == "timeout", r.text
+    assert r.status_code == 422 and r.json()["errorType"] == "timeout", r.text
     r = grafana_post(api, "query_range", {**form, "timeout": "soon"})
     assert r.status_code == 400 and 'invalid parameter "timeout"' in r.json()["error"]
 
@@ -377,3 +377,29 @@ def test_inner_product_of_two_streams_is_the_native_answer(api, streams):
             assert float(v) == (want["estimate"] if s["metric"]["bound"] == "estimate" else want["bound"][s["metric"]["bound"]])
     r = grafana_post(api, "query", {"query": f'tidemark_inner_product{{streams="{a},nowhere"}}', "time": str(end)})
     assert r.status_code == 422 and "'nowhere' is not declared" in r.json()["error"]
+
+
+_FUZZ_TEXT = st.one_of(
+    st.text(alphabet='tidemark_countsumquailehvyrp{}()[]",=~!+-*/ 0123456789.x\\\'`#@', max_size=60),
+    st.sampled_from(['tidemark_count{stream="prom-0"}', 'tidemark_quantiles{stream=~".*", q="2"}',
+                     'tidemark_heavy_hitters{stream="prom-0", phi="nan"}', "1/0", "-Inf", "NaN",
+                     'tidemark_count{stream="prom-0", window="99999999999y"}', "9" * 400]))
+_FUZZ_NUMBER = st.one_of(st.floats(allow_nan=True, allow_infinity=True).map(repr), st.text(max_size=12),
+                         st.sampled_from(["1700000000", "0", "-1", "1e300", "5m", "2023-11-14T22:13:20Z"]))
+
+
+@settings(max_examples=60, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(query=_FUZZ_TEXT, time_=_FUZZ_NUMBER, start=_FUZZ_NUMBER, end=_FUZZ_NUMBER, step=_FUZZ_NUMBER,
+       extra=st.dictionaries(st.sampled_from(["match[]", "timeout", "time"]), _FUZZ_TEXT, max_size=2))
+def test_no_request_is_a_5xx_and_every_error_is_in_the_envelope(api, streams, query, time_, start, end, step, extra):
+    for path, form in (("query", {"query": query, "time": time_, **extra}),
+                       ("query_range", {"query": query, "start": start, "end": end, "step": step, **extra}),
+                       ("series", {"match[]": query, **extra}), ("labels", {"match[]": query})):
+        r = grafana_post(api, path, form)
+        assert r.status_code < 500, (path, form, r.status_code, r.text[:300])
+        body = r.json()
+        if r.status_code == 200:
+            assert body["status"] == "success"
+        else:
+            assert body["status"] == "error" and body["errorType"] in ("bad_data", "execution", "timeout"), body
