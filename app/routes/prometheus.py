@@ -166,7 +166,8 @@ async def _answer(request: Request, work) -> JSONResponse:
         return _error(e)
 
 
-@router.api_route("/query", methods=["GET", "POST"])
+@router.get("/query")
+@router.post("/query", operation_id="query_post")
 async def query(request: Request) -> JSONResponse:
     """An instant query: ``query``, ``time`` (default: now)."""
 
@@ -203,7 +204,8 @@ def _range(form) -> tuple[int, int, int]:
     return start, end, step
 
 
-@router.api_route("/query_range", methods=["GET", "POST"])
+@router.get("/query_range")
+@router.post("/query_range", operation_id="query_range_post")
 async def query_range(request: Request) -> JSONResponse:
     """A range query: ``query``, ``start``, ``end``, ``step``; every step answered from one
     read of each stream's summary."""
@@ -247,7 +249,8 @@ def _matched(request: Request, form) -> list[dict[str, str]] | None:
     return sorted(found.values(), key=lambda d: sorted(d.items()))
 
 
-@router.api_route("/series", methods=["GET", "POST"])
+@router.get("/series")
+@router.post("/series", operation_id="series_post")
 async def series(request: Request) -> JSONResponse:
     async def work(form):
         if not any(k == "match[]" for k, _ in form):
@@ -257,7 +260,8 @@ async def series(request: Request) -> JSONResponse:
     return await _answer(request, work)
 
 
-@router.api_route("/labels", methods=["GET", "POST"])
+@router.get("/labels")
+@router.post("/labels", operation_id="labels_post")
 async def labels(request: Request) -> JSONResponse:
     async def work(form):
         matched = await run_in_threadpool(_matched, request, form)
@@ -302,7 +306,8 @@ async def metadata() -> JSONResponse:
                 for metric, kind in metric_names().items()})
 
 
-@router.api_route("/query_exemplars", methods=["GET", "POST"])
+@router.get("/query_exemplars")
+@router.post("/query_exemplars", operation_id="query_exemplars_post")
 async def query_exemplars() -> JSONResponse:
     """Tidemark keeps no exemplars (Grafana asks when its exemplar toggle is on)."""
     return _ok([])
