@@ -77,33 +77,47 @@ def _samples(body: dict):
             yield _item_label(item), item["estimate"], item["bound"]["lower"], item["bound"]["upper"]
 
 
-def _one_stream(store, query: SeriesQuery, name: str, times_ms: list[int], step_ms: int | None,
-                out: dict, deadline: float) -> None:
-    config = store.config(name)
-    summary, status = store.summary(name)  # one read: every instant below is of this version
-    kind = lookup(query.kind, streams=1)
-    window = window_seconds(query, config, step_ms)
-    if window > config.max_window:
-        raise QueryError(f"window {window:g}s exceeds the stream's max_window {config.max_window:g}s")
+def _checked(query: SeriesQuery, kind, configs: list, step_ms: int | None) -> dict:
+    """The kind's parameters with the window, or the refusal of the whole query (a window
+    beyond a ``max_window``, parameters or a guarantee the kind refuses)."""
+    window = min(window_seconds(query, c, step_ms) for c in configs)
+    for c in configs:
+        if window > c.max_window:
+            raise QueryError(f"window {window:g}s exceeds the stream's max_window {c.max_window:g}s")
     params = {**dict(query.params), "window": repr(window)}
-    kind.check(config, params)  # refused as a whole before any instant
-    base = {"__name__": query.metric, **dict(query.labels), "stream": name}
+    kind.check(configs[0] if kind.streams == 1 else tuple(configs), params)
+    return params
+
+
+def _collect(out: dict, query: SeriesQuery, whose, base: dict, times_ms: list[int],
+             deadline: float, answer_at) -> None:
+    """Each instant's answer (``answer_at(at)``, the native answer object) as samples of
+    the series ``(whose, item, bound)``; an instant the answer path refuses has none."""
     wanted = {b: i for i, b in enumerate(("estimate", "lower", "upper")) if b in query.bounds}
     for t in times_ms:
         if time.monotonic() > deadline:
             raise EvaluationTimeout("query timed out in expression evaluation")
         try:
-            body = answer(query.kind, name, config, summary, status, {**params, "at": repr(seconds(t))})
+            body = answer_at(repr(seconds(t)))
         except QueryError:
             continue  # a refusal at this instant: no sample
         for item, *values in _samples(body):
             for bound, i in wanted.items():
-                key = (name, item, bound)
-                series = out.get(key)
+                series = out.get((whose, item, bound))
                 if series is None:
                     labels = {**base, **dict([item] if item else []), "bound": bound}
-                    series = out[key] = Series(labels)
+                    series = out[(whose, item, bound)] = Series(labels)
                 series.samples.append((t, float(values[i])))
+
+
+def _one_stream(store, query: SeriesQuery, name: str, times_ms: list[int], step_ms: int | None,
+                out: dict, deadline: float) -> None:
+    config = store.config(name)
+    summary, status = store.summary(name)  # one read: every instant below is of this version
+    params = _checked(query, lookup(query.kind, streams=1), [config], step_ms)
+    base = {"__name__": query.metric, **dict(query.labels), "stream": name}
+    _collect(out, query, name, base, times_ms, deadline,
+             lambda at: answer(query.kind, name, config, summary, status, {**params, "at": at}))
 
 
 def _together(store, query: SeriesQuery, names: tuple[str, ...], times_ms: list[int],
@@ -112,29 +126,10 @@ def _together(store, query: SeriesQuery, names: tuple[str, ...], times_ms: list[
     read once, every instant answered by :func:`app.answers.answer_streams` as natively."""
     configs = [store.config(n) for n in names]
     read = [store.summary(n) for n in names]
-    kind = lookup(query.kind)
-    window = min(window_seconds(query, c, step_ms) for c in configs)
-    for c in configs:
-        if window > c.max_window:
-            raise QueryError(f"window {window:g}s exceeds the stream's max_window {c.max_window:g}s")
-    params = {**dict(query.params), "window": repr(window)}
-    kind.check(tuple(configs), params)
+    params = _checked(query, lookup(query.kind), configs, step_ms)
     base = {"__name__": query.metric, **dict(query.labels)}
-    wanted = {b: i for i, b in enumerate(("estimate", "lower", "upper")) if b in query.bounds}
-    for t in times_ms:
-        if time.monotonic() > deadline:
-            raise EvaluationTimeout("query timed out in expression evaluation")
-        try:
-            body = answer_streams(query.kind, list(names), configs, read, {**params, "at": repr(seconds(t))})
-        except QueryError:
-            continue
-        for item, *values in _samples(body):
-            for bound, i in wanted.items():
-                series = out.get((names, item, bound))
-                if series is None:
-                    labels = {**base, **dict([item] if item else []), "bound": bound}
-                    series = out[(names, item, bound)] = Series(labels)
-                series.samples.append((t, float(values[i])))
+    _collect(out, query, names, base, times_ms, deadline,
+             lambda at: answer_streams(query.kind, list(names), configs, read, {**params, "at": at}))
 
 
 def evaluate(store, query: SeriesQuery, names: list[str], times_ms: list[int],

@@ -1,11 +1,12 @@
 """The read side of the Prometheus HTTP API (contract §10), so Grafana's Prometheus data
 source, promtool and other PromQL clients chart Tidemark's answers with their bounds.
 
-``/api/v1/query``, ``/query_range`` (with Prometheus' ``timeout``: a 422 ``timeout`` past it), ``/labels``, ``/label/<name>/values``, ``/series`` and
-``/status/buildinfo``, in Prometheus' envelope (``web/api/v1/api.go``): ``{"status":
-"success", "data": …}``, or ``{"status": "error", "errorType", "error"}`` with ``bad_data``
-(400) for what is not in the language and ``execution`` (422) for a query Tidemark refuses
-as a whole. Parameters come from the query string and from form-encoded bodies (Grafana
+``/api/v1/query``, ``/query_range``, ``/labels``, ``/label/<name>/values``, ``/series``,
+``/metadata`` and ``/status/buildinfo``, in Prometheus' envelope (``web/api/v1/api.go``):
+``{"status": "success", "data": …}``, or ``{"status": "error", "errorType", "error"}`` with
+``bad_data`` (400) for what is not in the language, ``execution`` (422) for a query
+Tidemark refuses as a whole and ``timeout`` (422; Prometheus says 503, but a 5xx is a bug
+here) past the request's ``timeout``. Parameters come from the query string and from form-encoded bodies (Grafana
 POSTs them), the body first, as Prometheus' ``FormValue`` reads them. Access is the
 ``read`` scope (a Bearer key, or the key as the password of HTTP Basic, as Grafana sends it).
 """
@@ -105,7 +106,7 @@ def _time(form, name: str, default_ms: int) -> int:
 def _query(form):
     text = _first(form, "query")
     if text is None or text.strip() == "":
-        raise bad_data('invalid parameter "query": no query given; ' 
+        raise bad_data('invalid parameter "query": no query given; '
                        'e.g. tidemark_count{stream="web", window="5m"}')
     try:
         return plan(parse(text))
@@ -277,20 +278,18 @@ async def label_values(label_name: str, request: Request) -> JSONResponse:
     """``__name__``: the metric names; ``stream``: the streams the key may see; ``bound``:
     estimate, lower, upper; any label: its values among the ``match[]`` series."""
 
-    name = label_name
-
     async def work(form):
-        if not _LABEL_NAME.fullmatch(name):
-            raise bad_data(f'invalid label name: "{name}"')
+        if not _LABEL_NAME.fullmatch(label_name):
+            raise bad_data(f'invalid label name: "{label_name}"')
         matched = await run_in_threadpool(_matched, request, form)
         if matched is not None:
-            return sorted({labels[name] for labels in matched if name in labels})
-        if name == "__name__":
+            return sorted({labels[label_name] for labels in matched if label_name in labels})
+        if label_name == "__name__":
             return sorted(metric_names())
-        if name == "stream":
+        if label_name == "stream":
             store = request.app.state.store
             return sorted(await run_in_threadpool(lambda: visible_streams(request, store.names())))
-        if name == "bound":
+        if label_name == "bound":
             return list(BOUNDS)
         return []
 
