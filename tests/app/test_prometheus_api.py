@@ -403,3 +403,16 @@ def test_no_request_is_a_5xx_and_every_error_is_in_the_envelope(api, streams, qu
             assert body["status"] == "success"
         else:
             assert body["status"] == "error" and body["errorType"] in ("bad_data", "execution", "timeout"), body
+
+
+def test_a_range_reads_each_summary_once(api, streams, monkeypatch):
+    """One read (and at most one decode) of each stream per request, not one per point."""
+    (a, b), end = streams
+    store = api.app.state.store
+    reads: list[str] = []
+    real = store.summary
+    monkeypatch.setattr(store, "summary", lambda name, *args, **kw: (reads.append(name), real(name, *args, **kw))[1])
+    r = grafana_post(api, "query_range", {"query": f'tidemark_quantiles{{stream=~"{a}|{b}", q="0.5"}}',
+                                          "start": str(end - 600), "end": str(end), "step": "10"})
+    assert r.status_code == 200 and len(r.json()["data"]["result"][0]["values"]) == 61
+    assert sorted(reads) == sorted([a, b])
