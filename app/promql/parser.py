@@ -178,6 +178,9 @@ _AGGREGATIONS = {"sum", "avg", "min", "max", "count", "group", "stddev", "stdvar
 _KEYWORDS = {"by", "without", "on", "ignoring", "group_left", "group_right", "bool", "offset",
              "and", "or", "unless", "atan2"}
 _LABEL = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+# Operators and nesting a query may hold: far beyond any query written by hand or by
+# Grafana, well within Python's recursion (the tree is walked recursively).
+MAX_NODES = 200
 
 
 class _Parser:
@@ -185,6 +188,12 @@ class _Parser:
         self.text = text
         self.tokens = tokenize(text)
         self.i = 0
+        self.nodes = 0  # operators and parentheses read so far
+
+    def grow(self) -> None:
+        self.nodes += 1
+        if self.nodes > MAX_NODES:
+            self.fail(f"query too complex: at most {MAX_NODES} operators and parentheses")
 
     @property
     def tok(self) -> Token:
@@ -225,6 +234,7 @@ class _Parser:
     def expr(self) -> Expr:
         left = self.term()
         while self.at("+", "-"):
+            self.grow()
             op = self.take().text
             left = Binary(op, left, self.term())
         return left
@@ -232,12 +242,14 @@ class _Parser:
     def term(self) -> Expr:
         left = self.unary()
         while self.at("*", "/"):
+            self.grow()
             op = self.take().text
             left = Binary(op, left, self.unary())
         return left
 
     def unary(self) -> Expr:
         if self.at("+", "-"):
+            self.grow()
             op = self.take().text
             return Unary(op, self.unary())
         return self.postfix(self.primary())
@@ -263,6 +275,7 @@ class _Parser:
         if t.kind == "STRING":
             self.fail(f"a string is not a query; {SUPPORTED}")
         if self.at("("):
+            self.grow()
             self.take()
             inner = self.expr()
             if not self.at(")"):

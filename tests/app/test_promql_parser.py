@@ -99,6 +99,9 @@ def test_promql_spellings(text, tree):
     ("5m", "a duration (5m) is not a number here"),
     ("", "no expression found"),
     ("(1", "1:3: parse error: unexpected end of input, expected ')'"),
+    ("(" * 3000 + "1" + ")" * 3000, "1:201: parse error: query too complex"),
+    ("-" * 3000 + "1", "query too complex"),
+    ("+".join(["1"] * 3000), "query too complex"),
 ])
 def test_errors_name_the_position_and_what_is_supported(text, message):
     with pytest.raises(ParseError) as e:
