@@ -29,18 +29,22 @@ $(STAMP): pyproject.toml
 	$(PY) -c "from tidemark.summary import warm_up; warm_up()"
 	touch $(STAMP)
 
-# Redis, Java for Spark and Chromium for the browser tests, from Debian's packages.
+# Redis, Java for Spark, Chromium for the browser tests and promtool (Debian's `prometheus`,
+# without its recommended node exporter) for the Prometheus API tests, from Debian's packages.
 system-deps:
-	@missing=""; \
+	@missing=""; lean=""; \
 	command -v redis-server >/dev/null || missing="$$missing redis-server"; \
 	command -v java >/dev/null || missing="$$missing openjdk-17-jre-headless"; \
 	test -x /usr/bin/chromium || missing="$$missing chromium"; \
-	if [ -n "$$missing" ]; then \
+	command -v promtool >/dev/null || lean="prometheus"; \
+	if [ -n "$$missing$$lean" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then \
-	    echo "installing:$$missing"; \
-	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	    echo "installing:$$missing $$lean"; \
+	    apt-get update -qq && \
+	    { [ -z "$$missing" ] || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; } && \
+	    { [ -z "$$lean" ] || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$lean >/dev/null; }; \
 	  else \
-	    echo "missing:$$missing — install them (sudo apt-get install$$missing)"; exit 1; \
+	    echo "missing:$$missing $$lean — install them (sudo apt-get install$$missing $$lean)"; exit 1; \
 	  fi; \
 	fi
 

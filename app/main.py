@@ -22,7 +22,7 @@ from app.answer_cache import AnswerCache, FastAnswers
 from app.answers import QueryError
 from app.live_hub import LiveHub
 from app.metrics import Metrics
-from app.routes import alerts, health, history, ingest, live, queries, streams
+from app.routes import alerts, health, history, ingest, live, prometheus, queries, streams
 from app.security import (HIDDEN, PUBLIC_PATHS, Keychain, RedactKeys, SignInMiddleware, api_routes,
                           principal_of, required_scope)
 from app.store import Backpressure, Store, StreamConflict, StreamNotFound
@@ -123,7 +123,7 @@ async def _lifespan(app: FastAPI):
 def _check_guarded(app: FastAPI) -> None:
     """Fail fast if an API route was added without an access guard (contract §9)."""
     for path, route in api_routes(app.routes):
-        if path in PUBLIC_PATHS or not (path.startswith("/v1/") or path == "/metrics"):
+        if path in PUBLIC_PATHS or not (path.startswith(("/v1/", "/api/v1/")) or path == "/metrics"):
             continue
         if required_scope(route) is None:
             raise RuntimeError(f"route {path} has no access guard")
@@ -163,7 +163,7 @@ def create_app(settings: Settings, redis_url: str) -> FastAPI:
         access_log.addFilter(RedactKeys())
     _error_handlers(app)
     app.add_middleware(GZipMiddleware, minimum_size=1024, compresslevel=5)  # not SSE, not pre-gzipped assets
-    for module in (health, streams, ingest, alerts, history, queries, live):
+    for module in (health, streams, ingest, alerts, history, queries, live, prometheus):
         app.include_router(module.router)
     # The last added runs first: a request for a Host we do not answer for (DNS
     # rebinding) is refused before anything else, then the dashboard's sign-in link.

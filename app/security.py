@@ -16,6 +16,8 @@ with :func:`visible`; everything asks :func:`may_see`.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
 import hmac
 import logging
@@ -166,14 +168,19 @@ def allows(scopes: frozenset[str], needed: str) -> bool:
 def presented_key(authorization: str | None, cookie: str | None, needed: str,
                   from_dashboard: bool = False) -> str | None:
     """The key a request presents from its raw ``Authorization`` and ``Cookie`` headers: a
-    bearer credential, else the sign-in cookie — for ``read`` (what the dashboard's fetches
-    and its EventSource send; a SameSite=Strict cookie never rides a cross-site request),
-    and for any scope the key has when the dashboard's scripts say so
-    (``DASHBOARD_HEADER``). ``authorize`` and the fast answer path (``app.answer_cache``)
-    both read it here, so they cannot disagree on who is asking."""
+    bearer credential, or the password of HTTP Basic (what Grafana's Prometheus data source
+    and promtool send, contract §10; the user name is not read), else the sign-in cookie —
+    for ``read`` (what the dashboard's fetches and its EventSource send; a SameSite=Strict
+    cookie never rides a cross-site request), and for any scope the key has when the
+    dashboard's scripts say so (``DASHBOARD_HEADER``). ``authorize`` and the fast answer
+    path (``app.answer_cache``) both read it here, so they cannot disagree on who is asking."""
     scheme, credentials = get_authorization_scheme_param(authorization)
     if authorization and scheme.lower() == "bearer" and credentials:
         return credentials
+    if authorization and scheme.lower() == "basic" and credentials:
+        password = _basic_password(credentials)
+        if password:  # else, as any other scheme, the cookie may still say who asks
+            return password
     if (needed == "read" or from_dashboard) and cookie:
         return cookie_parser(cookie).get(COOKIE)
     return None
@@ -190,6 +197,14 @@ def _named_streams(request: Request) -> list[str]:
     return names
 
 
+def _basic_password(credentials: str) -> str | None:
+    try:
+        decoded = base64.b64decode(credentials, validate=True).decode("utf-8")
+    except (binascii.Error, ValueError):
+        return None
+    return decoded.partition(":")[2] or None
+
+
 async def authorize(security_scopes: SecurityScopes, request: Request,
                     _: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]) -> Principal:
     """The dependency every protected route declares with ``Security(authorize, scopes=[…])``.
@@ -204,7 +219,8 @@ async def authorize(security_scopes: SecurityScopes, request: Request,
                         request.headers.get(DASHBOARD_HEADER) == "dashboard")
     challenge = {"WWW-Authenticate": "Bearer"}
     if not key:
-        raise HTTPException(401, "missing API key: send 'Authorization: Bearer <key>'", challenge)
+        raise HTTPException(401, "missing API key: send 'Authorization: Bearer <key>' "
+                            "(or HTTP Basic with the key as the password)", challenge)
     keychain: Keychain = request.app.state.keychain
     principal = keychain.principal(key)
     if principal is None:

@@ -34,7 +34,7 @@ truncated or padded blob is refused before its payload is parsed.
 from __future__ import annotations
 
 import struct
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, fields
 from typing import Any, ClassVar, NamedTuple
 
 __all__ = [
@@ -102,10 +102,10 @@ class Estimate:
     method: str
 
     def bound(self) -> dict:
-        """The contract's ``bound`` object."""
-        d = asdict(self)
-        d.pop("estimate")
-        return d
+        """The contract's ``bound`` object. Every field is a number or a string, so a
+        shallow copy is ``asdict``'s answer (which deep-copies, a third of a heavy-hitter
+        answer's time)."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "estimate"}
 
     def __add__(self, other: "Estimate") -> "Estimate":
         """Sum of two estimates of disjoint parts: intervals add exactly.

@@ -1,0 +1,154 @@
+"""A selector's answers at instants, as Prometheus series (contract §10).
+
+Every sample is an answer of :func:`app.answers.answer` — the function behind
+``GET /v1/streams/{name}/{kind}`` — at ``at`` = the sample's time, so a bound read through
+this API is the native bound at the same ``at``. A stream's summary is read once for all
+the instants of a request (as the history route does): one decode at most, one version
+throughout.
+
+What is refused as a whole (a window beyond ``max_window``, parameters the kind refuses, a
+guarantee no summary can give) raises :class:`app.answers.QueryError` before any instant is
+answered; an instant with no answer — a refusal at that instant (a window no longer kept),
+quantiles of an empty window — simply has no sample.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from decimal import Decimal
+
+from app.answers import QueryError, answer, answer_streams, lookup
+from app.promql.query import SeriesQuery
+from app.promql.times import seconds
+from app.store import StreamNotFound
+
+__all__ = ["Series", "EvaluationTimeout", "evaluate", "format_value", "window_seconds", "DEFAULT_WINDOW_MS"]
+
+DEFAULT_WINDOW_MS = 300_000
+ITEM_LABELS = ("q", "key", "value")  # what tells the items of a list answer apart
+
+
+class EvaluationTimeout(RuntimeError):
+    """The request's time budget ran out (Prometheus' ``timeout`` error)."""
+
+
+@dataclass
+class Series:
+    labels: dict[str, str]
+    samples: list[tuple[int, float]] = field(default_factory=list)  # (ms, value)
+
+
+def format_value(x: float) -> str:
+    """A sample's value as Prometheus writes it (Go's ``FormatFloat(x, 'f', -1, 64)``)."""
+    if math.isnan(x):
+        return "NaN"
+    if math.isinf(x):
+        return "+Inf" if x > 0 else "-Inf"
+    text = repr(float(x))
+    return format(Decimal(text), "f") if "e" in text else text.removesuffix(".0")
+
+
+def window_seconds(query: SeriesQuery, config, step_ms: int | None) -> float:
+    """The selector's ``window``; by default the query's step (else 5 minutes), at most the
+    stream's ``max_window`` (an explicit window beyond it is refused, as natively)."""
+    if query.window_ms is not None:
+        return seconds(query.window_ms)
+    return min(seconds(step_ms or DEFAULT_WINDOW_MS), config.max_window)
+
+
+def _item_label(item: dict) -> tuple[str, str]:
+    for name in ITEM_LABELS:
+        if name in item:
+            v = item[name]
+            return name, format_value(v) if isinstance(v, float) else str(v)
+    raise QueryError("this kind's items carry no q, key or value to tell them apart")
+
+
+def _samples(body: dict):
+    """(item label or None, estimate, lower, upper) of one answer; nothing for an item
+    without an estimate (a quantile of an empty window)."""
+    if "items" not in body:
+        yield None, body["estimate"], body["bound"]["lower"], body["bound"]["upper"]
+        return
+    for item in body["items"]:
+        if item.get("estimate") is not None and item.get("bound") is not None:
+            yield _item_label(item), item["estimate"], item["bound"]["lower"], item["bound"]["upper"]
+
+
+def _checked(query: SeriesQuery, kind, configs: list, step_ms: int | None) -> dict:
+    """The kind's parameters with the window, or the refusal of the whole query (a window
+    beyond a ``max_window``, parameters or a guarantee the kind refuses)."""
+    window = min(window_seconds(query, c, step_ms) for c in configs)
+    for c in configs:
+        if window > c.max_window:
+            raise QueryError(f"window {window:g}s exceeds the stream's max_window {c.max_window:g}s")
+    params = {**dict(query.params), "window": repr(window)}
+    kind.check(configs[0] if kind.streams == 1 else tuple(configs), params)
+    return params
+
+
+def _collect(out: dict, query: SeriesQuery, whose, base: dict, times_ms: list[int],
+             deadline: float, answer_at) -> None:
+    """Each instant's answer (``answer_at(at)``, the native answer object) as samples of
+    the series ``(whose, item, bound)``; an instant the answer path refuses has none."""
+    wanted = {b: i for i, b in enumerate(("estimate", "lower", "upper")) if b in query.bounds}
+    for t in times_ms:
+        if time.monotonic() > deadline:
+            raise EvaluationTimeout("query timed out in expression evaluation")
+        try:
+            body = answer_at(repr(seconds(t)))
+        except QueryError:
+            continue  # a refusal at this instant: no sample
+        for item, *values in _samples(body):
+            for bound, i in wanted.items():
+                series = out.get((whose, item, bound))
+                if series is None:
+                    labels = {**base, **dict([item] if item else []), "bound": bound}
+                    series = out[(whose, item, bound)] = Series(labels)
+                series.samples.append((t, float(values[i])))
+
+
+def _one_stream(store, query: SeriesQuery, name: str, times_ms: list[int], step_ms: int | None,
+                out: dict, deadline: float) -> None:
+    config = store.config(name)
+    summary, status = store.summary(name)  # one read: every instant below is of this version
+    params = _checked(query, lookup(query.kind, streams=1), [config], step_ms)
+    base = {"__name__": query.metric, **dict(query.labels), "stream": name}
+    _collect(out, query, name, base, times_ms, deadline,
+             lambda at: answer(query.kind, name, config, summary, status, {**params, "at": at}))
+
+
+def _together(store, query: SeriesQuery, names: tuple[str, ...], times_ms: list[int],
+              step_ms: int | None, out: dict, deadline: float) -> None:
+    """A kind over several streams (``tidemark_inner_product{streams="A,B"}``): each stream
+    read once, every instant answered by :func:`app.answers.answer_streams` as natively."""
+    configs = [store.config(n) for n in names]
+    read = [store.summary(n) for n in names]
+    params = _checked(query, lookup(query.kind), configs, step_ms)
+    base = {"__name__": query.metric, **dict(query.labels)}
+    _collect(out, query, names, base, times_ms, deadline,
+             lambda at: answer_streams(query.kind, list(names), configs, read, {**params, "at": at}))
+
+
+def evaluate(store, query: SeriesQuery, names: list[str], times_ms: list[int],
+             step_ms: int | None = None, timeout: float = math.inf) -> list[Series]:
+    """The series of ``query`` over the streams ``names`` (already matched and allowed; a
+    kind over several streams reads them together) at
+    ``times_ms``, sorted by their labels; :class:`EvaluationTimeout` after ``timeout``
+    seconds (an answer at a past instant costs a millisecond or more: 11,000 of them over
+    many streams would hold a worker thread for minutes)."""
+    out: dict = {}
+    deadline = time.monotonic() + timeout
+    if isinstance(query.stream, tuple):
+        _together(store, query, query.stream, times_ms, step_ms, out, deadline)
+        return sorted(out.values(), key=lambda s: sorted(s.labels.items()))
+    for name in names:
+        try:
+            _one_stream(store, query, name, times_ms, step_ms, out, deadline)
+        except StreamNotFound:
+            if isinstance(query.stream, str):
+                raise
+            # matched by a regex, deleted since it was listed: as if never listed
+    return sorted(out.values(), key=lambda s: sorted(s.labels.items()))
