@@ -23,6 +23,7 @@ from app.answers import QueryError, answer, answer_streams, lookup
 from app.promql.query import SeriesQuery
 from app.promql.times import seconds
 from app.store import StreamNotFound
+from sketches.base import SketchError
 
 __all__ = ["Series", "EvaluationTimeout", "evaluate", "format_value", "window_seconds", "DEFAULT_WINDOW_MS"]
 
@@ -151,4 +152,10 @@ def evaluate(store, query: SeriesQuery, names: list[str], times_ms: list[int],
             if isinstance(query.stream, str):
                 raise
             # matched by a regex, deleted since it was listed: as if never listed
+        except SketchError:
+            if isinstance(query.stream, str):
+                raise
+            # matched by a regex, its published summary unreadable now (refused whole,
+            # app.store): it has no samples, the other streams still answer
+            log.warning("stream %r: summary unreadable, left out of a selector", name)
     return sorted(out.values(), key=lambda s: sorted(s.labels.items()))

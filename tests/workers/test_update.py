@@ -232,16 +232,16 @@ def test_events_a_failed_update_could_not_take_are_named_and_answers_say_incompl
         return pd.DataFrame({"entry": [entry], "payload": [payload], "clock_before": [clock]})
 
     state = apply_chunks("s", None, rows("1-0", [1000.0, 1001.0], [1.0, 2.0], [1.0, 1.0], -math.inf),
-                         TEST_SECRET, lambda name: config)
+                         TEST_SECRET, lambda name: (config, 7))
     before = StreamSummary.from_bytes(state["blob"], TEST_SECRET)
     failed = apply_chunks("s", state, rows("2-0", [1050.0, 1060.0], [5.0, 99.0], [2.0, 3.0], 1001.0),
-                          TEST_SECRET, lambda name: config)
+                          TEST_SECRET, lambda name: (config, 7))
     assert failed["failed_events"] == 2 and "2 event(s) with ts in [1050.0, 1060.0] not counted" in failed["failed"]
     after = StreamSummary.from_bytes(failed["blob"], TEST_SECRET)
     assert {n: p.to_bytes() for n, p in after.parts.items()} == {n: p.to_bytes() for n, p in before.parts.items()}
     assert after.lost == {"events": 2, "weight": 5.0, "ts_min": 1050.0, "ts_max": 1060.0, "why": after.lost["why"]}
     # The next batch works again; the record stays, and merges carry it.
-    ok = apply_chunks("s", failed, rows("3-0", [1070.0], [3.0], [1.0], 1001.0), TEST_SECRET, lambda name: config)
+    ok = apply_chunks("s", failed, rows("3-0", [1070.0], [3.0], [1.0], 1001.0), TEST_SECRET, lambda name: (config, 7))
     assert not ok["failed"] and ok["failed_events"] == 2
     summary = StreamSummary.from_bytes(ok["blob"], TEST_SECRET)
     merged = StreamSummary.create(config, TEST_SECRET).merge(summary)
