@@ -11,7 +11,9 @@ what a sketch holds, not its capacity, and encoding runs in compiled loops:
   Boncz, *ALP: Adaptive Lossless floating-Point Compression*, SIGMOD 2024, §3), or raw
   float64; every form is checked bit for bit before it is chosen, so decoding is exact;
 * :class:`Reader`, whose every short or malformed read raises
-  :class:`~sketches.base.CorruptSketchError` (nothing is half-read).
+  :class:`~sketches.errors.CorruptSketchError` (nothing is half-read).
+
+It imports only :mod:`sketches.errors`: the sketches sit above their codec, never below.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import struct
 import numpy as np
 from numba import njit
 
-from sketches.base import CorruptSketchError
+from sketches.errors import CorruptSketchError
 
 __all__ = ["Writer", "Reader", "varints", "zigzag", "unzigzag"]
 

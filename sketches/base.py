@@ -1,4 +1,4 @@
-"""What every Tidemark sketch shares: the answer type, the errors and the byte header.
+"""What every Tidemark sketch shares: the answer type, the checks of its arguments and its verbs.
 
 Every sketch in this package speaks the same verbs (after Apache DataSketches):
 
@@ -13,29 +13,24 @@ Every sketch in this package speaks the same verbs (after Apache DataSketches):
   set of messages for every family;
 * queries return :class:`Estimate` (or a list of them) whose ``lower``/``upper``
   follow from the structure's proof and its actual state, merges included;
-* ``to_bytes()`` / ``from_bytes(data)`` use the header below, validated before
+* ``to_bytes()`` / ``from_bytes(data)`` use the header of :mod:`sketches._bytes`, validated before
   anything else is read, and one bounds-checked reader (:mod:`sketches._bytes`); a
   corrupt or truncated blob raises :class:`CorruptSketchError` and nothing is half-read;
 * ``is_empty``, ``nbytes`` (serialized size) and a readable ``repr`` (the fields a
   family names in ``SHOWN``).
 
-Byte header shared by all families (little endian, 16 bytes)::
-
-    0      4        5          6         8                 16
-    +------+--------+----------+---------+-----------------+
-    | TMSK | format | family   | flags   | payload length  |
-    |      | u8     | u8       | u16     | u64             |
-    +------+--------+----------+---------+-----------------+
-
-``payload length`` must equal the number of bytes that follow the header, so a
-truncated or padded blob is refused before its payload is parsed.
+The byte header and the blob reader are :mod:`sketches._bytes`'s; the errors are
+:mod:`sketches.errors`' (re-exported here). This module imports both and neither imports
+it: the library's import graph has no circle (``tests/test_layers.py``).
 """
 
 from __future__ import annotations
 
-import struct
 from dataclasses import asdict, dataclass
 from typing import Any, ClassVar, NamedTuple
+
+from sketches._bytes import HEADER_SIZE, pack_header, read_blob, unpack_header
+from sketches.errors import CorruptSketchError, IncompatibleSketchError, SketchError
 
 __all__ = [
     "Batch",
@@ -49,22 +44,6 @@ __all__ = [
     "unpack_header",
     "HEADER_SIZE",
 ]
-
-MAGIC = b"TMSK"
-_HEADER = struct.Struct("<4sBBHQ")
-HEADER_SIZE = _HEADER.size
-
-
-class SketchError(ValueError):
-    """Base class of the errors the sketch library raises on a caller's mistake."""
-
-
-class IncompatibleSketchError(SketchError):
-    """Raised by ``merge`` when the two sketches cannot be combined."""
-
-
-class CorruptSketchError(SketchError):
-    """Raised by ``from_bytes`` when a blob is not a valid sketch of the asked family."""
 
 
 class Family:
@@ -122,36 +101,6 @@ class Estimate:
             max(0.0, self.confidence + other.confidence - 1.0),
             self.method,
         )
-
-
-def pack_header(family: int, payload_len: int, fmt: int = 1, flags: int = 0) -> bytes:
-    return _HEADER.pack(MAGIC, fmt, family, flags, payload_len)
-
-
-def unpack_header(data: bytes, family: int, fmt: int = 1) -> tuple[int, memoryview]:
-    """Validate the header and return ``(flags, payload)``.
-
-    Raises :class:`CorruptSketchError` when the blob is too short, has the wrong
-    magic, format or family, or a payload length that does not match.
-    """
-    if not isinstance(data, (bytes, bytearray, memoryview)):
-        raise CorruptSketchError("sketch blob must be bytes")
-    data = memoryview(data)
-    if len(data) < HEADER_SIZE:
-        raise CorruptSketchError("sketch blob truncated: shorter than its header")
-    magic, got_fmt, got_family, flags, length = _HEADER.unpack_from(data)
-    if magic != MAGIC:
-        raise CorruptSketchError("not a Tidemark sketch: bad magic")
-    if got_family != family:
-        raise CorruptSketchError(f"sketch family {got_family} where {family} was expected")
-    if got_fmt != fmt:
-        raise CorruptSketchError(f"unsupported sketch format version {got_fmt}")
-    if length != len(data) - HEADER_SIZE:
-        raise CorruptSketchError(
-            f"sketch blob length mismatch: header says {length} payload bytes, "
-            f"found {len(data) - HEADER_SIZE}"
-        )
-    return flags, data[HEADER_SIZE:]
 
 
 def integer_ticks(ticks):
@@ -281,8 +230,6 @@ class Sketch:
     @classmethod
     def from_bytes(cls, data):
         """Read a blob of :meth:`to_bytes`; anything else raises :class:`CorruptSketchError`."""
-        from sketches._bytes import read_blob
-
         return read_blob(cls, data)
 
     @property
