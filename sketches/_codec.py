@@ -25,7 +25,7 @@ from numba import njit
 
 from sketches.errors import CorruptSketchError
 
-__all__ = ["Writer", "Reader", "varints", "zigzag", "unzigzag"]
+__all__ = ["Writer", "Reader", "varints", "zigzag", "unzigzag", "varint_size", "max_float_column_size"]
 
 
 @njit(cache=True)
@@ -82,6 +82,18 @@ def _decode_varints(buf, start, n):
 def varints(values: np.ndarray) -> bytes:
     """LEB128 bytes of a ``uint64`` array."""
     return _encode_varints(np.ascontiguousarray(values, dtype=np.uint64)).tobytes()
+
+
+def varint_size(largest: int) -> int:
+    """Bytes of the LEB128 varint of any value from 0 to ``largest`` (7 bits a byte)."""
+    return max(1, -(-int(largest).bit_length() // 7))
+
+
+def max_float_column_size(n: int) -> int:
+    """Bytes a float column of ``n`` values can take at most: raw, ``1 + 8n``, or scaled,
+    ``2 + 8`` (the base) ``+ 8n`` (each offset, below 2^54, takes at most 8 varint
+    bytes); a constant takes 9."""
+    return 12 + 8 * int(n)
 
 
 def zigzag(x: np.ndarray) -> np.ndarray:

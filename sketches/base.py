@@ -47,11 +47,10 @@ __all__ = [
 
 
 class Family:
-    """One byte per sketch family, written into the header."""
+    """One byte per sketch family, written into the header. Bytes 2 and 3 are taken by
+    families outside the product (the ``sketches_extra`` library): never reuse them."""
 
     SPLITTABLE_HISTOGRAM = 1
-    EXPONENTIAL_HISTOGRAM = 2
-    DETERMINISTIC_WAVE = 3
     RANDOMIZED_WAVE = 4
     ECM = 5
     DECAYED_ADDITIVE = 6
@@ -114,40 +113,97 @@ def integer_ticks(ticks):
     return t
 
 
-def epsilon_and_window(epsilon, window, max_window: int) -> tuple[float, int]:
-    """The guarantee of a sliding-window sketch, checked: ``epsilon`` a float in (0, 1) and
-    ``window`` a whole number of ticks from 1 to ``max_window`` (a power of two)."""
+# -- the checks of a sketch's arguments: one set, one set of messages ------------------------
+def _power_of_two(n: int) -> str:
+    """``n`` in the messages: ``2^k`` or ``2^k − 1`` when it is one of those, else ``n``."""
+    if n > 1 and n & (n - 1) == 0:
+        return f"2^{n.bit_length() - 1}"
+    if n > 1 and (n + 1) & n == 0:
+        return f"2^{n.bit_length()} - 1"
+    return str(n)
+
+
+def unit_interval(name: str, value) -> float:
+    """``value`` as a float, refused unless it lies in the open interval (0, 1) (an error
+    target ``epsilon``, a failure probability ``delta``)."""
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        raise SketchError(f"{name} must be a number in (0, 1)") from None
+    if not 0.0 < value < 1.0:
+        raise SketchError(f"{name} must be in (0, 1), got {value}")
+    return value
+
+
+def _whole(value) -> int | None:
+    """``value`` as an int when it is a whole number (Python or NumPy, never a bool)."""
     import operator
 
+    if isinstance(value, bool):
+        return None
     try:
-        window = operator.index(window)
+        return operator.index(value)
     except TypeError:
-        raise SketchError(f"window must be an integer number of ticks, got {window!r}") from None
-    epsilon = float(epsilon)
-    if not 0.0 < epsilon < 1.0:
-        raise SketchError(f"epsilon must be in (0, 1), got {epsilon}")
-    if not 1 <= window <= max_window:
-        raise SketchError(f"window must be between 1 and 2^{max_window.bit_length() - 1} ticks, got {window}")
-    return epsilon, window
+        return None
+
+
+def window_ticks(window, max_window: int) -> int:
+    """``window`` as an int, refused unless it is a whole number of ticks from 1 to
+    ``max_window``."""
+    w = _whole(window)
+    if w is None:
+        raise SketchError(f"window must be an integer number of ticks, got {window!r}")
+    if not 1 <= w <= max_window:
+        raise SketchError(f"window must be between 1 and {_power_of_two(max_window)} ticks, got {w}")
+    return w
+
+
+def seed_value(seed) -> int:
+    """``seed`` as an int, refused unless it is a whole number in [0, 2^64)."""
+    s = _whole(seed)
+    if s is None or not 0 <= s < 2**64:
+        raise SketchError("seed must be an integer in [0, 2^64)")
+    return s
+
+
+def epsilon_and_window(epsilon, window, max_window: int) -> tuple[float, int]:
+    """The guarantee of a sliding-window sketch, checked: ``epsilon`` in (0, 1) and
+    ``window`` a whole number of ticks from 1 to ``max_window``."""
+    window = window_ticks(window, max_window)
+    return unit_interval("epsilon", epsilon), window
+
+
+def tick_bounds(lo, hi) -> tuple[int, int]:
+    """``(lo, hi)`` as ints, refused unless both are whole numbers of ticks."""
+    lo_, hi_ = _whole(lo), _whole(hi)
+    if lo_ is None or hi_ is None:
+        raise SketchError("query bounds must be integer ticks")
+    return lo_, hi_
+
+
+def not_expired(lo: int, clock: int | None, window: int) -> None:
+    """Refuse a range starting before ``clock − window + 1``: older ticks have expired
+    (no clock: nothing has)."""
+    if clock is not None and lo < clock - window + 1:
+        raise SketchError(f"range starts at tick {lo}, before clock - window + 1 = "
+                          f"{clock - window + 1}: those ticks have expired")
+
+
+def window_size(lo: int, hi: int, window: int) -> None:
+    """Refuse an empty range or one longer than ``window`` ticks."""
+    if hi < lo:
+        raise SketchError(f"empty range: hi = {hi} < lo = {lo}")
+    if hi - lo + 1 > window:
+        raise SketchError(f"range of {hi - lo + 1} ticks exceeds the window of {window}")
 
 
 def window_range(lo, hi, window: int, clock: int | None) -> tuple[int, int]:
     """``(lo, hi)`` as ints, refused unless ``[lo, hi]`` is a range of at most ``window``
     ticks that starts at or after ``clock − window + 1`` (older ticks have expired; no
     clock: nothing has)."""
-    import operator
-
-    try:
-        lo, hi = operator.index(lo), operator.index(hi)
-    except TypeError:
-        raise SketchError("query bounds must be integer ticks") from None
-    if hi < lo:
-        raise SketchError(f"empty range: hi = {hi} < lo = {lo}")
-    if hi - lo + 1 > window:
-        raise SketchError(f"range of {hi - lo + 1} ticks exceeds the window of {window}")
-    if clock is not None and lo < clock - window + 1:
-        raise SketchError(f"range starts at tick {lo}, before clock - window + 1 = "
-                          f"{clock - window + 1}: those ticks have expired")
+    lo, hi = tick_bounds(lo, hi)
+    window_size(lo, hi, window)
+    not_expired(lo, clock, window)
     return lo, hi
 
 
@@ -236,6 +292,14 @@ class Sketch:
     def nbytes(self) -> int:
         """Serialized size: ``len(to_bytes())``."""
         return len(self.to_bytes())
+
+    def max_nbytes(self) -> int | None:
+        """The most bytes this sketch can serialize to, whatever it is fed (after
+        DataSketches' ``get_max_serialized_size_bytes``), worked out from the sizing its
+        constructor chose and, for a merged sketch, the parts it holds; ``nbytes`` never
+        exceeds it. None for a family whose space follows the data with no bound set by
+        its parameters (its docstring says what its space follows)."""
+        return None
 
     def __repr__(self) -> str:
         """``Family(name=value, ...)`` over ``SHOWN``; an empty sketch's clock is None."""
