@@ -23,19 +23,8 @@ from sketches._ecm_kernels import (
     hash_tables,
     materialize,
 )
-from sketches.base import (
-    CorruptSketchError,
-    Estimate,
-    Family,
-    IncompatibleSketchError,
-    Sketch,
-    SketchError,
-    not_expired,
-    seed_value,
-    tick_bounds,
-    unit_interval,
-    window_ticks,
-)
+from sketches.base import CorruptSketchError, Estimate, Family, IncompatibleSketchError, Sketch, SketchError
+from sketches.base import not_expired, seed_value, tick_bounds, unit_interval, window_ticks
 
 __all__ = ["ECMSketch", "split_epsilon", "suggest_dimensions"]
 

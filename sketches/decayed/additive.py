@@ -76,17 +76,8 @@ import numpy as np
 
 from sketches._bytes import HEADER_SIZE, Reader, Writer
 from sketches._codec import max_float_column_size
-from sketches.base import (
-    CorruptSketchError,
-    Estimate,
-    Family,
-    IncompatibleSketchError,
-    Sketch,
-    SketchError,
-    integer_ticks,
-    seed_value,
-    unit_interval,
-)
+from sketches.base import CorruptSketchError, Estimate, Family, IncompatibleSketchError, Sketch, SketchError
+from sketches.base import integer_ticks, seed_value, unit_interval
 from sketches.decayed._sample_kernels import (
     contributions,
     draw,
