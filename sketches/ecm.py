@@ -107,6 +107,12 @@ class TimeBucketed(Sketch):
     def n_buckets(self) -> int:
         return len(self._tb)
 
+    def max_nbytes(self) -> None:
+        """None: the time buckets follow the data (an out-of-order event is an exact
+        single-tick bucket until invariant (C) lets it fold), with no bound below the
+        number of distinct ticks in the window (:class:`ECMSketch`, Space)."""
+        return None
+
     def _not_expired(self, lo: int) -> None:
         not_expired(lo, None if self._tb.clock == NO_CLOCK else int(self._tb.clock), self.window)
 

@@ -350,6 +350,11 @@ class DecayedRelativeSketch(Sketch):
     #   | varint first flat index, nnz−1 varint (gap − 1) of the non-zero cells of the
     #     row-major B × cells array | float column of their weights
 
+    def max_nbytes(self) -> None:
+        """None: the buckets follow the oldest event's age (Theorem 3.5: ``O(β)`` with
+        ``β = ⌈log_{1+ε}(f(0)/f(age))⌉``), which no parameter bounds."""
+        return None
+
     def _payload(self) -> bytes:
         p1, p2 = self.decay.params()
         wr = Writer().pack(_HEAD, self.epsilon, self.decay.code, p1, p2, self.value_min, self.value_max,
