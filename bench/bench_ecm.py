@@ -20,7 +20,7 @@ import time
 
 import numpy as np
 
-from sketches.extra.dyadic import DyadicECM
+from sketches_extra.dyadic import DyadicECM
 from sketches.ecm import ECMSketch
 from sketches.key_dictionary import KeyDictionary
 

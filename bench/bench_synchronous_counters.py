@@ -18,8 +18,8 @@ import time
 
 import numpy as np
 
-from sketches.extra.deterministic_wave import DeterministicWave, suggest_max_window_weight, wave_levels
-from sketches.extra.exponential_histogram import ExponentialHistogram, max_buckets
+from sketches_extra.deterministic_wave import DeterministicWave, suggest_max_window_weight, wave_levels
+from sketches_extra.exponential_histogram import ExponentialHistogram, max_buckets
 
 WINDOW = 3_600_000  # one hour of millisecond ticks
 BATCH = 100_000

@@ -3,9 +3,8 @@
 Pure: it imports nothing from ``app``, ``workers``, ``frontend`` or ``tidemark``. Every
 sketch is a :class:`sketches.base.Sketch` and speaks the verbs described there.
 
-This package holds what the product serves. :mod:`sketches.extra` holds structures that
-are built, tested and benchmarked but that no stream uses (in-order-only counters and
-the dyadic ECM); the product never imports it.
+This package holds what the product serves; structures that no stream uses live in the
+separate ``sketches_extra`` library.
 """
 
 from sketches.base import Batch, CorruptSketchError, Estimate, IncompatibleSketchError, Sketch, SketchError

@@ -11,7 +11,9 @@ what a sketch holds, not its capacity, and encoding runs in compiled loops:
   Boncz, *ALP: Adaptive Lossless floating-Point Compression*, SIGMOD 2024, §3), or raw
   float64; every form is checked bit for bit before it is chosen, so decoding is exact;
 * :class:`Reader`, whose every short or malformed read raises
-  :class:`~sketches.base.CorruptSketchError` (nothing is half-read).
+  :class:`~sketches.errors.CorruptSketchError` (nothing is half-read).
+
+It imports only :mod:`sketches.errors`: the sketches sit above their codec, never below.
 """
 
 from __future__ import annotations
@@ -21,9 +23,9 @@ import struct
 import numpy as np
 from numba import njit
 
-from sketches.base import CorruptSketchError
+from sketches.errors import CorruptSketchError
 
-__all__ = ["Writer", "Reader", "varints", "zigzag", "unzigzag"]
+__all__ = ["Writer", "Reader", "varints", "zigzag", "unzigzag", "varint_size", "max_float_column_size"]
 
 
 @njit(cache=True)
@@ -80,6 +82,18 @@ def _decode_varints(buf, start, n):
 def varints(values: np.ndarray) -> bytes:
     """LEB128 bytes of a ``uint64`` array."""
     return _encode_varints(np.ascontiguousarray(values, dtype=np.uint64)).tobytes()
+
+
+def varint_size(largest: int) -> int:
+    """Bytes of the LEB128 varint of any value from 0 to ``largest`` (7 bits a byte)."""
+    return max(1, -(-int(largest).bit_length() // 7))
+
+
+def max_float_column_size(n: int) -> int:
+    """Bytes a float column of ``n`` values can take at most: raw, ``1 + 8n``, or scaled,
+    ``2 + 8`` (the base) ``+ 8n`` (each offset, below 2^54, takes at most 8 varint
+    bytes); a constant takes 9."""
+    return 12 + 8 * int(n)
 
 
 def zigzag(x: np.ndarray) -> np.ndarray:

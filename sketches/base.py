@@ -1,4 +1,4 @@
-"""What every Tidemark sketch shares: the answer type, the errors and the byte header.
+"""What every Tidemark sketch shares: the answer type, the checks of its arguments and its verbs.
 
 Every sketch in this package speaks the same verbs (after Apache DataSketches):
 
@@ -13,29 +13,24 @@ Every sketch in this package speaks the same verbs (after Apache DataSketches):
   set of messages for every family;
 * queries return :class:`Estimate` (or a list of them) whose ``lower``/``upper``
   follow from the structure's proof and its actual state, merges included;
-* ``to_bytes()`` / ``from_bytes(data)`` use the header below, validated before
+* ``to_bytes()`` / ``from_bytes(data)`` use the header of :mod:`sketches._bytes`, validated before
   anything else is read, and one bounds-checked reader (:mod:`sketches._bytes`); a
   corrupt or truncated blob raises :class:`CorruptSketchError` and nothing is half-read;
 * ``is_empty``, ``nbytes`` (serialized size) and a readable ``repr`` (the fields a
   family names in ``SHOWN``).
 
-Byte header shared by all families (little endian, 16 bytes)::
-
-    0      4        5          6         8                 16
-    +------+--------+----------+---------+-----------------+
-    | TMSK | format | family   | flags   | payload length  |
-    |      | u8     | u8       | u16     | u64             |
-    +------+--------+----------+---------+-----------------+
-
-``payload length`` must equal the number of bytes that follow the header, so a
-truncated or padded blob is refused before its payload is parsed.
+The byte header and the blob reader are :mod:`sketches._bytes`'s; the errors are
+:mod:`sketches.errors`' (re-exported here). This module imports both and neither imports
+it: the library's import graph has no circle (``tests/test_layers.py``).
 """
 
 from __future__ import annotations
 
-import struct
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar, NamedTuple
+
+from sketches._bytes import HEADER_SIZE, pack_header, read_blob, unpack_header
+from sketches.errors import CorruptSketchError, IncompatibleSketchError, SketchError
 
 __all__ = [
     "Batch",
@@ -50,29 +45,12 @@ __all__ = [
     "HEADER_SIZE",
 ]
 
-MAGIC = b"TMSK"
-_HEADER = struct.Struct("<4sBBHQ")
-HEADER_SIZE = _HEADER.size
-
-
-class SketchError(ValueError):
-    """Base class of the errors the sketch library raises on a caller's mistake."""
-
-
-class IncompatibleSketchError(SketchError):
-    """Raised by ``merge`` when the two sketches cannot be combined."""
-
-
-class CorruptSketchError(SketchError):
-    """Raised by ``from_bytes`` when a blob is not a valid sketch of the asked family."""
-
 
 class Family:
-    """One byte per sketch family, written into the header."""
+    """One byte per sketch family, written into the header. Bytes 2 and 3 are taken by
+    families outside the product (the ``sketches_extra`` library): never reuse them."""
 
     SPLITTABLE_HISTOGRAM = 1
-    EXPONENTIAL_HISTOGRAM = 2
-    DETERMINISTIC_WAVE = 3
     RANDOMIZED_WAVE = 4
     ECM = 5
     DECAYED_ADDITIVE = 6
@@ -124,36 +102,6 @@ class Estimate:
         )
 
 
-def pack_header(family: int, payload_len: int, fmt: int = 1, flags: int = 0) -> bytes:
-    return _HEADER.pack(MAGIC, fmt, family, flags, payload_len)
-
-
-def unpack_header(data: bytes, family: int, fmt: int = 1) -> tuple[int, memoryview]:
-    """Validate the header and return ``(flags, payload)``.
-
-    Raises :class:`CorruptSketchError` when the blob is too short, has the wrong
-    magic, format or family, or a payload length that does not match.
-    """
-    if not isinstance(data, (bytes, bytearray, memoryview)):
-        raise CorruptSketchError("sketch blob must be bytes")
-    data = memoryview(data)
-    if len(data) < HEADER_SIZE:
-        raise CorruptSketchError("sketch blob truncated: shorter than its header")
-    magic, got_fmt, got_family, flags, length = _HEADER.unpack_from(data)
-    if magic != MAGIC:
-        raise CorruptSketchError("not a Tidemark sketch: bad magic")
-    if got_family != family:
-        raise CorruptSketchError(f"sketch family {got_family} where {family} was expected")
-    if got_fmt != fmt:
-        raise CorruptSketchError(f"unsupported sketch format version {got_fmt}")
-    if length != len(data) - HEADER_SIZE:
-        raise CorruptSketchError(
-            f"sketch blob length mismatch: header says {length} payload bytes, "
-            f"found {len(data) - HEADER_SIZE}"
-        )
-    return flags, data[HEADER_SIZE:]
-
-
 def integer_ticks(ticks):
     """``ticks`` as a NumPy array, refused unless it is one-dimensional and integral (time
     is counted in integer ticks); each family checks the range it keeps."""
@@ -165,40 +113,97 @@ def integer_ticks(ticks):
     return t
 
 
-def epsilon_and_window(epsilon, window, max_window: int) -> tuple[float, int]:
-    """The guarantee of a sliding-window sketch, checked: ``epsilon`` a float in (0, 1) and
-    ``window`` a whole number of ticks from 1 to ``max_window`` (a power of two)."""
+# -- the checks of a sketch's arguments: one set, one set of messages ------------------------
+def _power_of_two(n: int) -> str:
+    """``n`` in the messages: ``2^k`` or ``2^k − 1`` when it is one of those, else ``n``."""
+    if n > 1 and n & (n - 1) == 0:
+        return f"2^{n.bit_length() - 1}"
+    if n > 1 and (n + 1) & n == 0:
+        return f"2^{n.bit_length()} - 1"
+    return str(n)
+
+
+def unit_interval(name: str, value) -> float:
+    """``value`` as a float, refused unless it lies in the open interval (0, 1) (an error
+    target ``epsilon``, a failure probability ``delta``)."""
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        raise SketchError(f"{name} must be a number in (0, 1)") from None
+    if not 0.0 < value < 1.0:
+        raise SketchError(f"{name} must be in (0, 1), got {value}")
+    return value
+
+
+def _whole(value) -> int | None:
+    """``value`` as an int when it is a whole number (Python or NumPy, never a bool)."""
     import operator
 
+    if isinstance(value, bool):
+        return None
     try:
-        window = operator.index(window)
+        return operator.index(value)
     except TypeError:
-        raise SketchError(f"window must be an integer number of ticks, got {window!r}") from None
-    epsilon = float(epsilon)
-    if not 0.0 < epsilon < 1.0:
-        raise SketchError(f"epsilon must be in (0, 1), got {epsilon}")
-    if not 1 <= window <= max_window:
-        raise SketchError(f"window must be between 1 and 2^{max_window.bit_length() - 1} ticks, got {window}")
-    return epsilon, window
+        return None
+
+
+def window_ticks(window, max_window: int) -> int:
+    """``window`` as an int, refused unless it is a whole number of ticks from 1 to
+    ``max_window``."""
+    w = _whole(window)
+    if w is None:
+        raise SketchError(f"window must be an integer number of ticks, got {window!r}")
+    if not 1 <= w <= max_window:
+        raise SketchError(f"window must be between 1 and {_power_of_two(max_window)} ticks, got {w}")
+    return w
+
+
+def seed_value(seed) -> int:
+    """``seed`` as an int, refused unless it is a whole number in [0, 2^64)."""
+    s = _whole(seed)
+    if s is None or not 0 <= s < 2**64:
+        raise SketchError("seed must be an integer in [0, 2^64)")
+    return s
+
+
+def epsilon_and_window(epsilon, window, max_window: int) -> tuple[float, int]:
+    """The guarantee of a sliding-window sketch, checked: ``epsilon`` in (0, 1) and
+    ``window`` a whole number of ticks from 1 to ``max_window``."""
+    window = window_ticks(window, max_window)
+    return unit_interval("epsilon", epsilon), window
+
+
+def tick_bounds(lo, hi) -> tuple[int, int]:
+    """``(lo, hi)`` as ints, refused unless both are whole numbers of ticks."""
+    lo_, hi_ = _whole(lo), _whole(hi)
+    if lo_ is None or hi_ is None:
+        raise SketchError("query bounds must be integer ticks")
+    return lo_, hi_
+
+
+def not_expired(lo: int, clock: int | None, window: int) -> None:
+    """Refuse a range starting before ``clock − window + 1``: older ticks have expired
+    (no clock: nothing has)."""
+    if clock is not None and lo < clock - window + 1:
+        raise SketchError(f"range starts at tick {lo}, before clock - window + 1 = "
+                          f"{clock - window + 1}: those ticks have expired")
+
+
+def window_size(lo: int, hi: int, window: int) -> None:
+    """Refuse an empty range or one longer than ``window`` ticks."""
+    if hi < lo:
+        raise SketchError(f"empty range: hi = {hi} < lo = {lo}")
+    if hi - lo + 1 > window:
+        raise SketchError(f"range of {hi - lo + 1} ticks exceeds the window of {window}")
 
 
 def window_range(lo, hi, window: int, clock: int | None) -> tuple[int, int]:
     """``(lo, hi)`` as ints, refused unless ``[lo, hi]`` is a range of at most ``window``
     ticks that starts at or after ``clock − window + 1`` (older ticks have expired; no
     clock: nothing has)."""
-    import operator
-
-    try:
-        lo, hi = operator.index(lo), operator.index(hi)
-    except TypeError:
-        raise SketchError("query bounds must be integer ticks") from None
-    if hi < lo:
-        raise SketchError(f"empty range: hi = {hi} < lo = {lo}")
-    if hi - lo + 1 > window:
-        raise SketchError(f"range of {hi - lo + 1} ticks exceeds the window of {window}")
-    if clock is not None and lo < clock - window + 1:
-        raise SketchError(f"range starts at tick {lo}, before clock - window + 1 = "
-                          f"{clock - window + 1}: those ticks have expired")
+    lo, hi = tick_bounds(lo, hi)
+    window_size(lo, hi, window)
+    not_expired(lo, clock, window)
     return lo, hi
 
 
@@ -281,14 +286,20 @@ class Sketch:
     @classmethod
     def from_bytes(cls, data):
         """Read a blob of :meth:`to_bytes`; anything else raises :class:`CorruptSketchError`."""
-        from sketches._bytes import read_blob
-
         return read_blob(cls, data)
 
     @property
     def nbytes(self) -> int:
         """Serialized size: ``len(to_bytes())``."""
         return len(self.to_bytes())
+
+    def max_nbytes(self) -> int | None:
+        """The most bytes this sketch can serialize to, whatever it is fed (after
+        DataSketches' ``get_max_serialized_size_bytes``), worked out from the sizing its
+        constructor chose and, for a merged sketch, the parts it holds; ``nbytes`` never
+        exceeds it. None for a family whose space follows the data with no bound set by
+        its parameters (its docstring says what its space follows)."""
+        return None
 
     def __repr__(self) -> str:
         """``Family(name=value, ...)`` over ``SHOWN``; an empty sketch's clock is None."""

@@ -24,13 +24,14 @@ from sketches._ecm_kernels import (
     materialize,
 )
 from sketches.base import CorruptSketchError, Estimate, Family, IncompatibleSketchError, Sketch, SketchError
+from sketches.base import not_expired, seed_value, tick_bounds, unit_interval, window_ticks
 
 __all__ = ["ECMSketch", "split_epsilon", "suggest_dimensions"]
 
 METHOD = "ecm-sketch/dyadic-exponential-histogram"
 _PURPOSES = ("point", "inner")
 _TWO_52 = 2.0**-52
-FORMAT = 2  # byte format version of the ECM family (ECMSketch and DyadicECM)
+FORMAT = 2  # byte format version of the ECM family (every class that shares its family byte)
 _EXACT_LIMIT = 2.0**53
 
 
@@ -55,30 +56,6 @@ def suggest_dimensions(epsilon: float, delta: float, purpose: str = "point") -> 
     ``w = ceil(e / eps_cm)`` (Count-Min, §3) and ``R = 2 eps_sw`` (the EH invariant of §3)."""
     sw, cm = split_epsilon(epsilon, purpose)
     return max(1, math.ceil(math.log(1.0 / delta))), math.ceil(math.e / cm), 2.0 * sw
-
-
-def _check_unit(name: str, v) -> float:
-    try:
-        v = float(v)
-    except (TypeError, ValueError):
-        raise SketchError(f"{name} must be a number in (0, 1)") from None
-    if not (0.0 < v < 1.0):
-        raise SketchError(f"{name} must be in (0, 1), got {v}")
-    return v
-
-
-def _check_window(window) -> int:
-    if isinstance(window, bool) or not isinstance(window, (int, np.integer)):
-        raise SketchError("window must be an integer number of ticks")
-    if not (1 <= int(window) < TICK_LIMIT):
-        raise SketchError(f"window must be in [1, 2^61), got {window}")
-    return int(window)
-
-
-def _check_seed(seed) -> int:
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not (0 <= int(seed) < 2**64):
-        raise SketchError("seed must be an integer in [0, 2^64)")
-    return int(seed)
 
 
 def as_batch(ticks, keys, weights):
@@ -130,6 +107,15 @@ class TimeBucketed(Sketch):
     def n_buckets(self) -> int:
         return len(self._tb)
 
+    def max_nbytes(self) -> None:
+        """None: the time buckets follow the data (an out-of-order event is an exact
+        single-tick bucket until invariant (C) lets it fold), with no bound below the
+        number of distinct ticks in the window (:class:`ECMSketch`, Space)."""
+        return None
+
+    def _not_expired(self, lo: int) -> None:
+        not_expired(lo, None if self._tb.clock == NO_CLOCK else int(self._tb.clock), self.window)
+
 
 def write_buckets(wr: Writer, tb: TimeBuckets) -> None:
     """The (non-empty) buckets of ``tb``, column by column, as drawn in :class:`CellSketch`."""
@@ -162,7 +148,7 @@ def read_buckets(rd: Reader, tb: TimeBuckets, b: int, what: str) -> None:
 
 
 class CellSketch(TimeBucketed):
-    """Machinery shared by :class:`ECMSketch` and :class:`~sketches.extra.dyadic.DyadicECM`:
+    """The machinery of a sketch of cells over shared time buckets (:class:`ECMSketch`):
     the shared time buckets, the ``counts[bucket, cell]`` array, the slot layout (which
     cells an id touches), updates, merges, copies and the byte format of the state.
 
@@ -230,16 +216,10 @@ class CellSketch(TimeBucketed):
     def _range(self, lo, hi):
         """Masks of buckets inside / straddling ``[lo, hi]``, their total weights and the
         factor ``k`` (1 when ``hi >= clock``: only the lower end can be straddled)."""
-        if isinstance(lo, bool) or isinstance(hi, bool) or not isinstance(lo, (int, np.integer)) \
-                or not isinstance(hi, (int, np.integer)):
-            raise SketchError("lo and hi must be integer ticks")
-        lo, hi = int(lo), int(hi)
+        lo, hi = tick_bounds(lo, hi)
         if hi < lo:
             return None
-        if self._tb.clock != NO_CLOCK and lo < self._tb.horizon:
-            raise SketchError(
-                f"range starts at tick {lo}, before clock - window + 1 = {self._tb.horizon}: "
-                "older events are no longer kept")
+        self._not_expired(lo)
         if self.is_empty:
             return None
         inside, strad = self._tb.classify(lo, hi)
@@ -434,8 +414,8 @@ class ECMSketch(CellSketch):
     _PARAMS = struct.Struct("<ddqQB7x")
 
     def __init__(self, epsilon: float, delta: float, window: int, seed: int = 0, purpose: str = "point"):
-        self.epsilon = _check_unit("epsilon", epsilon)
-        self.delta = _check_unit("delta", delta)
+        self.epsilon = unit_interval("epsilon", epsilon)
+        self.delta = unit_interval("delta", delta)
         if purpose not in _PURPOSES:
             raise SketchError(f"purpose must be one of {_PURPOSES}, got {purpose!r}")
         self.purpose = purpose
@@ -447,7 +427,7 @@ class ECMSketch(CellSketch):
         # threshold used in bounds is e (1/w + 2^-32) (rounded up).
         self.eps_cm_eff = math.nextafter(math.e * (1.0 / self.width + 2.0**-32), math.inf)
         slots = [(0, j, j * self.width, self.width) for j in range(self.depth)]
-        self._setup(_check_window(window), ratio, _check_seed(seed), slots)
+        self._setup(window_ticks(window, TICK_LIMIT - 1), ratio, seed_value(seed), slots)
 
     # -- updates ------------------------------------------------------------------------
     def update(self, ticks, keys, weights=None) -> None:

@@ -18,9 +18,9 @@ import numba as nb
 import numpy as np
 
 from sketches._bytes import Reader, Writer
-from sketches._ecm_kernels import NO_CLOCK, TimeBuckets
-from sketches.base import CorruptSketchError, Family, SketchError
-from sketches.ecm import FORMAT, TimeBucketed, _check_unit, _check_window, as_batch, read_buckets, write_buckets
+from sketches._ecm_kernels import NO_CLOCK, TICK_LIMIT, TimeBuckets
+from sketches.base import CorruptSketchError, Family, SketchError, tick_bounds, unit_interval, window_ticks
+from sketches.ecm import FORMAT, TimeBucketed, as_batch, read_buckets, write_buckets
 from sketches.hashing import hash_keys
 
 __all__ = ["KeyDictionary", "Candidates"]
@@ -150,8 +150,8 @@ class KeyDictionary(TimeBucketed):
         if isinstance(capacity, bool) or not isinstance(capacity, (int, np.integer)) or not (1 <= capacity <= 65535):
             raise SketchError("capacity must be an integer in [1, 65535]")
         self.capacity = int(capacity)
-        self.epsilon = _check_unit("epsilon", epsilon)
-        self._tb = TimeBuckets(_check_window(window), self.epsilon)
+        self.epsilon = unit_interval("epsilon", epsilon)
+        self._tb = TimeBuckets(window_ticks(window, TICK_LIMIT - 1), self.epsilon)
         self._ids = np.zeros((0, self.capacity), np.uint64)
         self._cnt = np.zeros((0, self.capacity))
         self._keys: dict[int, str] = {}
@@ -199,15 +199,11 @@ class KeyDictionary(TimeBucketed):
     def candidates(self, lo: int, hi: int) -> Candidates:
         """Ids (and keys) that may weigh more than ``threshold`` in ``[lo, hi]``, heaviest
         upper bound first."""
-        for v in (lo, hi):
-            if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
-                raise SketchError("lo and hi must be integer ticks")
-        lo, hi = int(lo), int(hi)
+        lo, hi = tick_bounds(lo, hi)
         empty = Candidates(np.zeros(0, np.uint64), [], np.zeros(0), np.zeros(0), 0.0)
         if hi < lo:
             return empty
-        if self._tb.clock != NO_CLOCK and lo < self._tb.horizon:
-            raise SketchError(f"range starts at tick {lo}, before clock - window + 1 = {self._tb.horizon}")
+        self._not_expired(lo)
         if self.is_empty:
             return empty
         inside, strad = self._tb.classify(lo, hi)

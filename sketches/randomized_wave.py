@@ -105,9 +105,9 @@ from sketches._randomized_wave_kernels import (
     levels_of,
     rebuild_table,
 )
-from sketches._bytes import Reader, Writer
-from sketches._codec import varints
-from sketches.base import CorruptSketchError, Estimate, Family, Sketch, SketchError
+from sketches._bytes import HEADER_SIZE, Reader, Writer
+from sketches._codec import varint_size, varints
+from sketches.base import CorruptSketchError, Estimate, Family, Sketch, SketchError, seed_value, tick_bounds, window_size, window_ticks
 
 __all__ = ["RandomizedWave", "suggest_sizes", "per_instance_failure"]
 
@@ -318,10 +318,7 @@ class RandomizedWave(Sketch):
             raise SketchError("epsilon of a randomized wave must be in [1e-4, 1)")
         if not 1e-12 <= delta < 1:
             raise SketchError("delta of a randomized wave must be in [1e-12, 1)")
-        if not 1 <= int(window) <= _MAX_TICK:
-            raise SketchError("window must be between 1 and 2^62 ticks")
-        if not 0 <= int(seed) < 2**64:
-            raise SketchError("seed must be in [0, 2^64)")
+        window, seed = window_ticks(window, _MAX_TICK), seed_value(seed)
         if not 1 <= int(max_distinct) < 2**64:
             raise SketchError("max_distinct must be in [1, 2^64)")
         self.epsilon, self.delta = float(epsilon), float(delta)
@@ -363,11 +360,8 @@ class RandomizedWave(Sketch):
     # -- queries -------------------------------------------------------------------------
     def query(self, lo: int, hi: int) -> Estimate:
         """Distinct keys with a tick in ``[lo, hi]``; ``hi`` must be >= the clock."""
-        lo, hi = int(lo), int(hi)
-        if hi < lo:
-            raise SketchError("empty range: hi < lo")
-        if hi - lo + 1 > self.window:
-            raise SketchError(f"range of {hi - lo + 1} ticks exceeds the window of {self.window}")
+        lo, hi = tick_bounds(lo, hi)
+        window_size(lo, hi, self.window)
         if self.is_empty:
             return Estimate(0.0, 0.0, 0.0, "relative", self.epsilon, 1.0, METHOD)
         if hi < self._clock:
@@ -450,6 +444,18 @@ class RandomizedWave(Sketch):
     # stored once. An entry's lowest level is not stored: it is the first level whose floor
     # it beats (or that has no floor), which a valid wave satisfies by definition.
     _HEAD = struct.Struct("<ddqQQBq")
+
+    def max_nbytes(self) -> int:
+        """Every level of an instance holds at most ``capacity`` entries (§4.2: a blob that
+        holds more is refused), so an instance holds at most ``capacity·(top + 1)`` keys and
+        the wave at most ``instances`` times that (U); each pair takes a key gap and a tick
+        age of at most 10 varint bytes, each floor 10 + 8, each instance's members at most
+        ⌈U/8⌉ (the bitmap, when the gaps would be longer)."""
+        per = self.capacity * (self.top + 1)
+        u = self.instances * per
+        levels = self.top + 1
+        inst = varint_size(levels) + levels * (10 + 8) + varint_size(per) + 1 + -(-u // 8)
+        return HEADER_SIZE + self._HEAD.size + varint_size(u) + u * 20 + self.instances * inst
 
     def _payload(self) -> bytes:
         self._canonicalize()

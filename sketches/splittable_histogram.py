@@ -34,7 +34,8 @@ from fractions import Fraction
 
 import numpy as np
 
-from sketches._bytes import Reader, Writer
+from sketches._bytes import HEADER_SIZE, Reader, Writer
+from sketches._codec import max_float_column_size, varint_size
 from sketches._splittable_kernels import aggregate_sorted, insert_all, is_sorted, suffix_at
 from sketches.base import CorruptSketchError, Estimate, Family, Sketch, SketchError, epsilon_and_window, window_range
 
@@ -575,6 +576,16 @@ class SplittableHistogram(Sketch):
 
     # -- bytes -------------------------------------------------------------------------------
     _HEAD = struct.Struct("<dqddI")
+
+    def max_nbytes(self) -> int:
+        """Each part (one unless merged) writes at most two intervals (old and new, §2.1) of
+        at most ``max_level + 1`` levels (Lemma 2), and at most ``alpha`` buckets a level
+        (the deferred discard of Algorithm 4 is done on writing); a level's mark is at most
+        Wp, its flop count at most 2^62 (the reader's limits), a local tick below Wp."""
+        a, tick = self.alpha, varint_size(2 * self.wp)
+        level = varint_size(self.wp) + varint_size(2**62) + varint_size(a) + a + max_float_column_size(a)
+        interval = 10 + 2 + (self.max_level + 1) * level + 10 + a * tick  # + level 0's ticks
+        return HEADER_SIZE + self._HEAD.size + self.parts * (10 + 1 + 2 * interval)
 
     def _payload(self) -> bytes:
         parts = [p for p in self._parts if p.clock is not None]

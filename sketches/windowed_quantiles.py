@@ -611,6 +611,12 @@ class WindowedQuantiles(Sketch):
     # -- bytes -------------------------------------------------------------------------------
     _HEAD = struct.Struct("<dqdqI")
 
+    def max_nbytes(self) -> None:
+        """None: nodes follow the ticks (at worst one per dyadic range meeting the window,
+        under 4·Wp, each with a count per value key: module notes, Space), a bound of
+        ticks that epsilon does not set."""
+        return None
+
     def _payload(self) -> bytes:
         w = Writer().pack(self._HEAD, self.epsilon, self.window, self.value_accuracy,
                           self._clock, self._left.size)

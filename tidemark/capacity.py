@@ -1,8 +1,10 @@
 """How large a stream's summary can grow, checked when the stream is declared.
 
-Every part is built empty (the sketches refuse parameters they cannot take), then its
-worst-case size is worked out from the sizing the constructor chose: the number of items,
-buckets or samples its paper lets it keep, times the bytes each takes. A stream whose
+Every part is built empty (the sketches refuse parameters they cannot take), then asked
+its worst-case size (``max_nbytes()``: the family works it out from the sizing its
+constructor chose). A family whose space follows the data, with no bound set by its
+parameters (``max_nbytes()`` is None), is sized here from what its paper lets it keep on an
+orderly stream. A stream whose
 summary could outgrow ``limit`` bytes per shard is refused with the finest ``epsilon``
 it could take instead, so no declaration can make the worker run out of memory later.
 """
@@ -26,17 +28,14 @@ class CapacityError(ValueError):
 
 
 def _part_bytes(name: str, part, config: StreamConfig) -> float:
+    bound = part.max_nbytes()
+    if bound is not None:
+        return float(bound)
     log_w = max(1, math.ceil(math.log2(config.window_ticks + 2)))
-    if name in ("count", "sum"):  # splittable histogram: alpha buckets per level
-        return 16.0 * part.alpha * (part.max_level + 1)
-    if name == "distinct":  # randomized waves: `capacity` (tick, id) pairs per level
-        return 16.0 * part.instances * part.capacity * (part.top + 1)
     if name == "keys":  # ECM: one window counter of O(log W / eps) buckets per cell
         return 16.0 * part.n_cells * (math.ceil(1 / part.eps_sw) + 1) * log_w
     if name == "key_candidates":  # per time bucket, k keys of up to 256 bytes
         return (256.0 + 16) * part.capacity * log_w * 2
-    if name == "decayed":  # multi-level weighted samples
-        return 32.0 * part.k * 64
     if name.startswith("decayed-relative/"):
         return 32.0 * part.cells * (1 / config.epsilon) * log_w * 4
     return float(part.nbytes) if hasattr(part, "nbytes") else 0.0

@@ -58,40 +58,28 @@ class Columns:
 
 @dataclass(frozen=True)
 class PartSpec:
-    name: str
+    name: str  # the part's name; with per_decay, the prefix of one part per declared decay
     cls: Callable[[], type]  # the sketch class (imported lazily)
-    build: Callable[[StreamConfig, int], object]
+    build: Callable[[StreamConfig, int, str], object]  # (config, seed, part name) -> sketch
     feed: Callable[[object, Columns], None]
     wanted: Callable[[StreamConfig], bool] = lambda config: True
     # Does this batch hold anything for the part? (An absent part is built on first use.)
     fed_by: Callable[[Columns], bool] = lambda cols: len(cols.ticks) > 0
+    per_decay: bool = False  # one part per relative decay (relative_decays), named below ``name``
+
+    def names(self, config: StreamConfig) -> list[str]:
+        if not self.wanted(config):
+            return []
+        return list(relative_decays(config)) if self.per_decay else [self.name]
+
+    def serves(self, name: str) -> bool:
+        return name.startswith(self.name) if self.per_decay else name == self.name
 
 
 def _splittable():
     from sketches.splittable_histogram import SplittableHistogram
 
     return SplittableHistogram
-
-
-# Sketch windows are one tick longer than max_window: a window [at - max_window, at] whose
-# ends fall inside ticks touches window_ticks + 1 of them. The count and sum histograms
-# take every total ingest can send them (tidemark/limits.py): no accepted weight can make
-# an update refuse.
-_MAX_TOTAL = {"count": limits.COUNT_MAX_TOTAL, "sum": limits.SUM_MAX_TOTAL}
-PARTS: list[PartSpec] = [
-    PartSpec(
-        "count",
-        _splittable,
-        lambda c, seed: _splittable()(c.epsilon, c.window_ticks + 1, _MAX_TOTAL["count"]),
-        lambda sk, cols: sk.update(cols.ticks),
-    ),
-    PartSpec(
-        "sum",
-        _splittable,
-        lambda c, seed: _splittable()(c.epsilon, c.window_ticks + 1, _MAX_TOTAL["sum"]),
-        lambda sk, cols: sk.update(cols.ticks, cols.weight),
-    ),
-]
 
 
 def _wave():
@@ -118,44 +106,6 @@ def _values():
     return WindowedQuantiles
 
 
-def candidate_k(epsilon: float) -> int:
-    """Keys kept per time bucket: a key left out has ≤ (1+R)·N/(k+1) events, below φ·N
-    for every φ ≥ ε/2 or so."""
-    return min(65535, max(16, math.ceil(4 / epsilon)))
-
-
-PARTS += [
-    PartSpec(
-        "distinct",
-        _wave,
-        lambda c, seed: _wave()(c.epsilon, c.delta, c.window_ticks + 1, seed),
-        lambda sk, cols: sk.update(cols.ticks[cols.keyed], cols.key_ids),
-        fed_by=lambda cols: bool(cols.keyed.any()),
-    ),
-    PartSpec(
-        "keys",
-        _ecm,
-        lambda c, seed: _ecm()(c.epsilon, c.delta, c.window_ticks + 1, seed),
-        lambda sk, cols: sk.update(cols.ticks[cols.keyed], cols.key_ids),
-        fed_by=lambda cols: bool(cols.keyed.any()),
-    ),
-    PartSpec(
-        "key_candidates",
-        _candidates,
-        lambda c, seed: _candidates()(candidate_k(c.epsilon), c.window_ticks + 1, c.epsilon),
-        lambda sk, cols: sk.update(cols.ticks[cols.keyed], cols.keys, cols.key_ids),
-        fed_by=lambda cols: bool(cols.keyed.any()),
-    ),
-    PartSpec(
-        "values",
-        _values,
-        lambda c, seed: _values()(c.epsilon, c.window_ticks + 1, c.value_accuracy),
-        lambda sk, cols: sk.update(cols.ticks[cols.valued], cols.values),
-        fed_by=lambda cols: bool(cols.valued.any()),
-    ),
-]
-
-
 def _additive():
     from sketches.decayed import DecayedAdditiveSketch
 
@@ -166,6 +116,12 @@ def _relative():
     from sketches.decayed import DecayedRelativeSketch
 
     return DecayedRelativeSketch
+
+
+def candidate_k(epsilon: float) -> int:
+    """Keys kept per time bucket: a key left out has ≤ (1+R)·N/(k+1) events, below φ·N
+    for every φ ≥ ε/2 or so."""
+    return min(65535, max(16, math.ceil(4 / epsilon)))
 
 
 def relative_decays(config: StreamConfig) -> dict[str, dict]:
@@ -182,34 +138,56 @@ def relative_decays(config: StreamConfig) -> dict[str, dict]:
     return out
 
 
-PARTS.append(PartSpec(
-    "decayed",
-    _additive,
-    lambda c, seed: _additive()(c.epsilon, c.delta, c.value_min, c.value_max, seed),
-    lambda sk, cols: sk.update(cols.ticks[cols.valued], cols.values, cols.weight[cols.valued]),
-    wanted=lambda c: c.has_values,
-    fed_by=lambda cols: bool(cols.valued.any()),
-))
-_RELATIVE = PartSpec(
-    "decayed-relative/",
-    _relative,
-    lambda c, seed: None,  # built per declared decay in StreamSummary.create
-    lambda sk, cols: sk.update(cols.ticks[cols.valued], cols.values, cols.weight[cols.valued]),
-    fed_by=lambda cols: bool(cols.valued.any()),
+def _keyed(cols: Columns) -> bool:
+    return bool(cols.keyed.any())
+
+
+def _valued(cols: Columns) -> bool:
+    return bool(cols.valued.any())
+
+
+# Sketch windows are one tick longer than max_window: a window [at - max_window, at] whose
+# ends fall inside ticks touches window_ticks + 1 of them. The count and sum histograms
+# take every total ingest can send them (tidemark/limits.py): no accepted weight can make
+# an update refuse.
+_MAX_TOTAL = {"count": limits.COUNT_MAX_TOTAL, "sum": limits.SUM_MAX_TOTAL}
+PARTS: tuple[PartSpec, ...] = (
+    PartSpec("count", _splittable,
+             lambda c, seed, name: _splittable()(c.epsilon, c.window_ticks + 1, _MAX_TOTAL["count"]),
+             lambda sk, cols: sk.update(cols.ticks)),
+    PartSpec("sum", _splittable,
+             lambda c, seed, name: _splittable()(c.epsilon, c.window_ticks + 1, _MAX_TOTAL["sum"]),
+             lambda sk, cols: sk.update(cols.ticks, cols.weight)),
+    PartSpec("distinct", _wave,
+             lambda c, seed, name: _wave()(c.epsilon, c.delta, c.window_ticks + 1, seed),
+             lambda sk, cols: sk.update(cols.ticks[cols.keyed], cols.key_ids), fed_by=_keyed),
+    PartSpec("keys", _ecm,
+             lambda c, seed, name: _ecm()(c.epsilon, c.delta, c.window_ticks + 1, seed),
+             lambda sk, cols: sk.update(cols.ticks[cols.keyed], cols.key_ids), fed_by=_keyed),
+    PartSpec("key_candidates", _candidates,
+             lambda c, seed, name: _candidates()(candidate_k(c.epsilon), c.window_ticks + 1, c.epsilon),
+             lambda sk, cols: sk.update(cols.ticks[cols.keyed], cols.keys, cols.key_ids), fed_by=_keyed),
+    PartSpec("values", _values,
+             lambda c, seed, name: _values()(c.epsilon, c.window_ticks + 1, c.value_accuracy),
+             lambda sk, cols: sk.update(cols.ticks[cols.valued], cols.values), fed_by=_valued),
+    PartSpec("decayed", _additive,
+             lambda c, seed, name: _additive()(c.epsilon, c.delta, c.value_min, c.value_max, seed),
+             lambda sk, cols: sk.update(cols.ticks[cols.valued], cols.values, cols.weight[cols.valued]),
+             wanted=lambda c: c.has_values, fed_by=_valued),
+    PartSpec("decayed-relative/", _relative,
+             lambda c, seed, name: _relative()(c.epsilon, relative_decays(c)[name], c.value_min, c.value_max),
+             lambda sk, cols: sk.update(cols.ticks[cols.valued], cols.values, cols.weight[cols.valued]),
+             wanted=lambda c: c.has_values, fed_by=_valued, per_decay=True),
 )
-_BY_NAME = {p.name: p for p in PARTS}
 
 
 def _spec(name: str) -> PartSpec | None:
-    return _RELATIVE if name.startswith(_RELATIVE.name) else _BY_NAME.get(name)
+    return next((p for p in PARTS if p.serves(name)), None)
 
 
 def part_names(config: StreamConfig) -> list[str]:
     """The parts a stream of these settings has (each built when first needed)."""
-    names = [p.name for p in PARTS if p.wanted(config)]
-    if config.has_values:
-        names += list(relative_decays(config))
-    return names
+    return [name for p in PARTS for name in p.names(config)]
 
 
 _META = struct.Struct("<I")
@@ -265,11 +243,7 @@ class StreamSummary:
         return cls(config, secret)
 
     def _build(self, name: str):
-        if name.startswith(_RELATIVE.name):
-            decay = relative_decays(self.config)[name]
-            c = self.config
-            return _relative()(c.epsilon, decay, c.value_min, c.value_max)
-        return _BY_NAME[name].build(self.config, self.seed)
+        return _spec(name).build(self.config, self.seed, name)
 
     def build_all(self) -> "StreamSummary":
         """Build every part now (a declaration check: sketches refuse sizes they cannot take)."""

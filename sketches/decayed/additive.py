@@ -74,8 +74,10 @@ import struct
 
 import numpy as np
 
-from sketches._bytes import Reader, Writer
-from sketches.base import CorruptSketchError, Estimate, Family, IncompatibleSketchError, Sketch, SketchError, integer_ticks
+from sketches._bytes import HEADER_SIZE, Reader, Writer
+from sketches._codec import max_float_column_size
+from sketches.base import CorruptSketchError, Estimate, Family, IncompatibleSketchError, Sketch, SketchError
+from sketches.base import integer_ticks, seed_value, unit_interval
 from sketches.decayed._sample_kernels import (
     contributions,
     draw,
@@ -115,8 +117,7 @@ def suggest_capacity(epsilon: float, delta: float) -> tuple[int, float]:
     >>> suggest_capacity(0.1, 0.01)[0]
     2655
     """
-    if not 0 < epsilon < 1 or not 0 < delta < 1:
-        raise SketchError("epsilon and delta must be in (0, 1)")
+    epsilon, delta = unit_interval("epsilon", epsilon), unit_interval("delta", delta)
     best = None
     for c in np.round(np.arange(1.01, 4.0, 0.01), 2):
         c = float(c)
@@ -224,13 +225,9 @@ class DecayedAdditiveSketch(Sketch):
 
     def __init__(self, epsilon, delta, value_min, value_max, seed=0, max_total: float = 2**48,
                  *, stream: int | None = None):
-        if not 0 < float(epsilon) < 1 or not 0 < float(delta) < 1:
-            raise SketchError("epsilon and delta must be in (0, 1)")
-        self.epsilon, self.delta = float(epsilon), float(delta)
+        self.epsilon, self.delta = unit_interval("epsilon", epsilon), unit_interval("delta", delta)
         self.value_min, self.value_max = check_range(value_min, value_max)
-        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= int(seed) < 2**64:
-            raise SketchError("seed must be an integer in [0, 2^64)")
-        self.seed = int(seed)
+        self.seed = seed_value(seed)
         mt = float(max_total)
         if not (math.isfinite(mt) and 1e-200 < mt < 1e200):
             raise SketchError("max_total must be in (1e-200, 1e200)")
@@ -412,6 +409,13 @@ class DecayedAdditiveSketch(Sketch):
     #   varint first tick, n−1 varint tick gaps | n × u64 tiebreak | float column value |
     #   float column weight | n × u8 level
     #   (a float column is one constant, scaled integers or raw f64, whichever is exact)
+
+    def max_nbytes(self) -> int:
+        """At most ``k`` events a level are kept, ``(TOP + 1)·k`` in all (the reader refuses
+        more), each written in at most 10 (tick) + 8 + 8 + 8 + 1 bytes, plus the two float
+        columns' heads."""
+        n = (TOP + 1) * self.k
+        return HEADER_SIZE + _HEAD.size + _STATE.size + n * 35 + 2 * max_float_column_size(0)
 
     def _payload(self) -> bytes:
         wr = Writer().raw(_HEAD.pack(*self._params()))

@@ -68,7 +68,7 @@ from functools import lru_cache
 import numpy as np
 
 from sketches._bytes import Reader, Writer
-from sketches.base import CorruptSketchError, Estimate, Family, Sketch, SketchError
+from sketches.base import CorruptSketchError, Estimate, Family, Sketch, SketchError, unit_interval
 from sketches.decayed import _wbmh_kernels as K
 from sketches.decayed._view import View
 from sketches.decayed.additive import check_at, check_batch, check_range
@@ -146,9 +146,7 @@ class DecayedRelativeSketch(Sketch):
     SHOWN = ("epsilon", "decay", "value_min", "value_max", "resolution", "clock", "buckets")
 
     def __init__(self, epsilon, decay, value_min, value_max, resolution: float | None = None):
-        if not 0 < float(epsilon) < 1:
-            raise SketchError("epsilon must be in (0, 1)")
-        self.epsilon = float(epsilon)
+        self.epsilon = unit_interval("epsilon", epsilon)
         d = parse_decay(decay)
         refusal = relative_guarantee_refusal(d)
         if refusal is not None:
@@ -351,6 +349,11 @@ class DecayedRelativeSketch(Sketch):
     #   | varint nnz
     #   | varint first flat index, nnz−1 varint (gap − 1) of the non-zero cells of the
     #     row-major B × cells array | float column of their weights
+
+    def max_nbytes(self) -> None:
+        """None: the buckets follow the oldest event's age (Theorem 3.5: ``O(β)`` with
+        ``β = ⌈log_{1+ε}(f(0)/f(age))⌉``), which no parameter bounds."""
+        return None
 
     def _payload(self) -> bytes:
         p1, p2 = self.decay.params()

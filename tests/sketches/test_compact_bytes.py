@@ -18,7 +18,6 @@ from hypothesis import strategies as st
 from sketches._codec import Reader, Writer
 from sketches.base import CorruptSketchError
 from sketches.decayed import DecayedAdditiveSketch, DecayedRelativeSketch
-from sketches.extra.dyadic import DyadicECM
 from sketches.ecm import ECMSketch
 from sketches.key_dictionary import KeyDictionary
 from sketches.randomized_wave import RandomizedWave
@@ -132,11 +131,6 @@ FAMILIES = {
         lambda s: [s.frequency(int(x), lo, hi) for lo, hi in _ranges(s.clock, s.window)
                    for x in (0, 0x9E3779B97F4A7C15)] + [s.self_join(*_ranges(s.clock, s.window)[-1])]
         if not s.is_empty else [],
-    ),
-    "dyadic-ecm": (
-        lambda: DyadicECM(0.2, 0.2, WINDOW, levels=8, seed=3),
-        lambda s, t, k, v, w: s.update(t, k % np.uint64(256), w),
-        lambda s: [],
     ),
     "key-dictionary": (
         lambda: KeyDictionary(8, WINDOW),

@@ -11,8 +11,8 @@ import numpy as np
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
-from sketches.extra.deterministic_wave import DeterministicWave
-from sketches.extra.exponential_histogram import ExponentialHistogram
+from sketches_extra.deterministic_wave import DeterministicWave
+from sketches_extra.exponential_histogram import ExponentialHistogram
 
 SETTINGS = settings(max_examples=250, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])

@@ -8,8 +8,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sketches.base import CorruptSketchError, SketchError
-from sketches.extra.exponential_histogram import ExponentialHistogram, max_buckets, suggest_epsilon
-from tests.sketches.extra.in_order import EPS, SETTINGS, Oracle, check_query, feed, queries, small_histogram, streams
+from sketches_extra.exponential_histogram import ExponentialHistogram, max_buckets, suggest_epsilon
+from tests.sketches_extra.in_order import EPS, SETTINGS, Oracle, check_query, feed, queries, small_histogram, streams
 
 
 @SETTINGS
@@ -120,7 +120,7 @@ def test_invalid_input_is_refused():
 @given(streams(2000), EPS, st.sampled_from([3, 60, 2000]))
 def test_reconstructed_log_is_within_epsilon(data, eps, window):
     """ECM §5.1 Lemma 1: half of each bucket at each end errs by at most ε·x at any lo."""
-    from sketches.extra._eh_kernels import reconstruct
+    from sketches_extra._eh_kernels import reconstruct
 
     ticks, weights, rng = data
     sk = ExponentialHistogram(eps, window)

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sketches.base import CorruptSketchError, IncompatibleSketchError, SketchError
-from sketches.extra.dyadic import DyadicECM, _decompose
+from sketches_extra.dyadic import DyadicECM, _decompose
 
 SETTINGS = settings(max_examples=40, deadline=None, derandomize=True,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])

@@ -8,9 +8,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sketches.base import CorruptSketchError, SketchError
-from sketches.extra.deterministic_wave import DeterministicWave, suggest_max_window_weight, wave_levels
-from tests.sketches.extra import in_order
-from tests.sketches.extra.in_order import EPS, SETTINGS, Oracle, feed, queries, small_wave
+from sketches_extra.deterministic_wave import DeterministicWave, suggest_max_window_weight, wave_levels
+from tests.sketches_extra import in_order
+from tests.sketches_extra.in_order import EPS, SETTINGS, Oracle, feed, queries, small_wave
 
 
 def streams(max_n=2500):

@@ -13,9 +13,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sketches.base import CorruptSketchError, SketchError
-from sketches.extra.deterministic_wave import DeterministicWave
-from sketches.extra.exponential_histogram import ExponentialHistogram
-from tests.sketches.extra.in_order import (
+from sketches_extra.deterministic_wave import DeterministicWave
+from sketches_extra.exponential_histogram import ExponentialHistogram
+from tests.sketches_extra.in_order import (
     EPS, SETTINGS, Oracle, check_query, feed, queries, small_histogram, small_wave, split, streams)
 from tests.strategies import merge_tree
 

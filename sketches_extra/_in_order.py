@@ -1,5 +1,5 @@
-"""What the two in-order window sums (:mod:`sketches.extra.exponential_histogram` and
-:mod:`sketches.extra.deterministic_wave`) share: the query of a range as a difference of
+"""What the two in-order window sums (:mod:`sketches_extra.exponential_histogram` and
+:mod:`sketches_extra.deterministic_wave`) share: the query of a range as a difference of
 two suffixes, order-preserving aggregation of many parts (Papapetrou et al. 2012, ECM-sketch,
 §5.1), and the relative bracket of a suffix estimate.
 
@@ -16,7 +16,7 @@ from typing import ClassVar
 import numpy as np
 
 from sketches.base import Estimate, Sketch, SketchError, integer_ticks
-from sketches.extra._eh_kernels import TICK_LIMIT
+from sketches_extra._eh_kernels import TICK_LIMIT
 
 NO_CLOCK = -(1 << 63)  # clock of a sketch that has seen no event
 _U = 2.0**-53  # unit roundoff of float64

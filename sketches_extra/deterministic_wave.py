@@ -15,11 +15,11 @@ import struct
 
 import numpy as np
 
-from sketches.extra import _wave_kernels as K
-from sketches.extra._eh_kernels import TICK_LIMIT
+from sketches_extra import _wave_kernels as K
+from sketches_extra._eh_kernels import TICK_LIMIT
 from sketches._bytes import HEADER_SIZE, Reader
-from sketches.base import CorruptSketchError, Estimate, Family, SketchError
-from sketches.extra._in_order import NO_CLOCK, _U, InOrderWindowSum, _as_int, _bracket_estimate, _check_in_order, _coerce_ticks
+from sketches.base import CorruptSketchError, Estimate, SketchError
+from sketches_extra._in_order import NO_CLOCK, _U, InOrderWindowSum, _as_int, _bracket_estimate, _check_in_order, _coerce_ticks
 
 __all__ = ["DeterministicWave", "wave_levels", "suggest_max_window_weight"]
 
@@ -129,7 +129,7 @@ class DeterministicWave(InOrderWindowSum):
     (True, 0.21)
     """
 
-    FAMILY, METHOD = Family.DETERMINISTIC_WAVE, METHOD
+    FAMILY, METHOD = 3, METHOD  # header family byte (sketches.base.Family leaves it free)
     WHAT, NOUN = "deterministic wave", "deterministic waves"
     PARAMS = "epsilon, window or max_window_weight"
     SHOWN = ("epsilon", "window", "max_window_weight", "clock", "items", "levels", "eta")

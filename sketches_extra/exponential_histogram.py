@@ -6,9 +6,9 @@ sliding windows.* SIAM J. Computing. Used as in Papapetrou, Garofalakis and Deli
 (2012), *Sketching distributed sliding-window data streams* (ECM-sketch), §3 (invariant 1),
 §4.2.1 (time-based windows) and §5.1 (aggregation, Theorem 4, multi-level aggregation).
 
-What it shares with :mod:`sketches.extra.deterministic_wave` (range queries from suffixes,
+What it shares with :mod:`sketches_extra.deterministic_wave` (range queries from suffixes,
 aggregation of many parts, the bracket of a relative estimate) is in
-:mod:`sketches.extra._in_order`.
+:mod:`sketches_extra._in_order`.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import struct
 
 import numpy as np
 
-from sketches.extra._eh_kernels import (
+from sketches_extra._eh_kernels import (
     TICK_LIMIT,
     check_invariant,
     compress,
@@ -28,8 +28,8 @@ from sketches.extra._eh_kernels import (
     suffix,
 )
 from sketches._bytes import HEADER_SIZE, Reader
-from sketches.base import CorruptSketchError, Estimate, Family, SketchError
-from sketches.extra._in_order import NO_CLOCK, _U, InOrderWindowSum, _bracket_estimate, _check_in_order, _coerce_ticks
+from sketches.base import CorruptSketchError, Estimate, SketchError
+from sketches_extra._in_order import NO_CLOCK, _U, InOrderWindowSum, _bracket_estimate, _check_in_order, _coerce_ticks
 
 __all__ = ["ExponentialHistogram", "suggest_epsilon", "max_buckets"]
 
@@ -151,7 +151,7 @@ class ExponentialHistogram(InOrderWindowSum):
     True
     """
 
-    FAMILY, METHOD = Family.EXPONENTIAL_HISTOGRAM, METHOD
+    FAMILY, METHOD = 2, METHOD  # header family byte (sketches.base.Family leaves it free)
     WHAT, NOUN = "exponential histogram", "exponential histograms"
     PARAMS = "epsilon or window"
     SHOWN = ("epsilon", "window", "clock", "buckets", "depth")

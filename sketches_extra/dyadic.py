@@ -17,10 +17,10 @@ from fractions import Fraction
 import numba as nb
 import numpy as np
 
-from sketches._ecm_kernels import _cell
+from sketches._ecm_kernels import TICK_LIMIT, _cell
 from sketches._bytes import Reader
-from sketches.base import CorruptSketchError, Estimate, SketchError
-from sketches.ecm import CellSketch, _check_seed, _check_unit, _check_window, as_batch
+from sketches.base import CorruptSketchError, Estimate, SketchError, seed_value, unit_interval, window_ticks
+from sketches.ecm import CellSketch, as_batch
 
 __all__ = ["DyadicECM"]
 
@@ -194,8 +194,8 @@ class DyadicECM(CellSketch):
     _PARAMS = struct.Struct("<ddqQB7x")
 
     def __init__(self, epsilon: float, delta: float, window: int, levels: int, seed: int = 0):
-        self.epsilon = _check_unit("epsilon", epsilon)
-        self.delta = _check_unit("delta", delta)
+        self.epsilon = unit_interval("epsilon", epsilon)
+        self.delta = unit_interval("delta", delta)
         if isinstance(levels, bool) or not isinstance(levels, (int, np.integer)) or not (1 <= levels <= 64):
             raise SketchError("levels must be an integer in [1, 64]")
         self.levels = int(levels)
@@ -224,7 +224,7 @@ class DyadicECM(CellSketch):
         self._slot_lo, self._slot_hi = np.array(lo, np.int64), np.array(hi, np.int64)
         self._exact = np.array(exact)
         self.hashed_levels = int((~self._exact).sum())
-        self._setup(_check_window(window), ratio, _check_seed(seed), slots)
+        self._setup(window_ticks(window, TICK_LIMIT - 1), ratio, seed_value(seed), slots)
 
     @property
     def hh_epsilon(self) -> float:
