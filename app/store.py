@@ -18,8 +18,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 import redis
 
+from app.backpressure import LagReader, LogLag, decide
 from tidemark import keys
 from tidemark.hash_secret import HashSecret
+from tidemark.ingest_log import partition_of
 from tidemark.streams import StreamConfig
 from tidemark.summary import StreamSummary
 
@@ -38,7 +40,11 @@ class StreamConflict(ValueError):
 
 
 class Backpressure(RuntimeError):
-    pass
+    """Ingest refused for now (429); ``retry_after`` seconds is when to try again."""
+
+    def __init__(self, message: str, retry_after: int = 1):
+        super().__init__(message)
+        self.retry_after = retry_after
 
 
 class Status(dict):
@@ -50,25 +56,28 @@ class IngestReceipt(dict):
 
 
 # Appends one ingest chunk atomically with everything the late rule and retries need.
-# KEYS: ingest stream, ingest stats hash, active set, idempotency key ('' = none)
+# KEYS: log partition, its stats hash, ingest stats hash, active set, idempotency key ('' = none)
 # ARGV: chunk ('' = no accepted event), accepted, rejected, largest ts of the chunk ('' = none),
 #       receipt JSON, idempotency TTL seconds, stream name
 _APPEND = """
-if KEYS[4] ~= '' then
-  local first = redis.call('GET', KEYS[4])
+if KEYS[5] ~= '' then
+  local first = redis.call('GET', KEYS[5])
   if first then return '1' .. first end
 end
-local clock = redis.call('HGET', KEYS[2], 'clock')
+local clock = redis.call('HGET', KEYS[3], 'clock')
 if ARGV[1] ~= '' then
-  local id = redis.call('XADD', KEYS[1], '*', 'd', ARGV[1], 'n', ARGV[2], 'c', clock or '')
-  redis.call('ZADD', KEYS[3], tonumber(string.match(id, '^(%d+)')), ARGV[7])
+  local id = redis.call('XADD', KEYS[1], '*', 'd', ARGV[1], 'n', ARGV[2], 'c', clock or '', 's', ARGV[7])
+  redis.call('HSET', KEYS[2], 'last', id)
+  redis.call('HINCRBY', KEYS[2], 'events', ARGV[2])
+  redis.call('HINCRBY', KEYS[2], 'chunks', 1)
+  redis.call('ZADD', KEYS[4], tonumber(string.match(id, '^(%d+)')), ARGV[7])
 end
 if ARGV[4] ~= '' and (not clock or tonumber(ARGV[4]) > tonumber(clock)) then
-  redis.call('HSET', KEYS[2], 'clock', ARGV[4])
+  redis.call('HSET', KEYS[3], 'clock', ARGV[4])
 end
-redis.call('HINCRBY', KEYS[2], 'received', ARGV[2])
-redis.call('HINCRBY', KEYS[2], 'rejected', ARGV[3])
-if KEYS[4] ~= '' then redis.call('SET', KEYS[4], ARGV[5], 'EX', ARGV[6]) end
+redis.call('HINCRBY', KEYS[3], 'received', ARGV[2])
+redis.call('HINCRBY', KEYS[3], 'rejected', ARGV[3])
+if KEYS[5] ~= '' then redis.call('SET', KEYS[5], ARGV[5], 'EX', ARGV[6]) end
 return '0' .. ARGV[5]
 """
 IDEMPOTENCY_TTL = 86400
@@ -120,13 +129,16 @@ def _status(shards: dict[int, dict], ingested: dict) -> Status:
 
 class Store:
     def __init__(self, redis_url: str, secret: HashSecret | None = None,
-                 max_pending_chunks: int = 1000, max_pending_events: int = 2_000_000,
+                 max_pending_chunks: int = 100_000, max_pending_events: int = 2_000_000,
                  cached_streams: int = 256, config_ttl: float = 1.0, read_ttl: float = 0.25,
-                 revalidate_within: float = 2.0):
+                 revalidate_within: float = 2.0, log_partitions: int = 2,
+                 max_wait: float = 10.0, lag_ttl: float = 0.1):
         self.redis = redis.Redis.from_url(redis_url, health_check_interval=30)
         self.secret = secret
         self.max_pending_chunks = max_pending_chunks
         self.max_pending_events = max_pending_events
+        self.max_wait = max_wait
+        self.lag_reader = LagReader(self.redis, log_partitions, max_wait, lag_ttl)
         # The append is never retried by the client: a reply lost after Redis ran it would
         # store the chunk twice. The caller gets a 503 and retries with its Idempotency-Key.
         self._append = redis.Redis.from_url(redis_url, retry=None).register_script(_APPEND)
@@ -184,19 +196,24 @@ class Store:
         return sorted(n.decode() for n in self.redis.hkeys(keys.STREAMS))
 
     # -- ingest ----------------------------------------------------------------------------
-    def check_backpressure(self, name: str) -> None:
-        """429 when the worker is behind on this stream: too many chunks or events waiting."""
+    def check_backpressure(self, name: str, incoming: int = 0) -> None:
+        """429 before an event accepted now would wait past ``max_wait``: from the worker's
+        lag on the whole log (kept 0.1 s) and this stream's own waiting events, with a fair
+        share per stream (``app.backpressure``). One round trip, plus the lag's now and then."""
         with self.redis.pipeline(transaction=False) as p:
-            p.xlen(keys.ingest(name))
             p.hget(keys.ingest_stats(name), "received")
             p.hgetall(keys.shard_status(name))
-            chunks, received, shards = p.execute()
-        waiting = _num(received) - _consumed(_shards(shards))
-        if chunks >= self.max_pending_chunks or waiting >= self.max_pending_events:
-            raise Backpressure(
-                f"stream {name!r} has {chunks} requests ({max(waiting, 0)} events) waiting for "
-                "the worker; retry shortly"
-            )
+            received, shards = p.execute()
+        waiting = max(0, _num(received) - _consumed(_shards(shards)))
+        refusal = decide(self.lag_reader.lag(), name, waiting, incoming, self.max_wait,
+                         self.max_pending_events, self.max_pending_chunks)
+        if refusal:
+            raise Backpressure(f"{refusal.reason}; retry in {refusal.retry_after} s",
+                               refusal.retry_after)
+
+    def partition(self, name: str) -> int:
+        """The log partition of the stream's chunks."""
+        return partition_of(name, self.lag_reader.partitions())
 
     def append(self, name: str, chunk: bytes | None, accepted: int, rejected: int,
                max_ts: float | None, receipt: dict, idempotency_key: str | None = None) -> IngestReceipt:
@@ -207,15 +224,17 @@ class Store:
         idem = ""
         if idempotency_key:
             idem = keys.idempotency(name, hashlib.sha256(idempotency_key.encode()).hexdigest())
-        else:
-            self.check_backpressure(name)
+        elif chunk is not None:
+            self.check_backpressure(name, accepted)
         if idem and chunk is not None:
             first = self.redis.get(idem)
             if first is not None:
                 return IngestReceipt(json.loads(first), replayed=True)
-            self.check_backpressure(name)
+            self.check_backpressure(name, accepted)
+        part = self.partition(name)
         out = self._append(
-            keys=[keys.ingest(name), keys.ingest_stats(name), keys.ACTIVE, idem],
+            keys=[keys.log_partition(part), keys.log_stats(part), keys.ingest_stats(name),
+                  keys.ACTIVE, idem],
             args=[chunk or b"", accepted, rejected, "" if max_ts is None else repr(float(max_ts)),
                   json.dumps(receipt), IDEMPOTENCY_TTL, name],
         )
@@ -223,7 +242,16 @@ class Store:
         return IngestReceipt(json.loads(out[1:]), replayed=out[0] == "1")
 
     def pending(self, name: str) -> int:
-        return int(self.redis.xlen(keys.ingest(name)))
+        """Events of this stream accepted but not yet counted by the worker."""
+        with self.redis.pipeline(transaction=False) as p:
+            p.hget(keys.ingest_stats(name), "received")
+            p.hgetall(keys.shard_status(name))
+            received, shards = p.execute()
+        return max(0, _num(received) - _consumed(_shards(shards)))
+
+    def lag(self) -> LogLag:
+        """The worker's lag on the ingest log (``app.backpressure``; kept 0.1 s)."""
+        return self.lag_reader.lag()
 
     # -- published state ---------------------------------------------------------------------
     def _read(self, name: str, max_age: float = 0.0) -> tuple[dict[int, dict], dict, tuple]:

@@ -259,6 +259,49 @@ def _first_batch_of_run(query, seen: int) -> int:
         return int(seen)
 
 
+def _offset(raw) -> dict | None:
+    import json
+
+    if isinstance(raw, str):
+        try:
+            raw = json.loads(raw)
+        except ValueError:
+            return None
+    return raw if isinstance(raw, dict) and isinstance(raw.get("log"), list) else None
+
+
+def log_progress(recent: list) -> dict | None:
+    """What the last finished batch read of each log partition (its end offset) and the
+    throughput recent batches showed, for back-pressure and readiness
+    (``app.backpressure``): ``{"read", "capacity", "batch_seconds"}``; None before any
+    batch of the partitioned log finished.
+
+    ``capacity`` is events per second of batch time over the five largest of the recent
+    batches: a small batch is mostly fixed cost and would understate what the worker can
+    take."""
+    import json
+    import statistics
+
+    batches = []
+    for progress in recent:
+        try:
+            source = progress["sources"][0]
+            start, end = _offset(source["startOffset"]), _offset(source["endOffset"])
+            seconds = progress["durationMs"]["triggerExecution"] / 1000
+        except (KeyError, IndexError, TypeError):
+            continue
+        if end is None:
+            continue
+        events = sum(e[1] for e in end["log"]) - (sum(s[1] for s in start["log"]) if start else 0)
+        batches.append((max(0, events), seconds, end["log"]))
+    if not batches:
+        return None
+    largest = sorted((b for b in batches if b[0] > 0 and b[1] > 0), reverse=True)[:5]
+    capacity = sum(b[0] for b in largest) / sum(b[1] for b in largest) if largest else 0.0
+    return {"read": json.dumps(batches[-1][2]), "capacity": round(capacity, 1),
+            "batch_seconds": round(statistics.median(b[1] for b in batches[-10:]), 3)}
+
+
 class Driver:
     """What the driver does beside Spark: heartbeat from the query's progress, and
     republishing after Redis lost the published sketches. It holds no sketch bytes."""
@@ -298,8 +341,12 @@ class Driver:
             "batch_seconds": round(progress.get("durationMs", {}).get("triggerExecution", 0) / 1000, 4),
             "progress_at": read_everything_before(progress, self.run_first_batch),
         })
+        if q is not None:
+            read = log_progress(q.recentProgress)
+            if read:
+                self.publisher.log_progress(read)
 
-    def run_forever(self, every: float = 1.0) -> None:
+    def run_forever(self, every: float = 0.5) -> None:
         while not self.stop_event.wait(every):
             try:
                 self.republish_if_needed()
@@ -313,7 +360,7 @@ class Prepared:
     checkpoint, so a standby worker can do it ahead and start in a moment when told."""
 
     def __init__(self, spark, redis_url: str, checkpoint: str, trigger: str,
-                 secret: HashSecret | None):
+                 secret: HashSecret | None, log_partitions: int | None = None):
         from pyspark.sql.streaming.state import GroupStateTimeout
 
         from workers.source import RedisChunkSource
@@ -322,7 +369,9 @@ class Prepared:
         secret = secret or load_or_create(checkpoint)
         spark.dataSource.register(RedisChunkSource)
         self.driver = Driver(spark, redis_url, checkpoint)
-        stream = spark.readStream.format("tidemark-redis").option("redis_url", redis_url).load()
+        self.log_partitions = log_partitions or _log_partitions_setting()
+        stream = (spark.readStream.format("tidemark-redis").option("redis_url", redis_url)
+                  .option("log_partitions", str(self.log_partitions)).load())
         self.writer = (
             stream.groupBy("stream", "shard")
             .applyInPandasWithState(shard_updater(redis_url, secret), OUTPUT_SCHEMA, STATE_SCHEMA,
@@ -334,7 +383,14 @@ class Prepared:
         _phase("query planned")
 
     def start(self):
-        """Republish if Redis lost the sketches, then start the query; ``(query, driver)``."""
+        """Move an earlier run's per-stream queues into the log, republish if Redis lost the
+        sketches, then start the query; ``(query, driver)``."""
+        from tidemark.ingest_log import partition_count
+        from workers.migrate import migrate_legacy_queues
+
+        r = self.driver.publisher.redis
+        migrate_legacy_queues(r, self.driver.checkpoint + "/spark",
+                              partition_count(r, self.log_partitions))
         self.driver.republish_if_needed()
         _phase("republish checked")
         query = self.writer.start()
@@ -345,10 +401,14 @@ class Prepared:
         return query, self.driver
 
 
+def _log_partitions_setting() -> int:
+    return int(os.environ.get("TIDEMARK_LOG_PARTITIONS", "2"))
+
+
 def start(spark, redis_url: str, checkpoint: str, trigger: str = "1 second",
-          secret: HashSecret | None = None):
+          secret: HashSecret | None = None, log_partitions: int | None = None):
     """Start the streaming query; returns ``(query, driver)``."""
-    return Prepared(spark, redis_url, checkpoint, trigger, secret).start()
+    return Prepared(spark, redis_url, checkpoint, trigger, secret, log_partitions).start()
 
 
 def stand_by(spark, stopping: threading.Event, warm_workers: bool, lines=None,
@@ -405,7 +465,7 @@ def stand_by(spark, stopping: threading.Event, warm_workers: bool, lines=None,
 def main(redis_url: str, checkpoint: str, master: str | None = None, partitions: int = 4,
          trigger: str = "1 second", secret: HashSecret | None = None,
          spark_conf: dict[str, str] | None = None, warm_workers: bool = True,
-         standby: bool = False) -> None:
+         standby: bool = False, log_partitions: int | None = None) -> None:
     """Run the worker until SIGTERM/SIGINT or the query fails. With ``standby`` it starts
     Spark, plans the query and warms the Python workers, then waits for ``go`` on standard
     input before it starts the query (see ``stand_by``)."""
@@ -444,7 +504,7 @@ def main(redis_url: str, checkpoint: str, master: str | None = None, partitions:
     try:
         warming = warm_up_workers(spark, stopping=stopping, planner=standby, done=lambda n: _phase(
             f"{n} Python workers warm")) if warm_workers else None
-        prepared = Prepared(spark, redis_url, checkpoint, trigger, secret)
+        prepared = Prepared(spark, redis_url, checkpoint, trigger, secret, log_partitions)
         if standby:
             if warming:  # stand by only once a take-over would find its Python workers
                 warming.join()
