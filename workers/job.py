@@ -75,10 +75,52 @@ def shard_status(state: dict, sizes: dict | None = None) -> dict:
             "failed_events": state["failed_events"]}
 
 
+class DecodedShards:
+    """The last summary each (stream, shard) was updated to in this Python worker process,
+    so a busy shard is not decoded from its blob every batch.
+
+    Valid because the state store holds exactly the bytes the worker wrote: a summary kept
+    for version v is used only when the state handed in is version v with the same blob
+    (length and CRC-32 checked, cheap beside a decode). It is taken out before it is
+    updated in place, so a failed update or a replayed batch (which hands in an older
+    version) finds nothing and decodes. Bounded (least recently used first out)."""
+
+    def __init__(self, entries: int = 512):
+        self.entries = entries
+        self._kept: dict[tuple[str, int], tuple[int, int, int, object]] = {}
+        self.hits = self.misses = 0
+
+    @staticmethod
+    def _check(blob: bytes) -> tuple[int, int]:
+        import zlib
+
+        return len(blob), zlib.crc32(blob)
+
+    def take(self, stream: str, shard: int, version: int, blob: bytes | None):
+        """The decoded summary of exactly ``blob`` at ``version``, else ``blob``."""
+        kept = self._kept.pop((stream, shard), None)
+        if blob is not None and kept is not None and kept[0] == version and kept[1:3] == self._check(blob):
+            self.hits += 1
+            return kept[3]
+        self.misses += 1
+        return blob
+
+    def keep(self, stream: str, shard: int, version: int, blob: bytes, summary) -> None:
+        if summary is None:
+            return
+        while len(self._kept) >= self.entries:
+            self._kept.pop(next(iter(self._kept)))
+        self._kept[(stream, shard)] = (version, *self._check(blob), summary)
+
+
+_DECODED = DecodedShards()
+
+
 def apply_chunks(stream: str, previous: dict | None, rows: pd.DataFrame, secret: HashSecret,
-                 config_of) -> dict:
+                 config_of, shard: int = 0, decoded: DecodedShards | None = None) -> dict:
     """One shard's new state from its previous state and this batch's chunk rows (pure but
-    for reading the stream's declaration when the shard is new)."""
+    for reading the stream's declaration when the shard is new, and for ``decoded``, the
+    process's summaries kept between batches)."""
     from workers.update import Chunk, update_shard
 
     state = dict(previous) if previous else {
@@ -86,6 +128,9 @@ def apply_chunks(stream: str, previous: dict | None, rows: pd.DataFrame, secret:
         "version": 0, "failed": "", "failed_events": 0}
     rows = rows.iloc[sorted(range(len(rows)), key=lambda i: _entry_key(rows["entry"].iloc[i]))]
     chunks = [Chunk(bytes(p), float(c)) for p, c in zip(rows["payload"], rows["clock_before"])]
+    before = state["blob"]
+    if decoded is not None:
+        before = decoded.take(stream, shard, state["version"], state["blob"])
     state["version"] += 1
     try:
         if state["config"] is None:
@@ -94,7 +139,7 @@ def apply_chunks(stream: str, previous: dict | None, rows: pd.DataFrame, secret:
                 raise LookupError(f"stream {stream!r} is not declared")
             state["config"] = config.model_dump_json()
         config = StreamConfig.model_validate_json(state["config"])
-        result = update_shard(state["blob"], config, secret, chunks)
+        result = update_shard(before, config, secret, chunks)
     except (ConnectionError, OSError):
         raise  # Redis or the file system away: the batch fails and is replayed, nothing lost
     except Exception as e:  # noqa: BLE001 — isolate this stream, keep every other going
@@ -117,6 +162,8 @@ def apply_chunks(stream: str, previous: dict | None, rows: pd.DataFrame, secret:
     state.update(blob=result.blob, events=state["events"] + result.events,
                  late_dropped=state["late_dropped"] + result.late_dropped, clock=result.clock,
                  failed="", sizes=result.sizes)
+    if decoded is not None:
+        decoded.keep(stream, shard, state["version"], result.blob, result.summary)
     return state
 
 
@@ -130,7 +177,7 @@ def shard_updater(redis_url: str, secret: HashSecret):
         rows = pd.concat(list(pdfs), ignore_index=True)
         previous = dict(zip(_STATE_FIELDS, group_state.get)) if group_state.exists else None
         publisher = _publisher(redis_url)
-        state = apply_chunks(stream, previous, rows, secret, publisher.config)
+        state = apply_chunks(stream, previous, rows, secret, publisher.config, shard, _DECODED)
         group_state.update(tuple(state[f] for f in _STATE_FIELDS))
         if state["blob"] is not None or state["failed"]:
             publisher.publish(stream, shard, shard_status(state, state.get("sizes")),

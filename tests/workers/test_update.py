@@ -123,3 +123,28 @@ def test_settings_that_need_a_huge_summary_are_refused_with_what_fits():
     with pytest.raises(CapacityError, match="finest epsilon these settings can take is"):
         check(StreamConfig(max_window="7d", epsilon=1e-6))
     assert check(StreamConfig(max_window="7d", epsilon=0.05)) < 256 * 2**20
+
+
+def test_a_kept_decoded_summary_gives_the_same_bytes_and_never_outlives_its_version():
+    import pandas as pd
+
+    from workers.job import DecodedShards, apply_chunks
+
+    batches = [_chunks([[float(10 * b + i) for i in range(5)]])[0] for b in range(4)]
+    frames = [pd.DataFrame({"entry": [f"{b + 1}-0"], "payload": [c.payload],
+                            "clock_before": [float(10 * b - 1) if b else -math.inf]})
+              for b, c in enumerate(batches)]
+    kept, plain = DecodedShards(), None
+    state = None
+    for frame in frames:
+        plain = apply_chunks("s", plain, frame, TEST_SECRET, lambda name: CONFIG)
+        state = apply_chunks("s", state, frame, TEST_SECRET, lambda name: CONFIG, 0, kept)
+        assert state["blob"] == plain["blob"] and state["version"] == plain["version"]
+    assert kept.hits == 3 and kept.misses == 1  # decoded once, then kept
+    # A replay hands in an older version: it is decoded from its bytes, never the kept one.
+    older = apply_chunks("s", None, frames[0], TEST_SECRET, lambda name: CONFIG)
+    again = apply_chunks("s", older, frames[1], TEST_SECRET, lambda name: CONFIG, 0, kept)
+    assert kept.misses == 2 and again["events"] == 10
+    # Same version, other bytes (another writer): decoded too.
+    kept.keep("t", 0, 1, b"these bytes", StreamSummary.create(CONFIG, TEST_SECRET))
+    assert kept.take("t", 0, 1, b"other bytes") == b"other bytes"
