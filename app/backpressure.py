@@ -14,14 +14,15 @@ from two pipelined round trips, kept for ``ttl`` (0.1 s) per API process: an ing
 request costs one more round trip, for its own stream's waiting events, whatever the
 number of streams or partitions.
 
-An event accepted now waits for the events ahead of it (a batch takes everything there
-is), about ``pending / capacity + batch_seconds``. ``decide`` refuses with 429 before that
+An event accepted now waits for the batch under way, then for one that takes everything
+waiting (``LogLag.wait_estimate``: the worker measures a batch's fixed seconds and its
+seconds per event and per chunk, since many small streams cost per chunk). ``decide`` refuses with 429 before that
 passes ``TIDEMARK_READY_MAX_WAIT``, fairly:
 
 * below ``TARGET`` × max_wait of estimated wait every request is taken;
-* beyond it, a stream is still taken while its own waiting events stay within a fair
-  share, ``capacity × target / (2 × active streams)``, and the total estimate stays within
-  ``CEILING`` × max_wait; a flooding stream is past its share, so it gets the 429s and
+* beyond it, a stream is still taken while its own share of the next batch (its waiting
+  events' seconds, at least one chunk's) stays within ``target / (2 × active streams)``
+  and the total estimate stays within ``CEILING`` × max_wait; a flooding stream is past its share, so it gets the 429s and
   the trickles beside it keep flowing (the shares add up to at most half the target, so
   the total stays bounded);
 * an entry already unread for ``CEILING`` × max_wait means the worker is stalled or far
@@ -49,6 +50,7 @@ __all__ = ["LogLag", "LagReader", "decide", "Refusal", "read_positions", "TARGET
 TARGET = 0.3  # of max_wait: the estimated wait every stream may add to
 CEILING = 0.8  # of max_wait: beyond it nothing is taken
 FLOOR_CAPACITY = 20_000.0  # events/s assumed before the worker has shown its own
+FLOOR_CHUNKS = 500.0  # chunks (group updates)/s assumed likewise
 
 # KEYS: log partition; ARGV: '(' .. the last entry read. The id and stream of the oldest
 # entry not yet read, without sending its chunk over the wire.
@@ -67,7 +69,10 @@ class LogLag:
 
     partitions: list[dict] = field(default_factory=list)  # {pending_events, pending_chunks, oldest_age, oldest_stream}
     capacity: float = 0.0  # events/s the worker's recent batches showed (0: not yet)
-    batch_seconds: float = 0.0
+    batch_seconds: float = 0.0  # a typical recent batch
+    fixed_seconds: float = 0.0  # a batch's fixed part
+    seconds_per_event: float = 0.0  # a batch's variable part, per event or per chunk
+    seconds_per_chunk: float = 0.0
     active_streams: int = 1  # streams that appended in the last max_wait seconds
     worker_seen: bool = False  # the worker has published progress on this Redis
     at: float = 0.0
@@ -84,17 +89,29 @@ class LogLag:
     def oldest_age(self) -> float:
         return max((p["oldest_age"] for p in self.partitions), default=0.0)
 
-    def wait_estimate(self, more: int = 0) -> float:
-        """Seconds an event appended now (after ``more`` others) would wait to be counted."""
-        capacity = self.capacity or FLOOR_CAPACITY
-        return (self.pending_events + more) / capacity + self.batch_seconds
+    @property
+    def per_event(self) -> float:
+        return self.seconds_per_event or 1 / FLOOR_CAPACITY
+
+    @property
+    def per_chunk(self) -> float:
+        return self.seconds_per_chunk or 1 / FLOOR_CHUNKS
+
+    def wait_estimate(self, more: int = 0, chunks: int = 0) -> float:
+        """Seconds a request appended now (``more`` events in ``chunks`` chunks) would wait
+        to be counted: the batch under way, then one that takes everything waiting."""
+        return (self.batch_seconds + self.fixed_seconds
+                + max((self.pending_events + more) * self.per_event,
+                      (self.pending_chunks + chunks) * self.per_chunk))
 
     def as_dict(self) -> dict:
         return {"pending_events": self.pending_events, "pending_chunks": self.pending_chunks,
                 "oldest_age_seconds": round(self.oldest_age, 3),
                 "wait_estimate_seconds": round(self.wait_estimate(), 3),
                 "capacity_events_per_second": round(self.capacity, 1),
-                "batch_seconds": round(self.batch_seconds, 3), "active_streams": self.active_streams,
+                "batch_seconds": round(self.batch_seconds, 3),
+                "fixed_seconds": round(self.fixed_seconds, 3),
+                "seconds_per_chunk": self.seconds_per_chunk, "active_streams": self.active_streams,
                 "partitions": [{k: (round(v, 3) if isinstance(v, float) else v) for k, v in p.items()}
                                for p in self.partitions]}
 
@@ -109,11 +126,10 @@ def decide(lag: LogLag, stream: str, stream_pending: int, incoming: int, max_wai
            max_pending_events: int, max_pending_chunks: int) -> Refusal | None:
     """None to take a request of ``incoming`` events on ``stream`` (which has
     ``stream_pending`` events waiting), else why not and when to retry (pure)."""
-    capacity = lag.capacity or FLOOR_CAPACITY
     if stream_pending + incoming > max_pending_events and stream_pending > 0:
         return Refusal(f"stream {stream!r} has {stream_pending} events waiting for the worker "
                        f"(TIDEMARK_MAX_PENDING_EVENTS={max_pending_events})",
-                       _seconds(stream_pending / capacity))
+                       _seconds(stream_pending * lag.per_event))
     if lag.pending_chunks >= max_pending_chunks:
         return Refusal(f"{lag.pending_chunks} requests are waiting for the worker "
                        f"(TIDEMARK_MAX_PENDING_CHUNKS={max_pending_chunks})",
@@ -124,15 +140,17 @@ def decide(lag: LogLag, stream: str, stream_pending: int, incoming: int, max_wai
     if lag.oldest_age > ceiling:
         return Refusal(f"the worker is behind: events have waited {lag.oldest_age:.1f} s unread "
                        f"(TIDEMARK_READY_MAX_WAIT={max_wait:g} s)", _seconds(max_wait / 4))
-    wait = lag.wait_estimate(incoming)
+    wait = lag.wait_estimate(incoming, 1)
     if wait <= target:
         return None
-    share = capacity * target / (2 * max(1, lag.active_streams))
-    if stream_pending + incoming <= share and wait <= ceiling:
+    share = target / (2 * max(1, lag.active_streams))  # seconds of the next batch per stream
+    own = max((stream_pending + incoming) * lag.per_event, lag.per_chunk)
+    if own <= share and wait <= ceiling:
         return None
-    return Refusal(f"the worker is behind: about {wait:.1f} s of events wait "
-                   f"({lag.pending_events} events at {capacity:.0f}/s; stream {stream!r} has "
-                   f"{stream_pending}, its fair share is {share:.0f})", _seconds(wait - target))
+    return Refusal(f"the worker is behind: about {wait:.1f} s until an event taken now is "
+                   f"counted ({lag.pending_events} events in {lag.pending_chunks} requests wait; "
+                   f"stream {stream!r} has {stream_pending}, over its fair share of the next "
+                   f"{target:g} s)", _seconds(min(wait - target, max_wait)))
 
 
 def _seconds(s: float) -> int:
@@ -181,9 +199,11 @@ class LagReader:
         now_ms = sec * 1000 + usec // 1000
         p_read = _read_positions(progress.get(b"read"), n)
         stats = out[2:]
-        lag = LogLag(worker_seen=bool(progress), at=time.monotonic(),
-                     capacity=float(progress.get(b"capacity") or 0.0),
-                     batch_seconds=float(progress.get(b"batch_seconds") or 0.0))
+        num = lambda k: float(progress.get(k) or 0.0)  # noqa: E731
+        lag = LogLag(worker_seen=bool(progress), at=time.monotonic(), capacity=num(b"capacity"),
+                     batch_seconds=num(b"batch_seconds"), fixed_seconds=num(b"fixed_seconds"),
+                     seconds_per_event=num(b"seconds_per_event"),
+                     seconds_per_chunk=num(b"seconds_per_chunk"))
         unread = []
         for part, ((last, events, chunks), (read_id, read_events, read_chunks)) in enumerate(zip(stats, p_read)):
             last = last.decode() if last else ZERO

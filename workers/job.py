@@ -317,19 +317,21 @@ def _offset(raw) -> dict | None:
     return raw if isinstance(raw, dict) and isinstance(raw.get("log"), list) else None
 
 
-def log_progress(recent: list) -> dict | None:
-    """What the last finished batch read of each log partition (its end offset) and the
-    throughput recent batches showed, for back-pressure and readiness
-    (``app.backpressure``): ``{"read", "capacity", "batch_seconds"}``; None before any
-    batch of the partitioned log finished.
+def log_progress(recent: list, first_batch: int | None = None) -> dict | None:
+    """What the last finished batch read of each log partition (its end offset) and what
+    recent batches cost, for back-pressure and readiness (``app.backpressure``); None
+    before any batch of the partitioned log finished.
 
-    ``capacity`` is events per second of batch time over the five largest of the recent
-    batches: a small batch is mostly fixed cost and would understate what the worker can
-    take."""
+    A batch costs a fixed part (planning, tasks, commits: the shortest recent batch,
+    ``fixed_seconds``) plus a part that grows with its chunks (one group update each,
+    for small chunks) or its events (for large ones): ``seconds_per_chunk`` and
+    ``seconds_per_event`` are the variable seconds of the three longest recent batches over
+    their chunks and their events. The run's first batch (``first_batch``) counts for
+    ``read`` only: it pays the start of the Python workers."""
     import json
     import statistics
 
-    batches = []
+    batches, read = [], None
     for progress in recent:
         try:
             source = progress["sources"][0]
@@ -339,14 +341,28 @@ def log_progress(recent: list) -> dict | None:
             continue
         if end is None:
             continue
-        events = sum(e[1] for e in end["log"]) - (sum(s[1] for s in start["log"]) if start else 0)
-        batches.append((max(0, events), seconds, end["log"]))
-    if not batches:
+        read = end["log"]
+        if first_batch is not None and progress.get("batchId") == first_batch:
+            continue
+        before = start["log"] if start else [[None, 0, 0]] * len(end["log"])
+        events = sum(e[1] for e in end["log"]) - sum(b[1] for b in before)
+        chunks = sum(e[2] for e in end["log"]) - sum(b[2] for b in before)
+        batches.append((seconds, max(0, events), max(0, chunks)))
+    if read is None:
         return None
-    largest = sorted((b for b in batches if b[0] > 0 and b[1] > 0), reverse=True)[:5]
-    capacity = sum(b[0] for b in largest) / sum(b[1] for b in largest) if largest else 0.0
-    return {"read": json.dumps(batches[-1][2]), "capacity": round(capacity, 1),
-            "batch_seconds": round(statistics.median(b[1] for b in batches[-10:]), 3)}
+    out = {"read": json.dumps(read), "fixed_seconds": 0.0, "seconds_per_event": 0.0,
+           "seconds_per_chunk": 0.0, "capacity": 0.0, "batch_seconds": 0.0}
+    if batches:
+        fixed = min(b[0] for b in batches)
+        longest = sorted((b for b in batches if b[1] > 0 and b[2] > 0), reverse=True)[:3]
+        variable = sum(b[0] - fixed for b in longest)
+        if longest and variable > 0:
+            out["seconds_per_event"] = variable / sum(b[1] for b in longest)
+            out["seconds_per_chunk"] = variable / sum(b[2] for b in longest)
+            out["capacity"] = round(1 / out["seconds_per_event"], 1)
+        out["fixed_seconds"] = round(fixed, 3)
+        out["batch_seconds"] = round(statistics.median(b[0] for b in batches[-10:]), 3)
+    return out
 
 
 class Driver:
@@ -389,7 +405,7 @@ class Driver:
             "progress_at": read_everything_before(progress, self.run_first_batch),
         })
         if q is not None:
-            read = log_progress(q.recentProgress)
+            read = log_progress(q.recentProgress, self.run_first_batch)
             if read:
                 self.publisher.log_progress(read)
 

@@ -86,5 +86,5 @@ def update_shard(previous: bytes | StreamSummary | None, config: StreamConfig, s
     if table is not None and table.num_rows:
         summary.update_table(table)
         events = table.num_rows
-    return ShardUpdate(summary.to_bytes(), events, late, summary.clock_seconds, summary.sizes(),
-                       summary)
+    blob, sizes = summary.encode()
+    return ShardUpdate(blob, events, late, summary.clock_seconds, sizes, summary)

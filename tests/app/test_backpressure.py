@@ -23,7 +23,8 @@ def _lag(pending: int, capacity: float = 100_000.0, oldest: float = 0.5, active:
          batch: float = 0.5, seen: bool = True) -> LogLag:
     return LogLag(partitions=[{"partition": 0, "pending_events": pending, "pending_chunks": 10,
                                "oldest_age": oldest, "oldest_stream": "x"}],
-                  capacity=capacity, batch_seconds=batch, active_streams=active, worker_seen=seen)
+                  capacity=capacity, seconds_per_event=1 / capacity, seconds_per_chunk=1e-4,
+                  batch_seconds=batch, active_streams=active, worker_seen=seen)
 
 
 def _decide(lag, stream_pending, incoming=500):
@@ -40,7 +41,20 @@ def test_past_the_target_a_flood_is_refused_and_trickles_beside_it_are_not():
     refused = _decide(lag, stream_pending=390_000)
     assert refused and "fair share" in refused.reason and 1 <= refused.retry_after <= 10
     assert _decide(lag, stream_pending=200) is None  # a trickle: within its share
-    assert _decide(lag, stream_pending=20_000) is not None  # share: 100 K/s × 3 s / 200
+    assert _decide(lag, stream_pending=20_000) is not None  # share: 3 s / 200 of 100 K/s
+
+
+def test_many_small_streams_are_judged_by_their_chunks_not_only_their_events():
+    lag = _lag(pending=10_000)  # 0.6 s of events...
+    lag.partitions[0]["pending_chunks"] = 2_000
+    lag.seconds_per_chunk = 0.004  # ...but 2,000 group updates of 4 ms each
+    assert lag.wait_estimate(10, 1) == pytest.approx(0.5 + 2_001 * 0.004)
+    assert _decide(lag, stream_pending=0, incoming=10) is not None  # 8.5 s: past 8 s
+    lag.partitions[0]["pending_chunks"] = 1_000  # 4.5 s: past 3 s, within its share
+    assert _decide(lag, stream_pending=0, incoming=10) is None
+    assert _decide(lag, stream_pending=5_000, incoming=10) is not None  # not within it
+    lag.partitions[0]["pending_chunks"] = 500
+    assert _decide(lag, stream_pending=0, incoming=10) is None
 
 
 def test_nothing_is_taken_past_the_ceiling_or_once_an_entry_waited_that_long():
@@ -55,18 +69,23 @@ def test_without_a_worker_ever_seen_only_the_caps_apply():
     assert capped and "TIDEMARK_MAX_PENDING_EVENTS" in capped.reason
 
 
-def test_the_worker_measures_its_throughput_from_the_batches_it_ran():
-    def progress(start, end, ms):
-        return {"sources": [{"startOffset": json.dumps({"log": start}) if start else None,
-                             "endOffset": json.dumps({"log": end})}],
+def test_the_worker_measures_its_costs_from_the_batches_it_ran():
+    def progress(batch, start, end, ms):
+        return {"batchId": batch, "sources": [{"startOffset": json.dumps({"log": start}) if start else None,
+                                               "endOffset": json.dumps({"log": end})}],
                 "durationMs": {"triggerExecution": ms}}
     a = [["1-0", 0, 0], ["2-0", 0, 0]]
     b = [["5-0", 60_000, 6], ["6-0", 40_000, 4]]
     c = [["7-0", 60_100, 7], ["6-0", 40_000, 4]]
-    out = log_progress([progress(None, a, 100), progress(a, b, 1000), progress(b, c, 500)])
-    assert json.loads(out["read"]) == c
-    # the largest batches: 100,000 + 100 events in 1.5 s (the first read nothing)
-    assert out["capacity"] == pytest.approx(100_100 / 1.5, rel=1e-3)
+    d = [["8-0", 60_100, 7], ["9-0", 40_000, 4]]
+    recent = [progress(0, None, a, 9000), progress(1, a, b, 1000), progress(2, b, c, 500),
+              progress(3, c, d, 100)]
+    out = log_progress(recent, first_batch=0)  # the run's first batch (9 s of start) is left out
+    assert json.loads(out["read"]) == d and out["fixed_seconds"] == 0.1
+    assert out["seconds_per_event"] == pytest.approx((0.9 + 0.4) / 100_100)
+    assert out["seconds_per_chunk"] == pytest.approx((0.9 + 0.4) / 11)
+    assert out["batch_seconds"] == 0.5
+    assert log_progress([progress(0, None, a, 9000)], first_batch=0)["batch_seconds"] == 0.0
     assert log_progress([{"sources": [{"startOffset": None, "endOffset": '{"s": "1-0"}'}],
                           "durationMs": {"triggerExecution": 5}}]) is None  # a legacy offset
 
@@ -87,17 +106,18 @@ def test_the_lag_is_read_per_partition_and_refuses_before_the_promise_breaks(tmp
                  int(r.hget(keys.log_stats(p), "events") or 0), int(r.hget(keys.log_stats(p), "chunks") or 0)]
                 for p in range(2)]
         Publisher(server.url).log_progress({"read": json.dumps(read), "capacity": 1000.0,
-                                            "batch_seconds": 0.2})
+                                            "seconds_per_event": 0.001, "seconds_per_chunk": 1e-4,
+                                            "fixed_seconds": 0.0, "batch_seconds": 0.2})
         lag = store.lag()
         assert lag.worker_seen and lag.pending_events == 0 and lag.oldest_age == 0.0
-        for _ in range(2):  # 2.8 s of work at 1,000 events/s: within the target
-            store.append("flood", b"f", 1_400, 0, 2.0, {"accepted": 1_400})
+        for _ in range(2):  # 2.6 s of work at 1,000 events/s: within the target
+            store.append("flood", b"f", 1_300, 0, 2.0, {"accepted": 1_300})
         with pytest.raises(Backpressure, match="fair share") as refused:
             store.append("flood", b"f", 1_400, 0, 3.0, {"accepted": 1_400})
         assert refused.value.retry_after >= 1
         store.append("trickle", b"t", 5, 0, 2.0, {"accepted": 5})  # the trickle still flows
         lag = store.lag()
-        assert lag.pending_events == 2_805 and lag.active_streams == 2
+        assert lag.pending_events == 2_605 and lag.active_streams == 2
         assert lag.partitions[store.partition("flood")]["pending_chunks"] == 2
         time.sleep(0.05)
         assert lag.oldest_age >= 0.0 and store.lag().oldest_age > 0.0
