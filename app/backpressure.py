@@ -15,8 +15,9 @@ request costs one more round trip, for its own stream's waiting events, whatever
 number of streams or partitions.
 
 An event accepted now waits for the batch under way, then for one that takes everything
-waiting (``LogLag.wait_estimate``: the worker measures a batch's fixed seconds and its
-seconds per event and per chunk, since many small streams cost per chunk). ``decide`` refuses with 429 before that
+waiting (``LogLag.wait_estimate``: the worker fits a batch's fixed seconds, its seconds per
+chunk and per event to its recent batches, since many small streams cost per chunk and a
+busy one per event). ``decide`` refuses with 429 before that
 passes ``TIDEMARK_READY_MAX_WAIT``, fairly:
 
 * below ``TARGET`` × max_wait of estimated wait every request is taken;
@@ -101,8 +102,8 @@ class LogLag:
         """Seconds a request appended now (``more`` events in ``chunks`` chunks) would wait
         to be counted: the batch under way, then one that takes everything waiting."""
         return (self.batch_seconds + self.fixed_seconds
-                + max((self.pending_events + more) * self.per_event,
-                      (self.pending_chunks + chunks) * self.per_chunk))
+                + (self.pending_events + more) * self.per_event
+                + (self.pending_chunks + chunks) * self.per_chunk)
 
     def as_dict(self) -> dict:
         return {"pending_events": self.pending_events, "pending_chunks": self.pending_chunks,
@@ -144,7 +145,7 @@ def decide(lag: LogLag, stream: str, stream_pending: int, incoming: int, max_wai
     if wait <= target:
         return None
     share = target / (2 * max(1, lag.active_streams))  # seconds of the next batch per stream
-    own = max((stream_pending + incoming) * lag.per_event, lag.per_chunk)
+    own = (stream_pending + incoming) * lag.per_event + lag.per_chunk
     if own <= share and wait <= ceiling:
         return None
     return Refusal(f"the worker is behind: about {wait:.1f} s until an event taken now is "

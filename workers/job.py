@@ -322,12 +322,12 @@ def log_progress(recent: list, first_batch: int | None = None) -> dict | None:
     recent batches cost, for back-pressure and readiness (``app.backpressure``); None
     before any batch of the partitioned log finished.
 
-    A batch costs a fixed part (planning, tasks, commits: the shortest recent batch,
-    ``fixed_seconds``) plus a part that grows with its chunks (one group update each,
-    for small chunks) or its events (for large ones): ``seconds_per_chunk`` and
-    ``seconds_per_event`` are the variable seconds of the three longest recent batches over
-    their chunks and their events. The run's first batch (``first_batch``) counts for
-    ``read`` only: it pays the start of the Python workers."""
+    A batch costs a fixed part (planning, tasks, state commits) plus a part per chunk (one
+    group update each: what many small streams cost) and a part per event (what a busy
+    stream costs): ``fixed_seconds``, ``seconds_per_chunk`` and ``seconds_per_event`` are a
+    non-negative least-squares fit of the recent batches that read something
+    (``fit_batch_costs``). The run's first batch (``first_batch``) counts for ``read`` only:
+    it pays the start of the Python workers."""
     import json
     import statistics
 
@@ -347,22 +347,46 @@ def log_progress(recent: list, first_batch: int | None = None) -> dict | None:
         before = start["log"] if start else [[None, 0, 0]] * len(end["log"])
         events = sum(e[1] for e in end["log"]) - sum(b[1] for b in before)
         chunks = sum(e[2] for e in end["log"]) - sum(b[2] for b in before)
-        batches.append((seconds, max(0, events), max(0, chunks)))
+        if chunks > 0:
+            batches.append((seconds, max(0, events), chunks))
     if read is None:
         return None
     out = {"read": json.dumps(read), "fixed_seconds": 0.0, "seconds_per_event": 0.0,
            "seconds_per_chunk": 0.0, "capacity": 0.0, "batch_seconds": 0.0}
     if batches:
-        fixed = min(b[0] for b in batches)
-        longest = sorted((b for b in batches if b[1] > 0 and b[2] > 0), reverse=True)[:3]
-        variable = sum(b[0] - fixed for b in longest)
-        if longest and variable > 0:
-            out["seconds_per_event"] = variable / sum(b[1] for b in longest)
-            out["seconds_per_chunk"] = variable / sum(b[2] for b in longest)
-            out["capacity"] = round(1 / out["seconds_per_event"], 1)
-        out["fixed_seconds"] = round(fixed, 3)
         out["batch_seconds"] = round(statistics.median(b[0] for b in batches[-10:]), 3)
+    if len(batches) >= 3:
+        fixed, per_chunk, per_event = fit_batch_costs(batches[-30:])
+        out.update(fixed_seconds=round(fixed, 4), seconds_per_chunk=per_chunk,
+                   seconds_per_event=per_event,
+                   capacity=round(1 / per_event, 1) if per_event > 0 else 0.0)
     return out
+
+
+def fit_batch_costs(batches: list[tuple[float, int, int]]) -> tuple[float, float, float]:
+    """``(fixed, per chunk, per event)`` seconds, all >= 0, that best explain
+    ``seconds ≈ fixed + per_chunk × chunks + per_event × events`` over ``batches`` of
+    ``(seconds, events, chunks)``: least squares over each subset of the three terms,
+    keeping the best fit whose terms are all non-negative (three unknowns: exhaustive)."""
+    import itertools
+
+    import numpy as np
+
+    y = np.array([b[0] for b in batches], dtype=float)
+    x = np.array([[1.0, b[2], b[1]] for b in batches], dtype=float)
+    best, best_err = (float(y.min()), 0.0, 0.0), float(((y - y.min()) ** 2).sum())
+    for size in (1, 2, 3):
+        for cols in itertools.combinations(range(3), size):
+            coef, *_ = np.linalg.lstsq(x[:, cols], y, rcond=None)
+            if (coef < 0).any():
+                continue
+            err = float(((x[:, cols] @ coef - y) ** 2).sum())
+            if err < best_err - 1e-12:
+                full = [0.0, 0.0, 0.0]
+                for c, v in zip(cols, coef):
+                    full[c] = float(v)
+                best, best_err = tuple(full), err
+    return best
 
 
 class Driver:

@@ -48,7 +48,7 @@ def test_many_small_streams_are_judged_by_their_chunks_not_only_their_events():
     lag = _lag(pending=10_000)  # 0.6 s of events...
     lag.partitions[0]["pending_chunks"] = 2_000
     lag.seconds_per_chunk = 0.004  # ...but 2,000 group updates of 4 ms each
-    assert lag.wait_estimate(10, 1) == pytest.approx(0.5 + 2_001 * 0.004)
+    assert lag.wait_estimate(10, 1) == pytest.approx(0.5 + 10_010 * 1e-5 + 2_001 * 0.004)
     assert _decide(lag, stream_pending=0, incoming=10) is not None  # 8.5 s: past 8 s
     lag.partitions[0]["pending_chunks"] = 1_000  # 4.5 s: past 3 s, within its share
     assert _decide(lag, stream_pending=0, incoming=10) is None
@@ -77,14 +77,18 @@ def test_the_worker_measures_its_costs_from_the_batches_it_ran():
     a = [["1-0", 0, 0], ["2-0", 0, 0]]
     b = [["5-0", 60_000, 6], ["6-0", 40_000, 4]]
     c = [["7-0", 60_100, 7], ["6-0", 40_000, 4]]
-    d = [["8-0", 60_100, 7], ["9-0", 40_000, 4]]
-    recent = [progress(0, None, a, 9000), progress(1, a, b, 1000), progress(2, b, c, 500),
-              progress(3, c, d, 100)]
+    d = [["7-0", 60_100, 7], ["9-0", 40_000, 5]]
+    e = [["9-0", 80_100, 8], ["9-0", 40_000, 5]]
+    # 0.2 s fixed + 10 ms a chunk + 10 µs an event, exactly
+    recent = [progress(0, None, a, 9000), progress(1, a, b, 200 + 100 + 1000),
+              progress(2, b, c, 200 + 10 + 1), progress(3, c, d, 200 + 10),
+              progress(4, d, e, 200 + 10 + 200)]
     out = log_progress(recent, first_batch=0)  # the run's first batch (9 s of start) is left out
-    assert json.loads(out["read"]) == d and out["fixed_seconds"] == 0.1
-    assert out["seconds_per_event"] == pytest.approx((0.9 + 0.4) / 100_100)
-    assert out["seconds_per_chunk"] == pytest.approx((0.9 + 0.4) / 11)
-    assert out["batch_seconds"] == 0.5
+    assert json.loads(out["read"]) == e
+    assert out["fixed_seconds"] == pytest.approx(0.2, abs=1e-3)
+    assert out["seconds_per_chunk"] == pytest.approx(0.01, rel=1e-3)
+    assert out["seconds_per_event"] == pytest.approx(1e-5, rel=1e-3)
+    assert out["capacity"] == pytest.approx(100_000, rel=1e-3)
     assert log_progress([progress(0, None, a, 9000)], first_batch=0)["batch_seconds"] == 0.0
     assert log_progress([{"sources": [{"startOffset": None, "endOffset": '{"s": "1-0"}'}],
                           "durationMs": {"triggerExecution": 5}}]) is None  # a legacy offset
