@@ -20,14 +20,19 @@ chunk and per event to its recent batches, since many small streams cost per chu
 busy one per event). ``decide`` refuses with 429 before that
 passes ``TIDEMARK_READY_MAX_WAIT``, fairly:
 
-* below ``TARGET`` × max_wait of estimated wait every request is taken;
+* below ``TARGET`` × max_wait of estimated wait, and while no entry has waited unread
+  longer than that (the estimate's check: a fit can be wrong, an age cannot), every
+  request is taken;
 * beyond it, a stream is still taken while its own share of the next batch (its waiting
-  events' seconds, at least one chunk's) stays within ``target / (2 × active streams)``
-  and the total estimate stays within ``CEILING`` × max_wait; a flooding stream is past its share, so it gets the 429s and
-  the trickles beside it keep flowing (the shares add up to at most half the target, so
-  the total stays bounded);
-* an entry already unread for ``CEILING`` × max_wait means the worker is stalled or far
-  behind: everything is refused until it catches up;
+  events' seconds, at least one chunk's) stays within ``CEILING × max_wait / active
+  streams``,
+  or while it has nothing waiting (one modest request in flight per stream, whatever the
+  others do), and the total estimate stays within ``CEILING`` × max_wait: a flooding
+  stream is held at the target, so it gets the 429s, and the trickles beside it keep
+  flowing up to the ceiling;
+* an entry already unread for ``CEILING`` × max_wait leaves room for fair shares only, and
+  one unread for max_wait means the promise is being broken (the worker stalled, or
+  died with no spare): everything is refused until it catches up;
 * the per-stream (``max_pending_events``) and total (``max_pending_chunks``) caps hold
   whatever the estimate says.
 
@@ -52,6 +57,7 @@ TARGET = 0.3  # of max_wait: the estimated wait every stream may add to
 CEILING = 0.8  # of max_wait: beyond it nothing is taken
 FLOOR_CAPACITY = 20_000.0  # events/s assumed before the worker has shown its own
 FLOOR_CHUNKS = 500.0  # chunks (group updates)/s assumed likewise
+CEILING_CAPACITY = 1_000_000.0  # events/s never assumed beyond (one stream does 600 K/s here)
 
 # KEYS: log partition; ARGV: '(' .. the last entry read. The id and stream of the oldest
 # entry not yet read, without sending its chunk over the wire.
@@ -71,20 +77,23 @@ class LogLag:
     partitions: list[dict] = field(default_factory=list)  # {pending_events, pending_chunks, oldest_age, oldest_stream}
     capacity: float = 0.0  # events/s the worker's recent batches showed (0: not yet)
     batch_seconds: float = 0.0  # a typical recent batch
+    batch_elapsed: float = 0.0  # seconds since the last batch ended (the next one's progress)
     fixed_seconds: float = 0.0  # a batch's fixed part
     seconds_per_event: float = 0.0  # a batch's variable part, per event or per chunk
     seconds_per_chunk: float = 0.0
     active_streams: int = 1  # streams that appended in the last max_wait seconds
     worker_seen: bool = False  # the worker has published progress on this Redis
     at: float = 0.0
+    taken_events: int = 0  # taken by this process since the read (not in it yet)
+    taken_chunks: int = 0
 
     @property
     def pending_events(self) -> int:
-        return sum(p["pending_events"] for p in self.partitions)
+        return sum(p["pending_events"] for p in self.partitions) + self.taken_events
 
     @property
     def pending_chunks(self) -> int:
-        return sum(p["pending_chunks"] for p in self.partitions)
+        return sum(p["pending_chunks"] for p in self.partitions) + self.taken_chunks
 
     @property
     def oldest_age(self) -> float:
@@ -92,7 +101,11 @@ class LogLag:
 
     @property
     def per_event(self) -> float:
-        return self.seconds_per_event or 1 / FLOOR_CAPACITY
+        """Seconds per event: the fit's, but never below 1 µs (a fit of small batches only
+        may put their whole cost on chunks), and 1/FLOOR_CAPACITY until a fit exists."""
+        if not self.seconds_per_event:
+            return 1 / FLOOR_CAPACITY
+        return max(self.seconds_per_event, 1 / CEILING_CAPACITY)
 
     @property
     def per_chunk(self) -> float:
@@ -100,8 +113,9 @@ class LogLag:
 
     def wait_estimate(self, more: int = 0, chunks: int = 0) -> float:
         """Seconds a request appended now (``more`` events in ``chunks`` chunks) would wait
-        to be counted: the batch under way, then one that takes everything waiting."""
-        return (self.batch_seconds + self.fixed_seconds
+        to be counted: the rest of the batch under way (a typical batch less the time since
+        the last one ended), then one that takes everything waiting."""
+        return (max(0.0, self.batch_seconds - self.batch_elapsed) + self.fixed_seconds
                 + (self.pending_events + more) * self.per_event
                 + (self.pending_chunks + chunks) * self.per_chunk)
 
@@ -138,15 +152,16 @@ def decide(lag: LogLag, stream: str, stream_pending: int, incoming: int, max_wai
     if not lag.worker_seen:
         return None
     ceiling, target = CEILING * max_wait, TARGET * max_wait
-    if lag.oldest_age > ceiling:
+    if lag.oldest_age > max_wait:
         return Refusal(f"the worker is behind: events have waited {lag.oldest_age:.1f} s unread "
                        f"(TIDEMARK_READY_MAX_WAIT={max_wait:g} s)", _seconds(max_wait / 4))
     wait = lag.wait_estimate(incoming, 1)
-    if wait <= target:
+    if wait <= target and lag.oldest_age <= target:  # the age checks the estimate
         return None
-    share = target / (2 * max(1, lag.active_streams))  # seconds of the next batch per stream
+    share = ceiling / max(1, lag.active_streams)  # seconds of the next batch per stream
     own = (stream_pending + incoming) * lag.per_event + lag.per_chunk
-    if own <= share and wait <= ceiling:
+    first = stream_pending == 0 and own <= target / 4  # max-min: one request in flight each
+    if (own <= share or first) and wait <= ceiling and lag.oldest_age <= ceiling:
         return None
     return Refusal(f"the worker is behind: about {wait:.1f} s until an event taken now is "
                    f"counted ({lag.pending_events} events in {lag.pending_chunks} requests wait; "
@@ -173,6 +188,14 @@ class LagReader:
         if self._n is None:
             self._n = partition_count(self.redis, self.wanted)
         return self._n
+
+    def taken(self, events: int) -> None:
+        """This process took a request: until the next read, the kept lag counts it (else
+        clients posting faster than the read's ``ttl`` would all be judged on a stale lag)."""
+        kept = self._kept
+        if kept is not None:
+            kept.taken_events += events
+            kept.taken_chunks += 1
 
     def lag(self) -> LogLag:
         kept = self._kept
@@ -205,6 +228,8 @@ class LagReader:
                      batch_seconds=num(b"batch_seconds"), fixed_seconds=num(b"fixed_seconds"),
                      seconds_per_event=num(b"seconds_per_event"),
                      seconds_per_chunk=num(b"seconds_per_chunk"))
+        if num(b"batch_ended"):
+            lag.batch_elapsed = max(0.0, now_ms / 1000 - num(b"batch_ended"))
         unread = []
         for part, ((last, events, chunks), (read_id, read_events, read_chunks)) in enumerate(zip(stats, p_read)):
             last = last.decode() if last else ZERO

@@ -239,6 +239,8 @@ class Store:
                   json.dumps(receipt), IDEMPOTENCY_TTL, name],
         )
         out = out.decode() if isinstance(out, bytes) else out
+        if chunk is not None and out[0] == "0":
+            self.lag_reader.taken(accepted)
         return IngestReceipt(json.loads(out[1:]), replayed=out[0] == "1")
 
     def pending(self, name: str) -> int:

@@ -331,7 +331,7 @@ def log_progress(recent: list, first_batch: int | None = None) -> dict | None:
     import json
     import statistics
 
-    batches, read = [], None
+    batches, read, ended = [], None, 0.0
     for progress in recent:
         try:
             source = progress["sources"][0]
@@ -342,6 +342,10 @@ def log_progress(recent: list, first_batch: int | None = None) -> dict | None:
         if end is None:
             continue
         read = end["log"]
+        try:
+            ended = dt.datetime.fromisoformat(progress["timestamp"].replace("Z", "+00:00")).timestamp() + seconds
+        except (KeyError, AttributeError, ValueError):
+            ended = 0.0
         if first_batch is not None and progress.get("batchId") == first_batch:
             continue
         before = start["log"] if start else [[None, 0, 0]] * len(end["log"])
@@ -351,7 +355,8 @@ def log_progress(recent: list, first_batch: int | None = None) -> dict | None:
             batches.append((seconds, max(0, events), chunks))
     if read is None:
         return None
-    out = {"read": json.dumps(read), "fixed_seconds": 0.0, "seconds_per_event": 0.0,
+    out = {"read": json.dumps(read), "batch_ended": round(ended, 3), "fixed_seconds": 0.0,
+           "seconds_per_event": 0.0,
            "seconds_per_chunk": 0.0, "capacity": 0.0, "batch_seconds": 0.0}
     if batches:
         out["batch_seconds"] = round(statistics.median(b[0] for b in batches[-10:]), 3)
