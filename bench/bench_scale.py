@@ -136,7 +136,7 @@ def run(spark, declared: int, active: int, seconds: float, rate: float) -> dict:
         period = size / per_stream  # seconds between a stream's requests
         keys = [f"k{k}" for k in np.random.default_rng(1).integers(0, 1000, size)]
         t0 = time.time()
-        warm = 15.0
+        warm = 25.0
 
         def post(client, name):
             while not stop.is_set():
@@ -191,7 +191,7 @@ def run(spark, declared: int, active: int, seconds: float, rate: float) -> dict:
         for t in threads:
             t.join()
         accepted_late = counts["accepted"]
-        # Steady state: batches that started after the first 15 s (Spark's start-up, the
+        # Steady state: batches that started after the first 25 s (Spark's start-up, the
         # first state store loads) are the ones a running deployment sees.
         progress = [p for p in query.recentProgress if p.get("numInputRows")
                     and _epoch(p["timestamp"]) > t0 + warm]
