@@ -41,7 +41,9 @@ def test_past_the_target_a_flood_is_refused_and_trickles_beside_it_are_not():
     refused = _decide(lag, stream_pending=390_000)
     assert refused and "fair share" in refused.reason and 1 <= refused.retry_after <= 10
     assert _decide(lag, stream_pending=200) is None  # a trickle: within its share
-    assert _decide(lag, stream_pending=20_000) is not None  # share: 3 s / 200 of 100 K/s
+    assert _decide(lag, stream_pending=0, incoming=20_000) is None  # nothing waiting: one request
+    assert _decide(lag, stream_pending=0, incoming=100_000) is not None  # but not a flood's
+    assert _decide(lag, stream_pending=20_000) is not None  # share: 8 s / 100 streams of 100 K/s
 
 
 def test_many_small_streams_are_judged_by_their_chunks_not_only_their_events():
@@ -52,15 +54,18 @@ def test_many_small_streams_are_judged_by_their_chunks_not_only_their_events():
     assert _decide(lag, stream_pending=0, incoming=10) is not None  # 8.5 s: past 8 s
     lag.partitions[0]["pending_chunks"] = 1_000  # 4.5 s: past 3 s, within its share
     assert _decide(lag, stream_pending=0, incoming=10) is None
-    assert _decide(lag, stream_pending=5_000, incoming=10) is not None  # not within it
+    assert _decide(lag, stream_pending=10_000, incoming=10) is not None  # not within it
     lag.partitions[0]["pending_chunks"] = 500
     assert _decide(lag, stream_pending=0, incoming=10) is None
 
 
 def test_nothing_is_taken_past_the_ceiling_or_once_an_entry_waited_that_long():
     assert _decide(_lag(pending=900_000), stream_pending=0) is not None  # 9.5 s > 8 s
-    stalled = _decide(_lag(pending=10, oldest=CEILING * MAX_WAIT + 0.1), stream_pending=0)
+    stalled = _decide(_lag(pending=10, oldest=MAX_WAIT + 0.1), stream_pending=0)
     assert stalled and "waited" in stalled.reason and stalled.retry_after >= 1
+    behind = _lag(pending=400_000, oldest=CEILING * MAX_WAIT + 0.1)
+    assert _decide(behind, stream_pending=0) is not None  # past the ceiling: no fair shares
+    assert _decide(_lag(pending=400_000, oldest=CEILING * MAX_WAIT - 0.1), stream_pending=0) is None
 
 
 def test_without_a_worker_ever_seen_only_the_caps_apply():
