@@ -70,7 +70,12 @@ def _error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(StreamConflict, handler(409))
     app.add_exception_handler(QueryError, handler(422))
     app.add_exception_handler(CapacityError, handler(422))
-    app.add_exception_handler(Backpressure, handler(429, {"Retry-After": "1"}))
+
+    @app.exception_handler(Backpressure)
+    async def behind(request: Request, exc: Backpressure) -> JSONResponse:
+        return JSONResponse({"detail": str(exc)}, status_code=429,
+                            headers={"Retry-After": str(exc.retry_after)})
+
     # A published blob that does not parse is our fault, not the caller's; it is refused
     # whole and reported as unavailable until the worker publishes again.
     app.add_exception_handler(CorruptSketchError, handler(503))
@@ -148,7 +153,8 @@ def create_app(settings: Settings, redis_url: str) -> FastAPI:
     app.state.settings = settings
     app.state.redis_url = redis_url
     secret = load_or_create(settings.checkpoint, settings.hash_secret)
-    app.state.store = Store(redis_url, secret, settings.max_pending_chunks, settings.max_pending_events)
+    app.state.store = Store(redis_url, secret, settings.max_pending_chunks, settings.max_pending_events,
+                            log_partitions=settings.log_partitions, max_wait=settings.ready_max_wait)
     app.state.alerts = AlertStore(redis_url, SecretBox(secret_key(settings)))
     app.state.alert_engine_wake = lambda: None
     app.state.metrics = Metrics()

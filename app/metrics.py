@@ -28,9 +28,25 @@ class Metrics:
         self.batch_seconds = Gauge(
             "tidemark_worker_batch_seconds", "Duration of the worker's last micro-batch",
             registry=self.registry)
-        self.pending_chunks = Gauge(
-            "tidemark_pending_chunks", "Ingest chunks waiting for the worker", ["stream"],
+        self.pending_events = Gauge(
+            "tidemark_pending_events", "Events of the stream accepted and not yet counted",
+            ["stream"], registry=self.registry)
+        self.log_pending_events = Gauge(
+            "tidemark_log_pending_events", "Events appended to a log partition and not yet "
+            "read by a finished batch", ["partition"], registry=self.registry)
+        self.log_pending_chunks = Gauge(
+            "tidemark_log_pending_chunks", "Ingest requests of a log partition not yet read "
+            "by a finished batch", ["partition"], registry=self.registry)
+        self.log_oldest_age = Gauge(
+            "tidemark_log_oldest_unread_seconds", "Age of the oldest entry of a log partition "
+            "not yet read by a finished batch", ["partition"], registry=self.registry)
+        self.wait_estimate = Gauge(
+            "tidemark_ingest_wait_estimate_seconds", "Estimated seconds until an event accepted "
+            "now is counted (back-pressure refuses before TIDEMARK_READY_MAX_WAIT)",
             registry=self.registry)
+        self.worker_capacity = Gauge(
+            "tidemark_worker_capacity_events_per_second", "Events per second of batch time the "
+            "worker's recent batches showed", registry=self.registry)
         self.standby_workers = Gauge(
             "tidemark_standby_workers", "Spare workers standing by to take over (`tidemark up`)",
             registry=self.registry)
@@ -41,7 +57,7 @@ class Metrics:
     def forget(self, stream: str) -> None:
         """Drop every series of a deleted stream (a new stream of the name starts at zero)."""
         for family in (self.events_accepted, self.events_rejected, self.sketch_version,
-                       self.publish_age_seconds, self.pending_chunks):
+                       self.publish_age_seconds, self.pending_events):
             try:
                 family.remove(stream)
             except KeyError:

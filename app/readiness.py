@@ -6,10 +6,11 @@ ready only when
 
 * its heartbeat is fresh (the driver beats every second; ``stale_after`` s, default 3),
 * it names a running query (``active``, a ``run_id``), and
-* no ingest request has waited unread longer than ``max_wait`` s: for each stream with
-  events not yet counted, the first entry appended since the start of the query's last
-  finished batch (``progress_at``; a batch started after an entry was appended has read
-  it) must be younger than ``max_wait``. The worker leaves ``progress_at`` out until a
+* no ingest request has waited unread longer than ``max_wait`` s: in each log partition,
+  the first entry after the end offset of the worker's last finished batch and appended
+  since that batch started (``progress_at``; a batch started after an entry was appended
+  has read it) must be younger than ``max_wait``, unless its stream has no events left
+  uncounted. The worker leaves ``progress_at`` out until a
   run's second batch has finished (its first may replay offsets planned before a kill, and
   proves nothing about later entries); then the oldest entry not yet trimmed counts. Entry ids carry Redis' own clock, compared with
   Redis' ``TIME``; ``progress_at`` is the worker's clock (keep clocks in sync).
@@ -24,12 +25,11 @@ import time
 import redis
 
 from app.store import Store
+from app.backpressure import read_positions
 from tidemark import keys
+from tidemark.ingest_log import id_tuple
 
 __all__ = ["readiness"]
-
-_MAX_STREAMS_LOOKED_AT = 1000
-
 
 def _ms(iso: str | None) -> int:
     if not iso:
@@ -40,31 +40,39 @@ def _ms(iso: str | None) -> int:
         return 0
 
 
-def _waiting(r: redis.Redis, since_ms: int, now_ms: int, max_wait: float) -> tuple[str, int, float] | None:
+def _waiting(store: Store, since_ms: int, now_ms: int, max_wait: float) -> tuple[str, int, float] | None:
     """The stream whose events wait longest unread, if that is over ``max_wait`` s:
-    ``(stream, events waiting, seconds)``."""
-    streams = [s.decode() for s in r.zrangebyscore(keys.ACTIVE, since_ms, "+inf", start=0,
-                                                     num=_MAX_STREAMS_LOOKED_AT)]
-    if not streams:
+    ``(stream, events waiting, seconds)``. Per log partition, the first entry after what
+    the worker's last finished batch read (``keys.LOG_PROGRESS``) and appended since
+    ``since_ms`` counts; its stream must still have events not counted."""
+    r, reader = store.redis, store.lag_reader
+    n = reader.partitions()
+    bounds = []
+    for read_id, _, _ in read_positions(r, n):
+        ms, seq = id_tuple(read_id)
+        bounds.append(f"({read_id}" if ms >= since_ms else str(since_ms))
+    with r.pipeline(transaction=False) as p:
+        for part, bound in enumerate(bounds):
+            reader.oldest(keys=[keys.log_partition(part)], args=[bound], client=p)
+        found = [f for f in p.execute() if f]
+    late = [((now_ms - id_tuple(entry.decode())[0]) / 1000, stream.decode()) for entry, stream in found]
+    late = sorted((a, s) for a, s in late if a > max_wait)
+    if not late:
         return None
     with r.pipeline(transaction=False) as p:
-        for s in streams:
-            p.xrange(keys.ingest(s), min=str(since_ms), count=1)
+        for _, s in late:
             p.hget(keys.ingest_stats(s), "received")
             p.hvals(keys.shard_status(s))
         out = p.execute()
     worst = None
-    for i, s in enumerate(streams):
-        first, received, shards = out[3 * i: 3 * i + 3]
-        if not first:
-            continue
+    for i, (age, s) in enumerate(late):
+        received, shards = out[2 * i: 2 * i + 2]
         counted = 0
         for raw in shards:
             status = json.loads(raw)
             counted += status["events"] + status["late_dropped"] + status.get("failed_events", 0)
         waiting = int(received or 0) - counted
-        age = (now_ms - int(first[0][0].split(b"-")[0])) / 1000
-        if waiting > 0 and age > max_wait and (worst is None or age > worst[2]):
+        if waiting > 0 and (worst is None or age > worst[2]):
             worst = (s, waiting, age)
     return worst
 
@@ -98,13 +106,14 @@ def readiness(store: Store, stale_after: float, max_wait: float) -> dict:
                 why["worker"] = f"the worker ({who}) has no running streaming query"
             else:
                 sec, usec = r.time()
-                late = _waiting(r, _ms(beat.get("progress_at")), sec * 1000 + usec // 1000,
+                late = _waiting(store, _ms(beat.get("progress_at")), sec * 1000 + usec // 1000,
                                 max_wait)
                 if late:
                     _, n, waited = late  # /readyz is open to all: it names no stream
                     why["worker"] = (f"{n} events of a stream waiting {waited:.0f} s and "
                                      f"no batch has finished since (query {beat['run_id']}, last "
                                      f"batch {beat.get('batch_id')}, {who})")
+        body["lag"] = store.lag().as_dict()
     except redis.RedisError as e:
         why["redis"] = f"Redis does not answer ({type(e).__name__})"
     body["worker"] = body["redis"] and "worker" not in why

@@ -18,9 +18,11 @@ from concurrent.futures import ThreadPoolExecutor
 
 import redis
 
+from app.backpressure import LagReader, LogLag, decide
 from tidemark import keys
 from tidemark.generations import CURRENT_GENERATION_LUA, NEXT_GENERATION_LUA, lua
 from tidemark.hash_secret import HashSecret
+from tidemark.ingest_log import partition_of
 from tidemark.streams import StreamConfig
 from tidemark.summary import StreamSummary
 
@@ -39,7 +41,11 @@ class StreamConflict(ValueError):
 
 
 class Backpressure(RuntimeError):
-    pass
+    """Ingest refused for now (429); ``retry_after`` seconds is when to try again."""
+
+    def __init__(self, message: str, retry_after: int = 1):
+        super().__init__(message)
+        self.retry_after = retry_after
 
 
 class Status(dict):
@@ -50,32 +56,37 @@ class IngestReceipt(dict):
     """The answer to one ingest request; the same again for a repeated Idempotency-Key."""
 
 
-# Appends one ingest chunk atomically with everything the late rule and retries need,
-# stamped with the stream's generation (``tidemark.generations``); refused ('x') when the
-# stream has none: it was deleted (or never declared) since the caller looked.
-# KEYS: ingest stream, ingest stats hash, active set, idempotency key ('' = none),
-#       generations hash, declarations hash
+# Appends one ingest chunk atomically with everything the late rule and retries need, to
+# the stream's log partition (``tidemark.ingest_log``), stamped with the stream's name and
+# its generation (``tidemark.generations``); refused ('x') when the stream has none: it was
+# deleted (or never declared) since the caller looked.
+# KEYS: log partition, its stats hash, ingest stats hash, active set, idempotency key
+#       ('' = none), generations hash, declarations hash
 # ARGV: chunk ('' = no accepted event), accepted, rejected, largest ts of the chunk ('' = none),
 #       receipt JSON, idempotency TTL seconds, stream name
-_APPEND = lua(CURRENT_GENERATION_LUA, KEYS_GEN="KEYS[5]", KEYS_STREAMS="KEYS[6]", ARGV_NAME="ARGV[7]") + """
+_APPEND = lua(CURRENT_GENERATION_LUA, KEYS_GEN="KEYS[6]", KEYS_STREAMS="KEYS[7]", ARGV_NAME="ARGV[7]") + """
 if not gen then return 'x' end
-if KEYS[4] ~= '' then
-  local first = redis.call('GET', KEYS[4])
+if KEYS[5] ~= '' then
+  local first = redis.call('GET', KEYS[5])
   if first then return '1' .. first end
 end
-local clock = redis.call('HGET', KEYS[2], 'clock')
+local clock = redis.call('HGET', KEYS[3], 'clock')
 -- First, so that a counter past 2^63 - 1 (tidemark/limits.py MAX_EVENTS) fails the script
 -- before it has written anything.
-redis.call('HINCRBY', KEYS[2], 'received', ARGV[2])
+redis.call('HINCRBY', KEYS[3], 'received', ARGV[2])
 if ARGV[1] ~= '' then
-  local id = redis.call('XADD', KEYS[1], '*', 'd', ARGV[1], 'n', ARGV[2], 'c', clock or '', 'g', gen)
-  redis.call('ZADD', KEYS[3], tonumber(string.match(id, '^(%d+)')), ARGV[7])
+  local id = redis.call('XADD', KEYS[1], '*', 'd', ARGV[1], 'n', ARGV[2], 'c', clock or '',
+                        's', ARGV[7], 'g', gen)
+  redis.call('HSET', KEYS[2], 'last', id)
+  redis.call('HINCRBY', KEYS[2], 'events', ARGV[2])
+  redis.call('HINCRBY', KEYS[2], 'chunks', 1)
+  redis.call('ZADD', KEYS[4], tonumber(string.match(id, '^(%d+)')), ARGV[7])
 end
 if ARGV[4] ~= '' and (not clock or tonumber(ARGV[4]) > tonumber(clock)) then
-  redis.call('HSET', KEYS[2], 'clock', ARGV[4])
+  redis.call('HSET', KEYS[3], 'clock', ARGV[4])
 end
-redis.call('HINCRBY', KEYS[2], 'rejected', ARGV[3])
-if KEYS[4] ~= '' then redis.call('SET', KEYS[4], ARGV[5], 'EX', ARGV[6]) end
+redis.call('HINCRBY', KEYS[3], 'rejected', ARGV[3])
+if KEYS[5] ~= '' then redis.call('SET', KEYS[5], ARGV[5], 'EX', ARGV[6]) end
 return '0' .. ARGV[5]
 """
 
@@ -95,12 +106,16 @@ redis.call('DEL', KEYS[4], KEYS[5], KEYS[6])
 return {1, ARGV[2]}
 """
 
-# Deletes a stream at once: its declaration, generation, counters, pending ingest entries
-# and published shards go; the generation it ended is recorded (a late publish of it is
-# refused) and a tombstone entry is appended to its ingest log, which the worker turns into
-# the removal of every shard's state. Returns -1 when the stream is not declared.
-# KEYS: declarations, generations, deleted, ingest stream, ingest stats, shard sketches,
-#       shard statuses, active set.  ARGV: name, announce channel.
+# Deletes a stream at once: its declaration, generation, counters and published shards go;
+# the generation it ended is recorded (a late publish of it is refused) and a tombstone
+# entry (``t``, ``g`` the generation it ended, ``s`` the stream, ``k`` its shard count) is
+# appended to the stream's log partition, which the worker turns into the removal of every
+# shard's state. Its pending entries stay in the shared partition, where the worker drops
+# them by their generation; a per-stream queue of an earlier run not yet moved into the
+# partitions (``workers.migrate``) goes, as its entries are of this generation or older.
+# Returns -1 when the stream is not declared.
+# KEYS: declarations, generations, deleted, log partition, its stats hash, ingest stats,
+#       shard sketches, shard statuses, active set, legacy queue.  ARGV: name, announce channel.
 _DELETE = """
 local decl = redis.call('HGET', KEYS[1], ARGV[1])
 if not decl then return -1 end
@@ -109,9 +124,11 @@ local shards = cjson.decode(decl)['shards'] or 1
 redis.call('HDEL', KEYS[1], ARGV[1])
 redis.call('HDEL', KEYS[2], ARGV[1])
 redis.call('HSET', KEYS[3], ARGV[1], gen)
-redis.call('DEL', KEYS[4], KEYS[5], KEYS[6], KEYS[7])
-local id = redis.call('XADD', KEYS[4], '*', 't', '1', 'g', gen, 's', shards)
-redis.call('ZADD', KEYS[8], tonumber(string.match(id, '^(%d+)')), ARGV[1])
+redis.call('DEL', KEYS[6], KEYS[7], KEYS[8], KEYS[10])
+local id = redis.call('XADD', KEYS[4], '*', 't', '1', 'g', gen, 's', ARGV[1], 'k', shards)
+redis.call('HSET', KEYS[5], 'last', id)
+redis.call('HINCRBY', KEYS[5], 'chunks', 1)
+redis.call('ZREM', KEYS[9], ARGV[1])
 redis.call('PUBLISH', ARGV[2], cjson.encode({stream=ARGV[1], deleted=true}))
 return shards
 """
@@ -178,13 +195,16 @@ def _status(shards: dict[int, dict], ingested: dict) -> Status:
 
 class Store:
     def __init__(self, redis_url: str, secret: HashSecret | None = None,
-                 max_pending_chunks: int = 1000, max_pending_events: int = 2_000_000,
+                 max_pending_chunks: int = 100_000, max_pending_events: int = 2_000_000,
                  cached_streams: int = 256, config_ttl: float = 1.0, read_ttl: float = 0.25,
-                 revalidate_within: float = 2.0):
+                 revalidate_within: float = 2.0, log_partitions: int = 2,
+                 max_wait: float = 10.0, lag_ttl: float = 0.1):
         self.redis = redis.Redis.from_url(redis_url, health_check_interval=30)
         self.secret = secret
         self.max_pending_chunks = max_pending_chunks
         self.max_pending_events = max_pending_events
+        self.max_wait = max_wait
+        self.lag_reader = LagReader(self.redis, log_partitions, max_wait, lag_ttl)
         # The append is never retried by the client: a reply lost after Redis ran it would
         # store the chunk twice. The caller gets a 503 and retries with its Idempotency-Key.
         self._append = redis.Redis.from_url(redis_url, retry=None).register_script(_APPEND)
@@ -231,10 +251,11 @@ class Store:
         go too (a retry of an old request must not be answered as stored). What the
         worker still holds of it is of an ended generation, so nothing of it is ever
         served or counted again (``tidemark.generations``)."""
+        part = self.partition(name)
         shards = self._delete(
-            keys=[keys.STREAMS, keys.GENERATIONS, keys.DELETED, keys.ingest(name),
-                  keys.ingest_stats(name), keys.shard_sketch(name), keys.shard_status(name),
-                  keys.ACTIVE],
+            keys=[keys.STREAMS, keys.GENERATIONS, keys.DELETED, keys.log_partition(part),
+                  keys.log_stats(part), keys.ingest_stats(name), keys.shard_sketch(name),
+                  keys.shard_status(name), keys.ACTIVE, keys.ingest(name)],
             args=[name, keys.ANNOUNCE])
         self.forget(name)
         if int(shards) < 0:
@@ -280,20 +301,25 @@ class Store:
         return sorted(n.decode() for n in self.redis.hkeys(keys.STREAMS))
 
     # -- ingest ----------------------------------------------------------------------------
-    def check_backpressure(self, name: str) -> None:
-        """429 when the worker is behind on this stream: too many chunks or events waiting."""
+    def check_backpressure(self, name: str, incoming: int = 0) -> None:
+        """429 before an event accepted now would wait past ``max_wait``: from the worker's
+        lag on the whole log (kept 0.1 s) and this stream's own waiting events, with a fair
+        share per stream (``app.backpressure``). One round trip, plus the lag's now and then."""
         with self.redis.pipeline(transaction=False) as p:
-            p.xlen(keys.ingest(name))
             p.hget(keys.ingest_stats(name), "received")
             p.hgetall(keys.shard_status(name))
             p.hget(keys.GENERATIONS, name)
-            chunks, received, shards, generation = p.execute()
-        waiting = _num(received) - _consumed(_shards(shards, generation))
-        if chunks >= self.max_pending_chunks or waiting >= self.max_pending_events:
-            raise Backpressure(
-                f"stream {name!r} has {chunks} requests ({max(waiting, 0)} events) waiting for "
-                "the worker; retry shortly"
-            )
+            received, shards, generation = p.execute()
+        waiting = max(0, _num(received) - _consumed(_shards(shards, generation)))
+        refusal = decide(self.lag_reader.lag(), name, waiting, incoming, self.max_wait,
+                         self.max_pending_events, self.max_pending_chunks)
+        if refusal:
+            raise Backpressure(f"{refusal.reason}; retry in {refusal.retry_after} s",
+                               refusal.retry_after)
+
+    def partition(self, name: str) -> int:
+        """The log partition of the stream's chunks."""
+        return partition_of(name, self.lag_reader.partitions())
 
     def append(self, name: str, chunk: bytes | None, accepted: int, rejected: int,
                max_ts: float | None, receipt: dict, idempotency_key: str | None = None) -> IngestReceipt:
@@ -304,16 +330,17 @@ class Store:
         idem = ""
         if idempotency_key:
             idem = keys.idempotency(name, hashlib.sha256(idempotency_key.encode()).hexdigest())
-        else:
-            self.check_backpressure(name)
+        elif chunk is not None:
+            self.check_backpressure(name, accepted)
         if idem and chunk is not None:
             first = self.redis.get(idem)
             if first is not None:
                 return IngestReceipt(json.loads(first), replayed=True)
-            self.check_backpressure(name)
+            self.check_backpressure(name, accepted)
+        part = self.partition(name)
         out = self._append(
-            keys=[keys.ingest(name), keys.ingest_stats(name), keys.ACTIVE, idem,
-                  keys.GENERATIONS, keys.STREAMS],
+            keys=[keys.log_partition(part), keys.log_stats(part), keys.ingest_stats(name),
+                  keys.ACTIVE, idem, keys.GENERATIONS, keys.STREAMS],
             args=[chunk or b"", accepted, rejected, "" if max_ts is None else repr(float(max_ts)),
                   json.dumps(receipt), IDEMPOTENCY_TTL, name],
         )
@@ -321,6 +348,8 @@ class Store:
         if out == "x":
             self.forget(name)
             raise StreamNotFound(name)
+        if chunk is not None and out[0] == "0":
+            self.lag_reader.taken(accepted)
         return IngestReceipt(json.loads(out[1:]), replayed=out[0] == "1")
 
     def generation(self, name: str) -> int | None:
@@ -343,7 +372,17 @@ class Store:
                                "(TIDEMARK_TENANT_MAX_EVENTS_PER_SECOND); retry shortly")
 
     def pending(self, name: str) -> int:
-        return int(self.redis.xlen(keys.ingest(name)))
+        """Events of this stream accepted but not yet counted by the worker."""
+        with self.redis.pipeline(transaction=False) as p:
+            p.hget(keys.ingest_stats(name), "received")
+            p.hgetall(keys.shard_status(name))
+            p.hget(keys.GENERATIONS, name)
+            received, shards, generation = p.execute()
+        return max(0, _num(received) - _consumed(_shards(shards, generation)))
+
+    def lag(self) -> LogLag:
+        """The worker's lag on the ingest log (``app.backpressure``; kept 0.1 s)."""
+        return self.lag_reader.lag()
 
     # -- published state ---------------------------------------------------------------------
     def _read(self, name: str, max_age: float = 0.0) -> tuple[dict[int, dict], dict, tuple]:

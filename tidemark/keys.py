@@ -5,8 +5,27 @@ STREAMS = PREFIX + "streams"  # hash: name -> StreamConfig JSON
 
 
 def ingest(stream: str) -> str:
-    """Redis Stream of ingest chunks (one entry per accepted request)."""
+    """The per-stream ingest queue of runs before the partitioned log (one entry per
+    accepted request). Nothing appends to it any more: the worker moves what a run
+    directory still holds into the log partitions at start (``workers.migrate``)."""
     return f"{PREFIX}ingest:{{{stream}}}"
+
+
+def log_partition(p: int) -> str:
+    """Redis Stream of log partition ``p``: the ingest chunks of every stream whose name
+    hashes to ``p`` (``tidemark.ingest_log.partition_of``), one entry per accepted
+    request, fields ``d`` (Arrow chunk), ``n`` (events), ``c`` (the stream's clock before
+    it), ``s`` (the stream), ``g`` (its generation, ``tidemark.generations``); a DELETE's
+    tombstone has ``t``, ``g`` (the generation it ended), ``s`` and ``k`` (the stream's
+    shard count). The hash tag ``{pN}`` lets a Redis Cluster hold each
+    partition and its stats on one node."""
+    return f"{PREFIX}log:{{p{p}}}"
+
+
+def log_stats(p: int) -> str:
+    """Hash beside partition ``p``, written with every append: ``last`` (its last entry
+    id), ``events`` and ``chunks`` (appended since the partition began, cumulative)."""
+    return f"{PREFIX}log-stats:{{p{p}}}"
 
 
 def ingest_stats(stream: str) -> str:
@@ -34,6 +53,8 @@ ACTIVE = PREFIX + "active"  # sorted set: stream -> ms of its last ingest entry
 ANNOUNCE = PREFIX + "announce"  # pub/sub channel: {"stream", "sketch_version"}
 HEARTBEAT = PREFIX + "worker:heartbeat"  # string with a TTL, set by the worker driver
 STANDBY = PREFIX + "worker:standby"  # string with a TTL, set by a standing-by spare worker
+LOG_PARTITIONS = PREFIX + "log:partitions"  # string: the number of log partitions, fixed at first use
+LOG_PROGRESS = PREFIX + "log:progress"  # hash set by the worker driver: what its last finished batch read
 PUBLISHED = PREFIX + "worker:published"  # set by the driver; absent after a flush -> republish
 GENERATIONS = PREFIX + "generations"  # hash: name -> generation of its current declaration
 DELETED = PREFIX + "deleted"  # hash: name -> the generation its last DELETE ended

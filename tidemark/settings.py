@@ -64,6 +64,11 @@ class Settings(BaseSettings):
         default=2, ge=1, le=4096,
         description="Spark state partitions of the worker (each commits its state store every "
         "batch: about one per core) (fixed for the life of a checkpoint)")
+    log_partitions: int = Field(
+        default=2, ge=1, le=1024,
+        description="partitions of the ingest log (each a Redis Stream; one Spark read task "
+        "each): a stream's chunks stay in the one its name hashes to. Fixed for the life of a "
+        "run: the first process stores it in Redis and the stored value wins")
     hash_secret: str | None = Field(
         default=None, description="hex secret the key hashes derive from; default: the file "
         "hash-secret beside the worker checkpoint, created on first start")
@@ -89,7 +94,8 @@ class Settings(BaseSettings):
         "`tidemark up` stops everything")
     restart_window: float = Field(default=60.0, gt=0, description="seconds; see max_restarts")
     max_pending_chunks: int = Field(
-        default=1000, ge=1, description="chunks waiting for the worker, per stream, before 429")
+        default=100_000, ge=1, description="chunks (ingest requests) waiting for the worker in "
+        "the whole log before 429")
     max_summary_bytes: int = Field(
         default=256 * 1024 * 1024, ge=1024 * 1024,
         description="largest summary one shard of a stream may grow to; larger settings are a 422")

@@ -315,6 +315,11 @@ class StreamSummary:
         return {name: int(part.nbytes) for name, part in self.parts.items()}
 
     def to_bytes(self) -> bytes:
+        return self.encode()[0]
+
+    def encode(self) -> tuple[bytes, dict[str, int]]:
+        """The blob and ``sizes()`` from one serialization of each part (the worker needs
+        both every batch; serializing twice was a third of a small shard's update)."""
         blobs = [(name, part.to_bytes()) for name, part in self.parts.items()]
         meta = json.dumps({
             "config": self.config.model_dump(),
@@ -324,7 +329,8 @@ class StreamSummary:
             **({"lost": self.lost} if self.lost else {}),
         }).encode()
         payload = _META.pack(len(meta)) + meta + b"".join(blob for _, blob in blobs)
-        return pack_header(Family.STREAM_SUMMARY, len(payload), fmt=2) + payload
+        return (pack_header(Family.STREAM_SUMMARY, len(payload), fmt=2) + payload,
+                {name: len(blob) for name, blob in blobs})
 
     @classmethod
     def from_bytes(cls, data: bytes, secret: HashSecret) -> "StreamSummary":

@@ -299,7 +299,8 @@ def run_worker(args) -> None:
     worker_main(redis_url, checkpoint, args.master or settings.spark_master,
                 args.partitions or settings.state_partitions, settings.trigger,
                 load_or_create(checkpoint, settings.hash_secret), settings.spark_conf,
-                settings.warm_workers, standby=args.standby)
+                settings.warm_workers, standby=args.standby,
+                log_partitions=settings.log_partitions)
 
 
 def _api_settings(args=None) -> tuple[Settings, str]:

@@ -105,16 +105,69 @@ def sort_out_generations(previous: dict | None, rows: pd.DataFrame):
     return previous, chunks, target
 
 
+class DecodedShards:
+    """The last summary each (stream, shard) was updated to in this Python worker process,
+    so a busy shard is not decoded from its blob every batch.
+
+    Valid because the state store holds exactly the bytes the worker wrote: a summary kept
+    for version v of generation g is used only when the state handed in is version v of
+    generation g with the same blob (length and CRC-32 checked, cheap beside a decode), so
+    a stream deleted and declared again never reuses a decode of its old generation
+    (``tidemark.generations``). It is taken out before it is
+    updated in place, so a failed update or a replayed batch (which hands in an older
+    version) finds nothing and decodes. Bounded (least recently used first out)."""
+
+    def __init__(self, entries: int = 512):
+        self.entries = entries
+        self._kept: dict[tuple[str, int], tuple[int, int, int, int, object]] = {}
+        self.hits = self.misses = 0
+
+    @staticmethod
+    def _check(blob: bytes) -> tuple[int, int]:
+        import zlib
+
+        return len(blob), zlib.crc32(blob)
+
+    def take(self, stream: str, shard: int, generation: int, version: int, blob: bytes | None):
+        """The decoded summary of exactly ``blob`` at ``version`` of ``generation``, else
+        ``blob``."""
+        kept = self._kept.pop((stream, shard), None)
+        if (blob is not None and kept is not None and kept[0:2] == (generation, version)
+                and kept[2:4] == self._check(blob)):
+            self.hits += 1
+            return kept[4]
+        self.misses += 1
+        return blob
+
+    def keep(self, stream: str, shard: int, generation: int, version: int, blob: bytes,
+             summary) -> None:
+        if summary is None:
+            return
+        while len(self._kept) >= self.entries:
+            self._kept.pop(next(iter(self._kept)))
+        self._kept[(stream, shard)] = (generation, version, *self._check(blob), summary)
+
+    def forget(self, stream: str, shard: int) -> None:
+        """The shard's state is gone (its stream was deleted)."""
+        self._kept.pop((stream, shard), None)
+
+
+_DECODED = DecodedShards()
+
+
 def apply_chunks(stream: str, previous: dict | None, rows: pd.DataFrame, secret: HashSecret,
-                 declaration_of) -> dict | None:
+                 declaration_of, shard: int = 0, decoded: DecodedShards | None = None) -> dict | None:
     """One shard's new state from its previous state and this batch's rows (pure but for
-    reading the stream's declaration when the shard starts): the ``previous`` object itself
-    when nothing of the batch counts for it, None when the shard holds no state any more
-    (its stream was deleted)."""
+    reading the stream's declaration when the shard starts, and for ``decoded``, the
+    process's summaries kept between batches): the ``previous`` object itself when nothing
+    of the batch counts for it, None when the shard holds no state any more (its stream was
+    deleted)."""
     from workers.update import Chunk, update_shard
 
     kept, rows, generation = sort_out_generations(previous, rows)
     if not len(rows):
+        if kept is None and decoded is not None:
+            decoded.forget(stream, shard)
         return kept  # ``previous`` unchanged, or None when a tombstone ended it
     state = dict(kept) if kept else {
         "blob": None, "config": None, "events": 0, "late_dropped": 0, "clock": None,
@@ -129,10 +182,13 @@ def apply_chunks(stream: str, previous: dict | None, rows: pd.DataFrame, secret:
         state["generation"] = declared[1]
     rows = rows.iloc[sorted(range(len(rows)), key=lambda i: _entry_key(rows["entry"].iloc[i]))]
     chunks = [Chunk(bytes(p), float(c)) for p, c in zip(rows["payload"], rows["clock_before"])]
+    before = state["blob"]
+    if decoded is not None:
+        before = decoded.take(stream, shard, state["generation"] or 0, state["version"], state["blob"])
     state["version"] += 1
     try:
         config = StreamConfig.model_validate_json(state["config"])
-        result = update_shard(state["blob"], config, secret, chunks)
+        result = update_shard(before, config, secret, chunks)
     except (ConnectionError, OSError):
         raise  # Redis or the file system away: the batch fails and is replayed, nothing lost
     except Exception as e:  # noqa: BLE001 — isolate this stream, keep every other going
@@ -151,6 +207,9 @@ def apply_chunks(stream: str, previous: dict | None, rows: pd.DataFrame, secret:
     state.update(blob=result.blob, events=state["events"] + result.events,
                  late_dropped=state["late_dropped"] + result.late_dropped, clock=result.clock,
                  failed="", sizes=result.sizes)
+    if decoded is not None:
+        decoded.keep(stream, shard, state["generation"] or 0, state["version"], result.blob,
+                     result.summary)
     return state
 
 
@@ -200,7 +259,7 @@ def shard_updater(redis_url: str, secret: HashSecret):
         rows = pd.concat(list(pdfs), ignore_index=True)
         previous = dict(zip(_STATE_FIELDS, group_state.get)) if group_state.exists else None
         publisher = _publisher(redis_url)
-        state = apply_chunks(stream, previous, rows, secret, publisher.declaration)
+        state = apply_chunks(stream, previous, rows, secret, publisher.declaration, shard, _DECODED)
         if state is None:  # its stream was deleted: the shard's bytes leave the state store
             if group_state.exists:
                 group_state.remove()
@@ -336,6 +395,94 @@ def _first_batch_of_run(query, seen: int) -> int:
         return int(seen)
 
 
+def _offset(raw) -> dict | None:
+    import json
+
+    if isinstance(raw, str):
+        try:
+            raw = json.loads(raw)
+        except ValueError:
+            return None
+    return raw if isinstance(raw, dict) and isinstance(raw.get("log"), list) else None
+
+
+def log_progress(recent: list, first_batch: int | None = None) -> dict | None:
+    """What the last finished batch read of each log partition (its end offset) and what
+    recent batches cost, for back-pressure and readiness (``app.backpressure``); None
+    before any batch of the partitioned log finished.
+
+    A batch costs a fixed part (planning, tasks, state commits) plus a part per chunk (one
+    group update each: what many small streams cost) and a part per event (what a busy
+    stream costs): ``fixed_seconds``, ``seconds_per_chunk`` and ``seconds_per_event`` are a
+    non-negative least-squares fit of the recent batches that read something
+    (``fit_batch_costs``). The run's first batch (``first_batch``) counts for ``read`` only:
+    it pays the start of the Python workers."""
+    import json
+    import statistics
+
+    batches, read, ended = [], None, 0.0
+    for progress in recent:
+        try:
+            source = progress["sources"][0]
+            start, end = _offset(source["startOffset"]), _offset(source["endOffset"])
+            seconds = progress["durationMs"]["triggerExecution"] / 1000
+        except (KeyError, IndexError, TypeError):
+            continue
+        if end is None:
+            continue
+        read = end["log"]
+        try:
+            ended = dt.datetime.fromisoformat(progress["timestamp"].replace("Z", "+00:00")).timestamp() + seconds
+        except (KeyError, AttributeError, ValueError):
+            ended = 0.0
+        if first_batch is not None and progress.get("batchId") == first_batch:
+            continue
+        before = start["log"] if start else [[None, 0, 0]] * len(end["log"])
+        events = sum(e[1] for e in end["log"]) - sum(b[1] for b in before)
+        chunks = sum(e[2] for e in end["log"]) - sum(b[2] for b in before)
+        if chunks > 0:
+            batches.append((seconds, max(0, events), chunks))
+    if read is None:
+        return None
+    out = {"read": json.dumps(read), "batch_ended": round(ended, 3), "fixed_seconds": 0.0,
+           "seconds_per_event": 0.0,
+           "seconds_per_chunk": 0.0, "capacity": 0.0, "batch_seconds": 0.0}
+    if batches:
+        out["batch_seconds"] = round(statistics.median(b[0] for b in batches[-10:]), 3)
+    if len(batches) >= 3:
+        fixed, per_chunk, per_event = fit_batch_costs(batches[-30:])
+        out.update(fixed_seconds=round(fixed, 4), seconds_per_chunk=per_chunk,
+                   seconds_per_event=per_event,
+                   capacity=round(1 / per_event, 1) if per_event > 0 else 0.0)
+    return out
+
+
+def fit_batch_costs(batches: list[tuple[float, int, int]]) -> tuple[float, float, float]:
+    """``(fixed, per chunk, per event)`` seconds, all >= 0, that best explain
+    ``seconds ≈ fixed + per_chunk × chunks + per_event × events`` over ``batches`` of
+    ``(seconds, events, chunks)``: least squares over each subset of the three terms,
+    keeping the best fit whose terms are all non-negative (three unknowns: exhaustive)."""
+    import itertools
+
+    import numpy as np
+
+    y = np.array([b[0] for b in batches], dtype=float)
+    x = np.array([[1.0, b[2], b[1]] for b in batches], dtype=float)
+    best, best_err = (float(y.min()), 0.0, 0.0), float(((y - y.min()) ** 2).sum())
+    for size in (1, 2, 3):
+        for cols in itertools.combinations(range(3), size):
+            coef, *_ = np.linalg.lstsq(x[:, cols], y, rcond=None)
+            if (coef < 0).any():
+                continue
+            err = float(((x[:, cols] @ coef - y) ** 2).sum())
+            if err < best_err - 1e-12:
+                full = [0.0, 0.0, 0.0]
+                for c, v in zip(cols, coef):
+                    full[c] = float(v)
+                best, best_err = tuple(full), err
+    return best
+
+
 class Driver:
     """What the driver does beside Spark: heartbeat from the query's progress, and
     republishing after Redis lost the published sketches. It holds no sketch bytes."""
@@ -375,8 +522,12 @@ class Driver:
             "batch_seconds": round(progress.get("durationMs", {}).get("triggerExecution", 0) / 1000, 4),
             "progress_at": read_everything_before(progress, self.run_first_batch),
         })
+        if q is not None:
+            read = log_progress(q.recentProgress, self.run_first_batch)
+            if read:
+                self.publisher.log_progress(read)
 
-    def run_forever(self, every: float = 1.0) -> None:
+    def run_forever(self, every: float = 0.5) -> None:
         while not self.stop_event.wait(every):
             try:
                 self.republish_if_needed()
@@ -390,7 +541,7 @@ class Prepared:
     checkpoint, so a standby worker can do it ahead and start in a moment when told."""
 
     def __init__(self, spark, redis_url: str, checkpoint: str, trigger: str,
-                 secret: HashSecret | None):
+                 secret: HashSecret | None, log_partitions: int | None = None):
         from pyspark.sql.streaming.state import GroupStateTimeout
 
         from workers.source import RedisChunkSource
@@ -399,7 +550,9 @@ class Prepared:
         secret = secret or load_or_create(checkpoint)
         spark.dataSource.register(RedisChunkSource)
         self.driver = Driver(spark, redis_url, checkpoint)
-        stream = spark.readStream.format("tidemark-redis").option("redis_url", redis_url).load()
+        self.log_partitions = log_partitions or _log_partitions_setting()
+        stream = (spark.readStream.format("tidemark-redis").option("redis_url", redis_url)
+                  .option("log_partitions", str(self.log_partitions)).load())
         self.writer = (
             stream.groupBy("stream", "shard")
             .applyInPandasWithState(shard_updater(redis_url, secret), OUTPUT_SCHEMA, STATE_SCHEMA,
@@ -411,7 +564,14 @@ class Prepared:
         _phase("query planned")
 
     def start(self):
-        """Republish if Redis lost the sketches, then start the query; ``(query, driver)``."""
+        """Move an earlier run's per-stream queues into the log, republish if Redis lost the
+        sketches, then start the query; ``(query, driver)``."""
+        from tidemark.ingest_log import partition_count
+        from workers.migrate import migrate_legacy_queues
+
+        r = self.driver.publisher.redis
+        migrate_legacy_queues(r, self.driver.checkpoint + "/spark",
+                              partition_count(r, self.log_partitions))
         self.driver.republish_if_needed()
         _phase("republish checked")
         query = self.writer.start()
@@ -422,10 +582,14 @@ class Prepared:
         return query, self.driver
 
 
+def _log_partitions_setting() -> int:
+    return int(os.environ.get("TIDEMARK_LOG_PARTITIONS", "2"))
+
+
 def start(spark, redis_url: str, checkpoint: str, trigger: str = "1 second",
-          secret: HashSecret | None = None):
+          secret: HashSecret | None = None, log_partitions: int | None = None):
     """Start the streaming query; returns ``(query, driver)``."""
-    return Prepared(spark, redis_url, checkpoint, trigger, secret).start()
+    return Prepared(spark, redis_url, checkpoint, trigger, secret, log_partitions).start()
 
 
 def stand_by(spark, stopping: threading.Event, warm_workers: bool, lines=None,
@@ -482,7 +646,7 @@ def stand_by(spark, stopping: threading.Event, warm_workers: bool, lines=None,
 def main(redis_url: str, checkpoint: str, master: str | None = None, partitions: int = 4,
          trigger: str = "1 second", secret: HashSecret | None = None,
          spark_conf: dict[str, str] | None = None, warm_workers: bool = True,
-         standby: bool = False) -> None:
+         standby: bool = False, log_partitions: int | None = None) -> None:
     """Run the worker until SIGTERM/SIGINT or the query fails. With ``standby`` it starts
     Spark, plans the query and warms the Python workers, then waits for ``go`` on standard
     input before it starts the query (see ``stand_by``)."""
@@ -521,7 +685,7 @@ def main(redis_url: str, checkpoint: str, master: str | None = None, partitions:
     try:
         warming = warm_up_workers(spark, stopping=stopping, planner=standby, done=lambda n: _phase(
             f"{n} Python workers warm")) if warm_workers else None
-        prepared = Prepared(spark, redis_url, checkpoint, trigger, secret)
+        prepared = Prepared(spark, redis_url, checkpoint, trigger, secret, log_partitions)
         if standby:
             if warming:  # stand by only once a take-over would find its Python workers
                 warming.join()

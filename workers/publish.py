@@ -123,6 +123,11 @@ class Publisher:
         beat = {"host": socket.gethostname(), "pid": os.getpid(), "time": time.time(), **beat}
         self.redis.set(keys.HEARTBEAT, json.dumps(beat), ex=ttl)
 
+    def log_progress(self, progress: dict) -> None:
+        """What the last finished batch read, per log partition, and the worker's
+        throughput (``workers.job.log_progress``; read by ``app.backpressure``)."""
+        self.redis.hset(keys.LOG_PROGRESS, mapping={**progress, "at": time.time()})
+
     def standby_beat(self, since: float, ttl: int = 10) -> None:
         """A spare worker stands by (``/readyz`` shows it, ``/metrics`` counts it)."""
         beat = {"host": socket.gethostname(), "pid": os.getpid(), "since": since,

@@ -1,27 +1,38 @@
-"""A Spark streaming source that reads ingest chunks from Redis Streams.
+"""A Spark streaming source that reads ingest chunks from the partitioned ingest log.
 
-Offsets are Redis stream ids, one per Tidemark stream that ever had events, so Spark's
-offset log records exactly which chunks each micro-batch holds; a replayed batch reads the
-same chunks again. Entries are trimmed only after Spark commits the batch that read them
-(``commit``), so nothing is lost across a crash of the worker.
+Modelled on Spark's Kafka source (``connector/kafka-0-10-sql``): the log has a fixed
+number of partitions (``tidemark.ingest_log``), each a Redis Stream holding the chunks of
+the streams whose names hash to it, and an offset is one position per partition. So
 
-Finding new chunks costs in proportion to the streams that received some, not to every
-declared stream: the API's append scores the stream in the sorted set ``tm:active`` with
-its entry's time, and ``latestOffset`` only looks at streams scored since its last look
-(with a margin, and a full look now and then).
+* the offset log holds one entry id (and two counts) per partition, whatever the number
+  of streams, declared or active;
+* finding new chunks is one pipelined read of the partitions' stats hashes;
+* a micro-batch has one read task per partition that moved, not one per stream;
+* entries are trimmed per partition only after Spark commits the batch that read them
+  (``commit``), so nothing is lost across a crash of the worker.
 
-Each row is one chunk (``stream``, ``shard``, ``entry``, ``clock_before``, ``payload``,
-``generation``): events travel through Spark in columnar blobs, not as one row each. A
-chunk's shard is a stable function of its entry id and of the stream's ``shards`` setting.
-The tombstone entry a DELETE appends (fields ``t``, ``g``, ``s``: the generation it ended
-and the stream's shard count) becomes one row per shard with ``tombstone`` set and no
-payload, so every shard's stateful function is called and removes its state.
+A replayed batch reads the same entries again: an offset names entry ids. Each row is one
+chunk (``stream``, ``shard``, ``entry``, ``clock_before``, ``payload``, ``generation``):
+events travel through Spark in columnar blobs, not as one row each. A chunk's shard is a
+stable function of its entry id and of the stream's ``shards`` setting. Every entry names
+its stream (``s``) and the generation it belongs to (``g``; 0 for an entry from before
+generations), so the chunks of a deleted stream still in the shared partitions are
+dropped by generation in the worker (``workers.job.sort_out_generations``).
+
+The tombstone entry a DELETE appends to the stream's partition (fields ``t``, ``g``, ``s``,
+``k``: the generation it ended, the stream, its shard count) becomes one row per shard with
+``tombstone`` set and no payload, so every shard's stateful function is called and removes
+its state.
+
+An offset of the per-stream queues of earlier runs (a checkpoint written before the log
+had partitions) is read as "nothing of the partitions read yet": ``workers.migrate`` moved
+those queues' unread entries into the partitions before the query started, and a replay of
+such a batch reads nothing (its entries were either counted or moved).
 """
 
 from __future__ import annotations
 
 import json
-import time
 import zlib
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
@@ -42,36 +53,23 @@ SCHEMA = StructType(
     ]
 )
 
-_ZERO = "0-0"
-_MARGIN_MS = 10_000  # streams scored this long before the last look are looked at again
-_FULL_LOOK_EVERY = 60.0  # seconds
-
-
-# KEYS: ingest stream, active set. ARGV: name, declarations hash.
-_FORGET = """
-if redis.call('HEXISTS', ARGV[2], ARGV[1]) == 0 and redis.call('XLEN', KEYS[1]) == 0 then
-  redis.call('DEL', KEYS[1])
-  redis.call('ZREM', KEYS[2], ARGV[1])
-end
-"""
+_PAGE = 512  # entries per XRANGE
 
 
 def shard_of(entry_id: str, shards: int) -> int:
     return zlib.crc32(entry_id.encode()) % shards
 
 
-def _id_tuple(entry_id: str) -> tuple[int, int]:
-    ms, seq = entry_id.split("-")
-    return int(ms), int(seq)
-
-
 class _Range(InputPartition):
-    def __init__(self, stream: str, start: str, end: str, shards: int):
-        self.stream, self.start, self.end, self.shards = stream, start, end, shards
+    """Entries ``(start, end]`` of log partition ``part``."""
+
+    def __init__(self, part: int, start: str, end: str):
+        self.part, self.start, self.end = part, start, end
 
 
 class RedisChunkSource(DataSource):
-    """``spark.readStream.format("tidemark-redis").option("redis_url", …)``."""
+    """``spark.readStream.format("tidemark-redis").option("redis_url", …)``
+    (``.option("log_partitions", n)``: the setting used when Redis holds none yet)."""
 
     @classmethod
     def name(cls) -> str:
@@ -84,107 +82,113 @@ class RedisChunkSource(DataSource):
         return _Reader(self.options)
 
 
+def _shards(raw: bytes | None) -> int:
+    if not raw:
+        return 1  # not declared (any more): one shard; the update says why it fails
+    try:
+        return int(json.loads(raw).get("shards", 1))
+    except (ValueError, TypeError, AttributeError):
+        return 1
+
+
+def read_range(r, part: int, start: str, end: str):
+    """The rows of entries ``(start, end]`` of partition ``part``, in log order."""
+    from tidemark import keys
+
+    shards: dict[str, int] = {}
+    cursor = start
+    while cursor != end:
+        entries = r.xrange(keys.log_partition(part), min=f"({cursor}", max=end, count=_PAGE)
+        if not entries:
+            return
+        streams = {f[b"s"].decode() for _, f in entries if b"t" not in f} - shards.keys()
+        if streams:
+            names = sorted(streams)
+            shards.update(zip(names, map(_shards, r.hmget(keys.STREAMS, names))))
+        for entry_id, fields in entries:
+            eid = entry_id.decode()
+            stream = fields[b"s"].decode()
+            generation = int(fields.get(b"g", b"0"))
+            cursor = eid
+            if b"t" in fields:  # a DELETE's tombstone: every shard of the stream hears it
+                for shard in range(int(fields.get(b"k", b"1"))):
+                    yield (stream, shard, eid, float("-inf"), b"", generation, True)
+                continue
+            clock = fields.get(b"c", b"")
+            yield (stream, shard_of(eid, shards[stream]), eid,
+                   float(clock) if clock else float("-inf"), fields[b"d"], generation, False)
+
+
 class _Reader(DataSourceStreamReader):
     def __init__(self, options: dict):
         self.redis_url = options["redis_url"]
-        self._since_ms = 0
-        self._full_look_at = 0.0
-        self._trimmed: dict[str, str] = {}  # what commit trimmed last, so idle streams cost nothing
+        self.wanted = int(options.get("log_partitions", 2))
+        self._n: int | None = None
+        self._trimmed: list[str] | None = None  # what commit trimmed last, so idle partitions cost nothing
 
     def _redis(self):
         from workers.redis_client import worker_redis
 
         return worker_redis(self.redis_url)  # rides out a Redis restart
 
+    @property
+    def partitions_n(self) -> int:
+        if self._n is None:
+            from tidemark.ingest_log import partition_count
+
+            self._n = partition_count(self._redis(), self.wanted)
+        return self._n
+
     def initialOffset(self) -> dict:
-        return {}
+        from tidemark.ingest_log import initial_offset
+
+        return initial_offset(self.partitions_n)
 
     def latestOffset(self, start: dict | None = None, limit=None) -> dict:
-        """The last entry id of every stream that received chunks since the last look."""
+        """Each partition's last entry (with its counts), from the stats hashes the
+        append writes atomically with the entry."""
         from tidemark import keys
+        from tidemark.ingest_log import id_tuple, positions
 
-        end = dict(start or {})
-        r = self._redis()
-        now = time.monotonic()
-        low = 0 if now >= self._full_look_at else max(0, self._since_ms - _MARGIN_MS)
-        if low == 0:
-            self._full_look_at = now + _FULL_LOOK_EVERY
-        scored = r.zrangebyscore(keys.ACTIVE, low, "+inf", withscores=True)
-        if not scored:
-            return end
-        self._since_ms = max(self._since_ms, int(max(score for _, score in scored)))
-        streams = [s.decode() for s, _ in scored]
-        with r.pipeline(transaction=False) as p:
-            for stream in streams:
-                p.xrevrange(keys.ingest(stream), count=1)
-            for stream, last in zip(streams, p.execute()):
-                if last and _id_tuple(last[0][0].decode()) > _id_tuple(end.get(stream, _ZERO)):
-                    end[stream] = last[0][0].decode()
-        return end
+        n = self.partitions_n
+        end = positions(start, n)
+        with self._redis().pipeline(transaction=False) as p:
+            for part in range(n):
+                p.hmget(keys.log_stats(part), "last", "events", "chunks")
+            for part, (last, events, chunks) in enumerate(p.execute()):
+                if last and id_tuple(last.decode()) > id_tuple(end[part][0]):
+                    end[part] = [last.decode(), int(events or 0), int(chunks or 0)]
+        return {"log": end}
 
     def partitions(self, start: dict, end: dict):
-        from tidemark import keys
+        from tidemark.ingest_log import id_tuple, is_legacy, positions
 
-        moved = [(s, start.get(s, _ZERO), last) for s, last in sorted(end.items())
-                 if _id_tuple(last) > _id_tuple(start.get(s, _ZERO))]
-        if not moved:
-            return []
-        raw = self._redis().hmget(keys.STREAMS, [s for s, _, _ in moved])
-        parts = []
-        for (stream, first, last), config in zip(moved, raw):
-            shards = int(json.loads(config).get("shards", 1)) if config else 1
-            parts.append(_Range(stream, first, last, shards))
-        return parts
+        if is_legacy(end):
+            return []  # a batch planned on the per-stream queues: its entries were moved
+        n = self.partitions_n
+        first, last = positions(start, n), positions(end, n)
+        return [_Range(part, a[0], b[0]) for part, (a, b) in enumerate(zip(first, last))
+                if id_tuple(b[0]) > id_tuple(a[0])]
 
     def read(self, partition: _Range):
-        from tidemark import keys
-
-        r = self._redis()
-        cursor = partition.start
-        while True:
-            entries = r.xrange(keys.ingest(partition.stream), min=f"({cursor}", max=partition.end,
-                               count=256)
-            if not entries:
-                return
-            for entry_id, fields in entries:
-                eid = entry_id.decode()
-                generation = int(fields.get(b"g", b"0"))
-                cursor = eid
-                if b"t" in fields:  # a DELETE's tombstone: every shard of the stream hears it
-                    for shard in range(int(fields.get(b"s", b"1"))):
-                        yield (partition.stream, shard, eid, float("-inf"), b"", generation, True)
-                    continue
-                clock = fields.get(b"c", b"")
-                yield (
-                    partition.stream,
-                    shard_of(eid, partition.shards),
-                    eid,
-                    float(clock) if clock else float("-inf"),
-                    fields[b"d"],
-                    generation,
-                    False,
-                )
-            if cursor == partition.end:
-                return
+        yield from read_range(self._redis(), partition.part, partition.start, partition.end)
 
     def commit(self, end: dict) -> None:
         """Spark has durably committed every batch up to ``end``: those entries can go."""
         from tidemark import keys
+        from tidemark.ingest_log import ZERO, id_tuple, is_legacy, positions
 
-        moved = {s: last for s, last in end.items() if self._trimmed.get(s) != last}
+        if is_legacy(end):
+            return
+        ids = [pos[0] for pos in positions(end, self.partitions_n)]
+        trimmed = self._trimmed or [ZERO] * len(ids)
+        moved = [(part, last) for part, last in enumerate(ids) if last != trimmed[part]]
         if not moved:
             return
-        r = self._redis()
-        with r.pipeline(transaction=False) as p:
-            for stream, last in moved.items():
-                ms, seq = _id_tuple(last)
+        with self._redis().pipeline(transaction=False) as p:
+            for part, last in moved:
+                ms, seq = id_tuple(last)
                 # MINID keeps ids >= the bound, so trim strictly past `last`.
-                p.xtrim(keys.ingest(stream), minid=f"{ms}-{seq + 1}", approximate=False)
-            p.hmget(keys.STREAMS, list(moved))
-            declared = p.execute()[-1]
-        # A deleted stream whose tombstone is read and committed leaves no key behind (one
-        # script: a declaration or an entry that came meanwhile keeps them).
-        for stream, config in zip(moved, declared):
-            if config is None:
-                r.eval(_FORGET, 2, keys.ingest(stream), keys.ACTIVE, stream, keys.STREAMS)
-        self._trimmed.update(moved)
+                p.xtrim(keys.log_partition(part), minid=f"{ms}-{seq + 1}", approximate=False)
+            p.execute()
+        self._trimmed = ids

@@ -46,13 +46,19 @@ class ShardUpdate:
     late_dropped: int  # events of this batch too old to matter on arrival
     clock: float | None  # largest event time inserted into this shard so far
     sizes: dict  # bytes of each part
+    summary: StreamSummary | None = None  # the decoded new summary (``blob`` is its bytes)
 
 
-def update_shard(previous: bytes | None, config: StreamConfig, secret: HashSecret,
+def update_shard(previous: bytes | StreamSummary | None, config: StreamConfig, secret: HashSecret,
                  chunks: list[Chunk]) -> ShardUpdate:
-    """Insert the on-time events of ``chunks`` (in arrival order) into the shard's summary."""
-    summary = (StreamSummary.from_bytes(previous, secret) if previous
-               else StreamSummary.create(config, secret))
+    """Insert the on-time events of ``chunks`` (in arrival order) into the shard's summary
+    (``previous``: its bytes, or the summary already decoded from exactly those bytes,
+    which is updated in place)."""
+    if isinstance(previous, StreamSummary):
+        summary = previous
+    else:
+        summary = (StreamSummary.from_bytes(previous, secret) if previous
+                   else StreamSummary.create(config, secret))
     kept, late = [], 0
     for chunk in chunks:
         table = decode_chunk(chunk.payload)
@@ -67,4 +73,5 @@ def update_shard(previous: bytes | None, config: StreamConfig, secret: HashSecre
     if table is not None and table.num_rows:
         summary.update_table(table)
         events = table.num_rows
-    return ShardUpdate(summary.to_bytes(), events, late, summary.clock_seconds, summary.sizes())
+    blob, sizes = summary.encode()
+    return ShardUpdate(blob, events, late, summary.clock_seconds, sizes, summary)

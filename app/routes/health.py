@@ -56,12 +56,20 @@ def metrics(store: StoreDep, metrics: MetricsDep, settings: SettingsDep, request
                 metrics.forget(name)
                 continue
             metrics.sketch_version.labels(name).set(status["sketch_version"])
-            metrics.pending_chunks.labels(name).set(store.pending(name))
+            metrics.pending_events.labels(name).set(store.pending(name))
             for part, size in status["sketch_bytes"].items():
                 metrics.sketch_bytes.labels(name, part).set(size)
             age = _age_seconds(status["updated_at"])
             if age is not None:  # one stream's unreadable status never fails the others
                 metrics.publish_age_seconds.labels(name).set(age)
+        lag = store.lag()
+        for part in lag.partitions:
+            label = str(part["partition"])
+            metrics.log_pending_events.labels(label).set(part["pending_events"])
+            metrics.log_pending_chunks.labels(label).set(part["pending_chunks"])
+            metrics.log_oldest_age.labels(label).set(part["oldest_age"])
+        metrics.wait_estimate.set(lag.wait_estimate())
+        metrics.worker_capacity.set(lag.capacity)
         metrics.standby_workers.set(1 if store.worker_standby() else 0)
         beat = store.worker_heartbeat()
         if beat:

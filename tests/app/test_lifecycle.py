@@ -12,6 +12,7 @@ import redis
 
 from tests.conftest import TEST_SECRET
 from tidemark import keys
+from tidemark.ingest_log import partition_of
 from tidemark.streams import StreamConfig
 from tidemark.summary import StreamSummary
 from workers.publish import Publisher
@@ -53,8 +54,9 @@ def test_a_deleted_stream_is_gone_at_once_and_its_name_is_free(api, stream_name,
         body = [{"ts": T0 + i, "key": "a"} for i in range(10)]
         sent = c.post(f"/v1/streams/{name}/events", json=body, headers={"Idempotency-Key": "k-1"})
         assert sent.status_code == 202
-        entry = r.xrange(keys.ingest(name))[0][1]
-        assert int(entry[b"g"]) == first_gen  # every chunk carries its generation
+        part = partition_of(name, int(r.get(keys.LOG_PARTITIONS)))
+        entry = [f for _, f in r.xrange(keys.log_partition(part)) if f[b"s"] == name.encode()][0]
+        assert int(entry[b"g"]) == first_gen  # every chunk carries its stream and generation
         assert publisher.publish_summary(name, _summary(config, 10), version=3, events=10)
         alert = c.post("/v1/alerts", json={
             "stream": name, "query": "count", "params": {"window": "1h"}, "op": ">",
@@ -76,9 +78,13 @@ def test_a_deleted_stream_is_gone_at_once_and_its_name_is_free(api, stream_name,
         left = _stream_keys(r, name)
         assert left == {"declared": False, "generation": None, "stats": 0, "sketch": 0, "status": 0,
                         "idem": []}
-        # Pending entries are gone; only the tombstone the worker removes the state on is left.
-        (tomb_id, tomb), = r.xrange(keys.ingest(name))
-        assert tomb[b"t"] == b"1" and int(tomb[b"g"]) == first_gen and tomb[b"s"] == b"2"
+        # Pending entries stay in the shared partition (the worker drops them by their
+        # generation), followed by the tombstone the worker removes the state on.
+        pending, (tomb_id, tomb) = [(i, f) for i, f in r.xrange(keys.log_partition(part))
+                                    if f[b"s"] == name.encode()]
+        assert int(pending[1][b"g"]) == first_gen and b"t" not in pending[1]
+        assert tomb[b"t"] == b"1" and int(tomb[b"g"]) == first_gen and tomb[b"k"] == b"2"
+        assert not r.exists(keys.ingest(name)) and r.zscore(keys.ACTIVE, name) is None
         assert int(r.hget(keys.DELETED, name)) == first_gen
 
         # A worker that has not heard yet publishes the old generation: refused, and it

@@ -115,11 +115,11 @@ def test_an_append_with_a_seen_idempotency_key_stores_nothing_and_returns_the_fi
     again = store.append(name, b"chunk-2", 5, 0, 20.0, {"accepted": 5, "rejected": 0}, "key-1")
     assert first == {"accepted": 3, "rejected": 1, "replayed": False}
     assert again == {"accepted": 3, "rejected": 1, "replayed": True}
-    assert store.pending(name) == 1
+    assert store.pending(name) == 3
     status = store.status(name)
     assert status["received"] == 3 and status["rejected"] == 1
     other = store.append(name, b"chunk-3", 2, 0, 5.0, {"accepted": 2, "rejected": 0}, "key-2")
-    assert not other["replayed"] and store.pending(name) == 2
+    assert not other["replayed"] and store.pending(name) == 5
     assert float(store.redis.hget(f"{_stats_key(name)}", "clock")) == 10.0  # the clock never falls
 
 
@@ -129,16 +129,21 @@ def _stats_key(name):
     return keys.ingest_stats(name)
 
 
-def test_back_pressure_refuses_once_too_many_chunks_or_events_wait(redis_url):
-    tight = Store(redis_url, max_pending_chunks=2, max_pending_events=100)
-    name = next(_names)
-    tight.declare(name, StreamConfig(max_window=60.0))
-    for i in range(2):
-        tight.append(name, b"c", 1, 0, float(i), {"accepted": 1})
-    with pytest.raises(Backpressure, match="2 requests"):
-        tight.append(name, b"c", 1, 0, 3.0, {"accepted": 1})
-    events = next(_names)
-    tight.declare(events, StreamConfig(max_window=60.0))
-    tight.append(events, b"c", 100, 0, 1.0, {"accepted": 100})
-    with pytest.raises(Backpressure, match="100 events"):
-        tight.append(events, b"c", 1, 0, 2.0, {"accepted": 1})
+def test_back_pressure_refuses_once_too_many_chunks_or_events_wait(tmp_path):
+    from tidemark.redis_server import EmbeddedRedis
+
+    with EmbeddedRedis(tmp_path / "redis") as server:  # its own log: the chunk cap is a total
+        tight = Store(server.url, max_pending_chunks=2, max_pending_events=100, lag_ttl=0.0)
+        name = next(_names)
+        tight.declare(name, StreamConfig(max_window=60.0))
+        for i in range(2):
+            tight.append(name, b"c", 1, 0, float(i), {"accepted": 1})
+        with pytest.raises(Backpressure, match="2 requests") as refused:
+            tight.append(name, b"c", 1, 0, 3.0, {"accepted": 1})
+        assert refused.value.retry_after >= 1
+        roomy = Store(server.url, max_pending_events=100, lag_ttl=0.0)
+        events = next(_names)
+        roomy.declare(events, StreamConfig(max_window=60.0))
+        roomy.append(events, b"c", 100, 0, 1.0, {"accepted": 100})
+        with pytest.raises(Backpressure, match="100 events"):
+            roomy.append(events, b"c", 1, 0, 2.0, {"accepted": 1})

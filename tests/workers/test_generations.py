@@ -13,7 +13,7 @@ from hypothesis import assume, example, given, settings, strategies as st
 from tests.conftest import TEST_SECRET
 from tidemark.chunks import encode_chunk
 from tidemark.streams import StreamConfig
-from workers.job import apply_chunks
+from workers.job import DecodedShards, apply_chunks
 
 CONFIG = StreamConfig(max_window=1e6, epsilon=0.1)
 _OPS = st.lists(st.one_of(st.tuples(st.just("events"), st.integers(1, 5)),
@@ -60,7 +60,9 @@ def test_a_shard_counts_exactly_the_current_declaration(ops, cuts, looks, legacy
     # declaration up at some moment after its last entry was appended (never before),
     # ``looks`` ops later at most, moments in order.
     bounds = [i + 1 for i in range(len(log) - 1) if cuts[i]] + [len(log)]
-    state, start, moment = None, 0, 0
+    # ``cached``: the same batches through the worker's decoded-summary cache, which must
+    # never hand a re-declared stream a summary of its old generation: the same bytes.
+    state, cached, decoded, start, moment = None, None, DecodedShards(), 0, 0
     for end in bounds:
         if end == start:
             continue
@@ -76,6 +78,11 @@ def test_a_shard_counts_exactly_the_current_declaration(ops, cuts, looks, legacy
             return (CONFIG, current) if is_declared else None
 
         result = apply_chunks("s", state, rows, TEST_SECRET, declaration_of)
+        cached = apply_chunks("s", cached, rows, TEST_SECRET, declaration_of, 0, decoded)
+        assert (cached is None) == (result is None)
+        if result is not None:
+            assert (cached["blob"], cached["generation"], cached["events"]) == \
+                (result["blob"], result["generation"], result["events"])
         state = result
         start = end
     # The oracle: the events appended under the declaration current at the end.

@@ -137,7 +137,7 @@ def test_delete_under_load_and_redeclare_with_kill_9_between(tmp_path, request):
                 r = redis.Redis.from_url(server.url)  # nothing of a deleted stream is left
                 deadline = time.monotonic() + 60
                 while r.exists("tm:ingest:{gone}") or r.zscore("tm:active", "gone") is not None:
-                    assert time.monotonic() < deadline, "the deleted stream's log key stayed"
+                    assert time.monotonic() < deadline, "the deleted stream's bookkeeping stayed"
                     time.sleep(0.5)
                 assert not [k for k in r.scan_iter() if b"{gone}" in k]
                 generation = int(r.hget("tm:generations", "doomed"))

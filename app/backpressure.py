@@ -1,0 +1,270 @@
+"""Back-pressure from the worker's real lag (contract §5: a 429 rather than a broken 202).
+
+The worker driver publishes, about every second, what its last finished micro-batch read
+of each log partition (the batch's end offset: entry id and the partition's cumulative
+event and chunk counts there) and the throughput its recent batches showed (events per
+second of batch time) in ``keys.LOG_PROGRESS``. The append keeps each partition's own
+cumulative counts (``keys.log_stats``). So the API knows, per partition and in total,
+
+* the events and chunks appended but not yet read by a finished batch (``pending``), and
+* the age of the oldest entry not yet read (``oldest_age``: Redis' clock against the
+  entry id's, which is Redis' clock at the append),
+
+from two pipelined round trips, kept for ``ttl`` (0.1 s) per API process: an ingest
+request costs one more round trip, for its own stream's waiting events, whatever the
+number of streams or partitions.
+
+An event accepted now waits for the batch under way, then for one that takes everything
+waiting (``LogLag.wait_estimate``: the worker fits a batch's fixed seconds, its seconds per
+chunk and per event to its recent batches, since many small streams cost per chunk and a
+busy one per event). ``decide`` refuses with 429 before that
+passes ``TIDEMARK_READY_MAX_WAIT``, fairly:
+
+* below ``TARGET`` × max_wait of estimated wait, and while no entry has waited unread
+  longer than that (the estimate's check: a fit can be wrong, an age cannot), every
+  request is taken;
+* beyond it, a stream is still taken while its own share of the next batch (its waiting
+  events' seconds, at least one chunk's) stays within ``CEILING × max_wait / active
+  streams``,
+  or while it has nothing waiting (one modest request in flight per stream, whatever the
+  others do), and the total estimate stays within ``CEILING`` × max_wait: a flooding
+  stream is held at the target, so it gets the 429s, and the trickles beside it keep
+  flowing up to the ceiling;
+* an entry already unread for ``CEILING`` × max_wait leaves room for fair shares only, and
+  one unread for max_wait means the promise is being broken (the worker stalled, or
+  died with no spare): everything is refused until it catches up;
+* the per-stream (``max_pending_events``) and total (``max_pending_chunks``) caps hold
+  whatever the estimate says.
+
+Before the worker has ever published progress (no worker on this Redis yet) only the caps
+apply: there is no lag to judge from, and readiness already says the worker is missing.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+import time
+from dataclasses import dataclass, field
+
+from tidemark import keys
+from tidemark.ingest_log import ZERO, id_tuple, partition_count
+
+__all__ = ["LogLag", "LagReader", "decide", "Refusal", "read_positions", "TARGET", "CEILING", "FLOOR_CAPACITY"]
+
+TARGET = 0.3  # of max_wait: the estimated wait every stream may add to
+CEILING = 0.8  # of max_wait: beyond it nothing is taken
+FLOOR_CAPACITY = 20_000.0  # events/s assumed before the worker has shown its own
+FLOOR_CHUNKS = 500.0  # chunks (group updates)/s assumed likewise
+CEILING_CAPACITY = 1_000_000.0  # events/s never assumed beyond (one stream does 600 K/s here)
+
+# KEYS: log partition; ARGV: '(' .. the last entry read. The id and stream of the oldest
+# entry not yet read, without sending its chunk over the wire.
+_OLDEST = """
+local e = redis.call('XRANGE', KEYS[1], ARGV[1], '+', 'COUNT', 1)
+if not e[1] then return false end
+local f = e[1][2]
+for i = 1, #f, 2 do if f[i] == 's' then return {e[1][1], f[i + 1]} end end
+return {e[1][1], ''}
+"""
+
+
+@dataclass
+class LogLag:
+    """The worker's lag on the ingest log, as of ``at`` (monotonic seconds)."""
+
+    partitions: list[dict] = field(default_factory=list)  # {pending_events, pending_chunks, oldest_age, oldest_stream}
+    capacity: float = 0.0  # events/s the worker's recent batches showed (0: not yet)
+    batch_seconds: float = 0.0  # a typical recent batch
+    batch_elapsed: float = 0.0  # seconds since the last batch ended (the next one's progress)
+    fixed_seconds: float = 0.0  # a batch's fixed part
+    seconds_per_event: float = 0.0  # a batch's variable part, per event or per chunk
+    seconds_per_chunk: float = 0.0
+    active_streams: int = 1  # streams that appended in the last max_wait seconds
+    worker_seen: bool = False  # the worker has published progress on this Redis
+    at: float = 0.0
+    taken_events: int = 0  # taken by this process since the read (not in it yet)
+    taken_chunks: int = 0
+
+    @property
+    def pending_events(self) -> int:
+        return sum(p["pending_events"] for p in self.partitions) + self.taken_events
+
+    @property
+    def pending_chunks(self) -> int:
+        return sum(p["pending_chunks"] for p in self.partitions) + self.taken_chunks
+
+    @property
+    def oldest_age(self) -> float:
+        return max((p["oldest_age"] for p in self.partitions), default=0.0)
+
+    @property
+    def per_event(self) -> float:
+        """Seconds per event: the fit's, but never below 1 µs (a fit of small batches only
+        may put their whole cost on chunks), and 1/FLOOR_CAPACITY until a fit exists."""
+        if not self.seconds_per_event:
+            return 1 / FLOOR_CAPACITY
+        return max(self.seconds_per_event, 1 / CEILING_CAPACITY)
+
+    @property
+    def per_chunk(self) -> float:
+        return self.seconds_per_chunk or 1 / FLOOR_CHUNKS
+
+    def wait_estimate(self, more: int = 0, chunks: int = 0) -> float:
+        """Seconds a request appended now (``more`` events in ``chunks`` chunks) would wait
+        to be counted: the rest of the batch under way (a typical batch less the time since
+        the last one ended), then one that takes everything waiting."""
+        return (max(0.0, self.batch_seconds - self.batch_elapsed) + self.fixed_seconds
+                + (self.pending_events + more) * self.per_event
+                + (self.pending_chunks + chunks) * self.per_chunk)
+
+    def as_dict(self) -> dict:
+        return {"pending_events": self.pending_events, "pending_chunks": self.pending_chunks,
+                "oldest_age_seconds": round(self.oldest_age, 3),
+                "wait_estimate_seconds": round(self.wait_estimate(), 3),
+                "capacity_events_per_second": round(self.capacity, 1),
+                "batch_seconds": round(self.batch_seconds, 3),
+                "fixed_seconds": round(self.fixed_seconds, 3),
+                "seconds_per_chunk": self.seconds_per_chunk, "active_streams": self.active_streams,
+                "partitions": [{k: (round(v, 3) if isinstance(v, float) else v) for k, v in p.items()}
+                               for p in self.partitions]}
+
+
+@dataclass
+class Refusal:
+    reason: str
+    retry_after: int
+
+
+def decide(lag: LogLag, stream: str, stream_pending: int, incoming: int, max_wait: float,
+           max_pending_events: int, max_pending_chunks: int) -> Refusal | None:
+    """None to take a request of ``incoming`` events on ``stream`` (which has
+    ``stream_pending`` events waiting), else why not and when to retry (pure)."""
+    if stream_pending + incoming > max_pending_events and stream_pending > 0:
+        return Refusal(f"stream {stream!r} has {stream_pending} events waiting for the worker "
+                       f"(TIDEMARK_MAX_PENDING_EVENTS={max_pending_events})",
+                       _seconds(stream_pending * lag.per_event))
+    if lag.pending_chunks >= max_pending_chunks:
+        return Refusal(f"{lag.pending_chunks} requests are waiting for the worker "
+                       f"(TIDEMARK_MAX_PENDING_CHUNKS={max_pending_chunks})",
+                       _seconds(lag.wait_estimate()))
+    if not lag.worker_seen:
+        return None
+    ceiling, target = CEILING * max_wait, TARGET * max_wait
+    if lag.oldest_age > max_wait:
+        return Refusal(f"the worker is behind: events have waited {lag.oldest_age:.1f} s unread "
+                       f"(TIDEMARK_READY_MAX_WAIT={max_wait:g} s)", _seconds(max_wait / 4))
+    wait = lag.wait_estimate(incoming, 1)
+    if wait <= target and lag.oldest_age <= target:  # the age checks the estimate
+        return None
+    share = ceiling / max(1, lag.active_streams)  # seconds of the next batch per stream
+    own = (stream_pending + incoming) * lag.per_event + lag.per_chunk
+    first = stream_pending == 0 and own <= target / 4  # max-min: one request in flight each
+    if (own <= share or first) and wait <= ceiling and lag.oldest_age <= ceiling:
+        return None
+    return Refusal(f"the worker is behind: about {wait:.1f} s until an event taken now is "
+                   f"counted ({lag.pending_events} events in {lag.pending_chunks} requests wait; "
+                   f"stream {stream!r} has {stream_pending}, over its fair share of the next "
+                   f"{target:g} s)", _seconds(min(wait - target, max_wait)))
+
+
+def _seconds(s: float) -> int:
+    return int(min(60, max(1, math.ceil(s))))
+
+
+class LagReader:
+    """The log's lag read from Redis, kept ``ttl`` seconds (one reader at a time: the
+    others use the last read meanwhile)."""
+
+    def __init__(self, r, log_partitions: int, max_wait: float, ttl: float = 0.1):
+        self.redis, self.wanted, self.max_wait, self.ttl = r, log_partitions, max_wait, ttl
+        self.oldest = r.register_script(_OLDEST)
+        self._n: int | None = None
+        self._kept: LogLag | None = None
+        self._lock = threading.Lock()
+
+    def partitions(self) -> int:
+        if self._n is None:
+            self._n = partition_count(self.redis, self.wanted)
+        return self._n
+
+    def taken(self, events: int) -> None:
+        """This process took a request: until the next read, the kept lag counts it (else
+        clients posting faster than the read's ``ttl`` would all be judged on a stale lag)."""
+        kept = self._kept
+        if kept is not None:
+            kept.taken_events += events
+            kept.taken_chunks += 1
+
+    def lag(self) -> LogLag:
+        kept = self._kept
+        if kept is not None and time.monotonic() - kept.at <= self.ttl:
+            return kept
+        if kept is not None and not self._lock.acquire(blocking=False):
+            return kept
+        if kept is None:
+            self._lock.acquire()
+        try:
+            self._kept = self.read()
+            return self._kept
+        finally:
+            self._lock.release()
+
+    def read(self) -> LogLag:
+        n = self.partitions()
+        with self.redis.pipeline(transaction=False) as p:
+            p.time()
+            p.hgetall(keys.LOG_PROGRESS)
+            for part in range(n):
+                p.hmget(keys.log_stats(part), "last", "events", "chunks")
+            out = p.execute()
+        (sec, usec), progress = out[0], out[1]
+        now_ms = sec * 1000 + usec // 1000
+        p_read = _read_positions(progress.get(b"read"), n)
+        stats = out[2:]
+        num = lambda k: float(progress.get(k) or 0.0)  # noqa: E731
+        lag = LogLag(worker_seen=bool(progress), at=time.monotonic(), capacity=num(b"capacity"),
+                     batch_seconds=num(b"batch_seconds"), fixed_seconds=num(b"fixed_seconds"),
+                     seconds_per_event=num(b"seconds_per_event"),
+                     seconds_per_chunk=num(b"seconds_per_chunk"))
+        if num(b"batch_ended"):
+            lag.batch_elapsed = max(0.0, now_ms / 1000 - num(b"batch_ended"))
+        unread = []
+        for part, ((last, events, chunks), (read_id, read_events, read_chunks)) in enumerate(zip(stats, p_read)):
+            last = last.decode() if last else ZERO
+            behind = id_tuple(last) > id_tuple(read_id)
+            lag.partitions.append({
+                "partition": part,
+                "pending_events": max(0, int(events or 0) - read_events) if behind else 0,
+                "pending_chunks": max(0, int(chunks or 0) - read_chunks) if behind else 0,
+                "oldest_age": 0.0, "oldest_stream": None})
+            if behind:
+                unread.append((part, read_id))
+        with self.redis.pipeline(transaction=False) as p:
+            p.zcount(keys.ACTIVE, now_ms - int(self.max_wait * 1000), "+inf")
+            for part, read_id in unread:
+                self.oldest(keys=[keys.log_partition(part)], args=[f"({read_id}"], client=p)
+            active, *oldest = p.execute()
+        lag.active_streams = max(1, int(active))
+        for (part, _), found in zip(unread, oldest):
+            if found:
+                entry, stream = found
+                age = max(0.0, (now_ms - id_tuple(entry.decode())[0]) / 1000)
+                lag.partitions[part].update(oldest_age=age, oldest_stream=stream.decode() or None)
+        return lag
+
+
+def read_positions(r, n: int) -> list[tuple[str, int, int]]:
+    return _read_positions(r.hget(keys.LOG_PROGRESS, "read"), n)
+
+
+def _read_positions(raw: bytes | None, n: int) -> list[tuple[str, int, int]]:
+    """What the worker's last finished batch read of each partition (none: nothing)."""
+    try:
+        log = json.loads(raw) if raw else None
+        if isinstance(log, list) and len(log) == n:
+            return [(str(i), int(e), int(c)) for i, e, c in log]
+    except (ValueError, TypeError):
+        pass
+    return [(ZERO, 0, 0)] * n

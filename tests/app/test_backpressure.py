@@ -1,0 +1,132 @@
+"""Back-pressure below Spark: the decision (pure) and the lag read from a real Redis."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+import redis
+
+from app.backpressure import CEILING, TARGET, LogLag, decide
+from app.store import Backpressure, Store
+from tidemark import keys
+from tidemark.redis_server import EmbeddedRedis
+from tidemark.streams import StreamConfig
+from workers.job import log_progress
+from workers.publish import Publisher
+
+MAX_WAIT = 10.0
+
+
+def _lag(pending: int, capacity: float = 100_000.0, oldest: float = 0.5, active: int = 100,
+         batch: float = 0.5, seen: bool = True) -> LogLag:
+    return LogLag(partitions=[{"partition": 0, "pending_events": pending, "pending_chunks": 10,
+                               "oldest_age": oldest, "oldest_stream": "x"}],
+                  capacity=capacity, seconds_per_event=1 / capacity, seconds_per_chunk=1e-4,
+                  batch_seconds=batch, active_streams=active, worker_seen=seen)
+
+
+def _decide(lag, stream_pending, incoming=500):
+    return decide(lag, "s", stream_pending, incoming, MAX_WAIT, 2_000_000, 100_000)
+
+
+def test_a_worker_keeping_up_takes_everything():
+    assert _decide(_lag(pending=50_000), stream_pending=50_000) is None  # 1 s of work
+
+
+def test_past_the_target_a_flood_is_refused_and_trickles_beside_it_are_not():
+    lag = _lag(pending=400_000)  # 4.5 s of work waits: past 0.3 × 10 s
+    assert lag.wait_estimate() > TARGET * MAX_WAIT
+    refused = _decide(lag, stream_pending=390_000)
+    assert refused and "fair share" in refused.reason and 1 <= refused.retry_after <= 10
+    assert _decide(lag, stream_pending=200) is None  # a trickle: within its share
+    assert _decide(lag, stream_pending=0, incoming=20_000) is None  # nothing waiting: one request
+    assert _decide(lag, stream_pending=0, incoming=100_000) is not None  # but not a flood's
+    assert _decide(lag, stream_pending=20_000) is not None  # share: 8 s / 100 streams of 100 K/s
+
+
+def test_many_small_streams_are_judged_by_their_chunks_not_only_their_events():
+    lag = _lag(pending=10_000)  # 0.6 s of events...
+    lag.partitions[0]["pending_chunks"] = 2_000
+    lag.seconds_per_chunk = 0.004  # ...but 2,000 group updates of 4 ms each
+    assert lag.wait_estimate(10, 1) == pytest.approx(0.5 + 10_010 * 1e-5 + 2_001 * 0.004)
+    assert _decide(lag, stream_pending=0, incoming=10) is not None  # 8.5 s: past 8 s
+    lag.partitions[0]["pending_chunks"] = 1_000  # 4.5 s: past 3 s, within its share
+    assert _decide(lag, stream_pending=0, incoming=10) is None
+    assert _decide(lag, stream_pending=10_000, incoming=10) is not None  # not within it
+    lag.partitions[0]["pending_chunks"] = 500
+    assert _decide(lag, stream_pending=0, incoming=10) is None
+
+
+def test_nothing_is_taken_past_the_ceiling_or_once_an_entry_waited_that_long():
+    assert _decide(_lag(pending=900_000), stream_pending=0) is not None  # 9.5 s > 8 s
+    stalled = _decide(_lag(pending=10, oldest=MAX_WAIT + 0.1), stream_pending=0)
+    assert stalled and "waited" in stalled.reason and stalled.retry_after >= 1
+    behind = _lag(pending=400_000, oldest=CEILING * MAX_WAIT + 0.1)
+    assert _decide(behind, stream_pending=0) is not None  # past the ceiling: no fair shares
+    assert _decide(_lag(pending=400_000, oldest=CEILING * MAX_WAIT - 0.1), stream_pending=0) is None
+
+
+def test_without_a_worker_ever_seen_only_the_caps_apply():
+    assert _decide(_lag(pending=10**9, oldest=1000, seen=False), stream_pending=0) is None
+    capped = decide(_lag(pending=0, seen=False), "s", 1_999_900, 500, MAX_WAIT, 2_000_000, 100_000)
+    assert capped and "TIDEMARK_MAX_PENDING_EVENTS" in capped.reason
+
+
+def test_the_worker_measures_its_costs_from_the_batches_it_ran():
+    def progress(batch, start, end, ms):
+        return {"batchId": batch, "sources": [{"startOffset": json.dumps({"log": start}) if start else None,
+                                               "endOffset": json.dumps({"log": end})}],
+                "durationMs": {"triggerExecution": ms}}
+    a = [["1-0", 0, 0], ["2-0", 0, 0]]
+    b = [["5-0", 60_000, 6], ["6-0", 40_000, 4]]
+    c = [["7-0", 60_100, 7], ["6-0", 40_000, 4]]
+    d = [["7-0", 60_100, 7], ["9-0", 40_000, 5]]
+    e = [["9-0", 80_100, 8], ["9-0", 40_000, 5]]
+    # 0.2 s fixed + 10 ms a chunk + 10 µs an event, exactly
+    recent = [progress(0, None, a, 9000), progress(1, a, b, 200 + 100 + 1000),
+              progress(2, b, c, 200 + 10 + 1), progress(3, c, d, 200 + 10),
+              progress(4, d, e, 200 + 10 + 200)]
+    out = log_progress(recent, first_batch=0)  # the run's first batch (9 s of start) is left out
+    assert json.loads(out["read"]) == e
+    assert out["fixed_seconds"] == pytest.approx(0.2, abs=1e-3)
+    assert out["seconds_per_chunk"] == pytest.approx(0.01, rel=1e-3)
+    assert out["seconds_per_event"] == pytest.approx(1e-5, rel=1e-3)
+    assert out["capacity"] == pytest.approx(100_000, rel=1e-3)
+    assert log_progress([progress(0, None, a, 9000)], first_batch=0)["batch_seconds"] == 0.0
+    assert log_progress([{"sources": [{"startOffset": None, "endOffset": '{"s": "1-0"}'}],
+                          "durationMs": {"triggerExecution": 5}}]) is None  # a legacy offset
+
+
+def test_the_lag_is_read_per_partition_and_refuses_before_the_promise_breaks(tmp_path):
+    with EmbeddedRedis(tmp_path / "redis") as server:
+        store = Store(server.url, log_partitions=2, max_wait=MAX_WAIT, lag_ttl=0.0)
+        for name in ("flood", "trickle"):
+            store.declare(name, StreamConfig(max_window=60.0))
+        assert store.partition("flood") != store.partition("trickle")
+        store.append("trickle", b"t", 10, 0, 1.0, {"accepted": 10})
+        lag = store.lag()
+        assert not lag.worker_seen and lag.pending_events == 10 and lag.pending_chunks == 1
+        assert lag.partitions[store.partition("trickle")]["oldest_stream"] == "trickle"
+        # The worker read everything so far at 1,000 events/s.
+        r = redis.Redis.from_url(server.url)
+        read = [[r.hget(keys.log_stats(p), "last").decode() if r.hget(keys.log_stats(p), "last") else "0-0",
+                 int(r.hget(keys.log_stats(p), "events") or 0), int(r.hget(keys.log_stats(p), "chunks") or 0)]
+                for p in range(2)]
+        Publisher(server.url).log_progress({"read": json.dumps(read), "capacity": 1000.0,
+                                            "seconds_per_event": 0.001, "seconds_per_chunk": 1e-4,
+                                            "fixed_seconds": 0.0, "batch_seconds": 0.2})
+        lag = store.lag()
+        assert lag.worker_seen and lag.pending_events == 0 and lag.oldest_age == 0.0
+        for _ in range(2):  # 2.6 s of work at 1,000 events/s: within the target
+            store.append("flood", b"f", 1_300, 0, 2.0, {"accepted": 1_300})
+        with pytest.raises(Backpressure, match="fair share") as refused:
+            store.append("flood", b"f", 1_400, 0, 3.0, {"accepted": 1_400})
+        assert refused.value.retry_after >= 1
+        store.append("trickle", b"t", 5, 0, 2.0, {"accepted": 5})  # the trickle still flows
+        lag = store.lag()
+        assert lag.pending_events == 2_605 and lag.active_streams == 2
+        assert lag.partitions[store.partition("flood")]["pending_chunks"] == 2
+        time.sleep(0.05)
+        assert lag.oldest_age >= 0.0 and store.lag().oldest_age > 0.0
