@@ -1,8 +1,10 @@
 """The API's one door to Redis: stream declarations, ingest, published summaries, status.
 
-The worker publishes each shard of a stream on its own; a query reads the shards'
-statuses first, fetches and decodes only the shards whose version changed, and merges
-them once per set of versions (cached).
+The worker publishes each shard of a stream on its own, as segments named by a manifest in
+its status (``tidemark/segments.py``); a query reads the shards' statuses first and, when
+a version changed, the segments this process lacks (one script, one coherent set); a
+decoder process decodes and merges them (``app/decoder.py``) while queries go on being
+answered from the version before.
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import redis
 
-from tidemark import keys
+from app.decoder import Decoder
+from tidemark import keys, segments
 from tidemark.generations import CURRENT_GENERATION_LUA, NEXT_GENERATION_LUA, lua
 from tidemark.hash_secret import HashSecret
 from tidemark.streams import StreamConfig
@@ -180,7 +183,7 @@ class Store:
     def __init__(self, redis_url: str, secret: HashSecret | None = None,
                  max_pending_chunks: int = 1000, max_pending_events: int = 2_000_000,
                  cached_streams: int = 256, config_ttl: float = 1.0, read_ttl: float = 0.25,
-                 revalidate_within: float = 2.0):
+                 revalidate_within: float = 2.0, decoders: int = 1):
         self.redis = redis.Redis.from_url(redis_url, health_check_interval=30)
         self.secret = secret
         self.max_pending_chunks = max_pending_chunks
@@ -193,7 +196,13 @@ class Store:
         # name -> (shard versions, merged summary, their shard statuses): the version served;
         # shard summaries decoded once per version
         self._merged: OrderedDict[str, tuple[tuple, StreamSummary, dict]] = OrderedDict()
-        self._shards: dict[tuple[str, int], tuple[int, bytes, StreamSummary]] = {}
+        self._segments: dict[str, dict[str, bytes]] = {}  # name -> digest -> segment held
+        self._read_segments = self.redis.register_script(segments.READ_LUA)
+        self.decoder = Decoder(secret, decoders)
+        # What reading published versions cost (bench/bench_query_latency.py reports it):
+        # versions decoded, segment bytes read from Redis, bytes of the blobs they made up,
+        # decoder CPU seconds.
+        self.read_stats = {"decodes": 0, "bytes_read": 0, "bytes_served": 0, "decode_seconds": 0.0}
         self.cached_streams = cached_streams  # the cache is bounded, not one entry per stream
         self._lock = threading.Lock()
         self._decoding: dict[str, threading.Lock] = {}  # one decode per stream at a time
@@ -213,7 +222,7 @@ class Store:
         since published sketches were sized from the old ones (delete it first)."""
         new, raw = self._declare(
             keys=[keys.STREAMS, keys.GENERATIONS, keys.DELETED, keys.ingest_stats(name),
-                  keys.shard_sketch(name), keys.shard_status(name)],
+                  keys.shard_segments(name), keys.shard_status(name)],
             args=[name, json.dumps(config.model_dump())])
         if new:
             self.forget(name)
@@ -233,7 +242,7 @@ class Store:
         served or counted again (``tidemark.generations``)."""
         shards = self._delete(
             keys=[keys.STREAMS, keys.GENERATIONS, keys.DELETED, keys.ingest(name),
-                  keys.ingest_stats(name), keys.shard_sketch(name), keys.shard_status(name),
+                  keys.ingest_stats(name), keys.shard_segments(name), keys.shard_status(name),
                   keys.ACTIVE],
             args=[name, keys.ANNOUNCE])
         self.forget(name)
@@ -255,8 +264,7 @@ class Store:
             self._reads.pop(name, None)
             self._read_at.pop(name, None)
             self._merged.pop(name, None)
-            for key in [k for k in self._shards if k[0] == name]:
-                del self._shards[key]
+            self._segments.pop(name, None)
 
     def config(self, name: str) -> StreamConfig:
         """The stream's declaration. A declaration never changes (re-declaring with other
@@ -489,41 +497,36 @@ class Store:
                 pending.discard(name)
 
     def _decode(self, name: str, shards: dict, ingested: dict, versions: tuple):
-        stale = [k for k, v in versions if self._shards.get((name, k), (None,))[0] != v]
-        if stale:
-            # Blobs and statuses in one transaction, so each blob matches its status.
-            with self.redis.pipeline(transaction=True) as p:
-                p.hmget(keys.shard_sketch(name), stale)
-                p.hgetall(keys.shard_status(name))
-                p.hgetall(keys.ingest_stats(name))
-                p.hget(keys.GENERATIONS, name)
-                blobs, raw, ingested, generation = p.execute()
-            shards = _shards(raw, generation)
-            for k, blob in zip(stale, blobs):
-                if blob and k in shards:
-                    self._shards[(name, k)] = (
-                        (shards[k].get("generation"), shards[k]["version"]), blob,
-                        StreamSummary.from_bytes(blob, self.secret))
-            versions = _versions(shards)
-        # A shard whose new blob was missing keeps its last decoded version, never one of
-        # another generation.
-        parts = [self._shards[(name, k)] for k, v in versions
-                 if self._shards.get((name, k), ((None,),))[0][0] == v[0]]
-        if not parts:
+        """Read the segments of the current shard versions that this process lacks, with
+        the statuses naming them, in one script (never a torn set: tidemark/segments.py),
+        and have the decoder process decode and merge them."""
+        held = self._segments.get(name, {})
+        statuses, ingested_raw, generation, fetched = self._read_segments(
+            keys=[keys.shard_status(name), keys.shard_segments(name), keys.ingest_stats(name),
+                  keys.GENERATIONS],
+            args=[name, *held])
+        raw = dict(zip(statuses[::2], statuses[1::2]))
+        ingested = dict(zip(ingested_raw[::2], ingested_raw[1::2]))
+        shards = _shards(raw, generation)
+        versions = _versions(shards)
+        held = {**held, **{d.decode(): b for d, b in zip(fetched[::2], fetched[1::2])}}
+        named = {d for s in shards.values() for _, d in s.get("segments") or []}
+        self._segments[name] = {d: b for d, b in held.items() if d in named}
+        blobs = [(k, v, segments.join(shards[k]["segments"], held)) for k, v in versions
+                 if shards[k].get("segments")]
+        if not blobs:
             return None, _status(shards, ingested)
-        if len(parts) == 1:
-            merged = parts[0][2]
-        else:  # merge into a fresh copy of the first; the cached shard summaries stay intact
-            merged = StreamSummary.from_bytes(parts[0][1], self.secret)
-            for _, _, part in parts[1:]:
-                merged.merge(part)
+        merged, cpu = self.decoder.decode(name, blobs)
         with self._lock:
+            self.read_stats["decodes"] += 1
+            self.read_stats["bytes_read"] += sum(len(b) for b in fetched[1::2])
+            self.read_stats["bytes_served"] += sum(len(b) for _, _, b in blobs)
+            self.read_stats["decode_seconds"] += cpu
             self._merged[name] = (versions, merged, shards)
             self._merged.move_to_end(name)
             while len(self._merged) > self.cached_streams:
                 old, _ = self._merged.popitem(last=False)
-                for key in [k for k in self._shards if k[0] == old]:
-                    del self._shards[key]
+                self._segments.pop(old, None)
         return merged, _status(shards, ingested)
 
     def failed_streams(self) -> dict[str, str]:
