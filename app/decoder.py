@@ -39,6 +39,10 @@ def _start(secret: HashSecret) -> None:
     warm_up()  # load the kernels before the first decode (Numba's cache)
 
 
+def _ready() -> bool:
+    return True
+
+
 def _decode(stream: str, shards: list[tuple[int, tuple, bytes]]) -> tuple[StreamSummary, float]:
     """The merged summary of ``shards`` ((shard, (generation, version), blob) each) and the
     seconds spent decoding and merging (runs in the decoder process)."""
@@ -77,6 +81,13 @@ class Decoder:
                     self.processes, mp_context=multiprocessing.get_context("spawn"),
                     initializer=_start, initargs=(self.secret,))
             return self._pool
+
+    def start(self) -> None:
+        """Start the decoder processes now and wait until they are ready (the API starts
+        them at start-up, off its start-up path: the first decode then does not wait)."""
+        pool = self._get()
+        for future in [pool.submit(_ready) for _ in range(self.processes)]:
+            future.result()
 
     def decode(self, stream: str, shards: list[tuple[int, tuple, bytes]]) -> tuple[StreamSummary, float]:
         """Decode and merge in a decoder process; the calling thread waits without the GIL."""

@@ -114,8 +114,11 @@ async def _lifespan(app: FastAPI):
     app.state.alert_engine_wake = engine.wake
     # Off the start-up path: /healthz answers at once, the first queries find warm kernels.
     warming = asyncio.create_task(asyncio.to_thread(warm_answers))
+    decoder = asyncio.create_task(asyncio.to_thread(app.state.store.decoder.start))
     yield
     warming.cancel()
+    decoder.cancel()
+    app.state.store.decoder.close()
     await app.state.live_hub.stop()
     await engine.stop()
 

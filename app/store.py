@@ -501,6 +501,7 @@ class Store:
         the statuses naming them, in one script (never a torn set: tidemark/segments.py),
         and have the decoder process decode and merge them."""
         held = self._segments.get(name, {})
+        read_at = time.monotonic()
         statuses, ingested_raw, generation, fetched = self._read_segments(
             keys=[keys.shard_status(name), keys.shard_segments(name), keys.ingest_stats(name),
                   keys.GENERATIONS],
@@ -509,6 +510,9 @@ class Store:
         ingested = dict(zip(ingested_raw[::2], ingested_raw[1::2]))
         shards = _shards(raw, generation)
         versions = _versions(shards)
+        with self._lock:  # the freshest read of the statuses too
+            self._reads[name] = (read_at, (shards, ingested, versions))
+            self._read_at[name] = read_at
         held = {**held, **{d.decode(): b for d, b in zip(fetched[::2], fetched[1::2])}}
         named = {d for s in shards.values() for _, d in s.get("segments") or []}
         self._segments[name] = {d: b for d, b in held.items() if d in named}
