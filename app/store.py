@@ -198,7 +198,7 @@ class Store:
         self._merged: OrderedDict[str, tuple[tuple, StreamSummary, dict]] = OrderedDict()
         self._segments: dict[str, dict[str, bytes]] = {}  # name -> digest -> segment held
         self._read_segments = self.redis.register_script(segments.READ_LUA)
-        self.decoder = Decoder(secret, decoders)
+        self.decoder = Decoder.shared(secret, decoders)
         # What reading published versions cost (bench/bench_query_latency.py reports it):
         # versions decoded, segment bytes read from Redis, bytes of the blobs they made up,
         # decoder CPU seconds.
@@ -516,15 +516,15 @@ class Store:
         held = {**held, **{d.decode(): b for d, b in zip(fetched[::2], fetched[1::2])}}
         named = {d for s in shards.values() for _, d in s.get("segments") or []}
         self._segments[name] = {d: b for d, b in held.items() if d in named}
-        blobs = [(k, v, segments.join(shards[k]["segments"], held)) for k, v in versions
-                 if shards[k].get("segments")]
+        blobs = [(tuple(d for _, d in shards[k]["segments"]), segments.join(shards[k]["segments"], held))
+                 for k, _ in versions if shards[k].get("segments")]
         if not blobs:
             return None, _status(shards, ingested)
-        merged, cpu = self.decoder.decode(name, blobs)
+        merged, cpu = self.decoder.decode(blobs)
         with self._lock:
             self.read_stats["decodes"] += 1
             self.read_stats["bytes_read"] += sum(len(b) for b in fetched[1::2])
-            self.read_stats["bytes_served"] += sum(len(b) for _, _, b in blobs)
+            self.read_stats["bytes_served"] += sum(len(b) for _, b in blobs)
             self.read_stats["decode_seconds"] += cpu
             self._merged[name] = (versions, merged, shards)
             self._merged.move_to_end(name)

@@ -223,7 +223,7 @@ def run(src: str, workers: int, args, scenario: str, versions: list[StreamSummar
         api, port = start_api(src, redis.url, tmp, *extra, TIDEMARK_WEBHOOK_ALLOW_HOSTS='["127.0.0.1"]')
         loop = None
         try:
-            c = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30,
+            c = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=180,
                              headers={"Authorization": f"Bearer {KEY}"})
             for name in names:
                 assert c.put(f"/v1/streams/{name}", json=CONFIG).status_code in (200, 201)
