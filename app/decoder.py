@@ -33,11 +33,10 @@ _KEEP = 512
 
 
 def _start(secret: HashSecret) -> None:
+    # No warm-up run here: it would load the update kernels too, a CPU burst beside the
+    # API's at start; a decode loads the few kernels it needs from Numba's cache.
     global _secret
     _secret = secret
-    from tidemark.summary import warm_up
-
-    warm_up()  # load the kernels before the first decode (Numba's cache)
 
 
 def _ready() -> bool:
