@@ -203,6 +203,10 @@ class Store:
         # versions decoded, segment bytes read from Redis, bytes of the blobs they made up,
         # decoder CPU seconds.
         self.read_stats = {"decodes": 0, "bytes_read": 0, "bytes_served": 0, "decode_seconds": 0.0}
+        # Called with (name, versions, summary, status) of a newly decoded version before
+        # it serves (the app renders the answers asked of the version before: queries after
+        # the swap find them rendered; app.routes.queries.render_ahead).
+        self.on_decoded = None
         self.cached_streams = cached_streams  # the cache is bounded, not one entry per stream
         self._lock = threading.Lock()
         self._decoding: dict[str, threading.Lock] = {}  # one decode per stream at a time
@@ -521,6 +525,11 @@ class Store:
         if not blobs:
             return None, _status(shards, ingested)
         merged, cpu = self.decoder.decode(blobs)
+        if self.on_decoded is not None:  # answers of the new version rendered before it serves
+            try:
+                self.on_decoded(name, versions, merged, _status(shards, ingested))
+            except Exception as e:  # noqa: BLE001 — best effort: the query renders it then
+                log.warning("rendering answers of %s ahead failed: %s", name, type(e).__name__)
         with self._lock:
             self.read_stats["decodes"] += 1
             self.read_stats["bytes_read"] += sum(len(b) for b in fetched[1::2])
