@@ -3,10 +3,13 @@ tail when nothing is published, measured in the same run (so a loaded machine mo
 
 The API runs in its own process (``tidemark api``); a publisher process publishes a new
 version of a stream of 100 K events (a blob of ~700 KB) every 0.25 s — four times the
-worker's pace — while four kept-alive clients query it. Decoding such a version costs
-10-20 ms of CPU: done on the API's request path, or holding its GIL, it shows in the p99 at
-once, and this test fails. ``TIDEMARK_LATENCY_SRC`` runs it against another source tree's
-API and publisher (to see it fail on a tree that decodes in the API process).
+worker's pace — while four kept-alive clients query it, and fails when the p99 while
+publishing passes 3x the quiet one (3 ms at least). It guards against gross regressions:
+a query that waits for a decode, a version swapped in before its answers can be served.
+What it cannot tell apart on a shared 2-core machine: a decode in a thread of the API
+process (the GIL changes hands every 5 ms) from one in the decoder process — measured
+ratios were 1.1-1.9 for both. ``TIDEMARK_LATENCY_SRC`` runs it against another source
+tree's API and publisher.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from tidemark.streams import StreamConfig
 from tidemark.summary import StreamSummary
 
 SRC = os.environ.get("TIDEMARK_LATENCY_SRC", str(Path(__file__).resolve().parents[2]))
-RATIO, FLOOR = 4.0, 0.003  # p99 publishing <= RATIO x max(p99 quiet, FLOOR seconds)
+RATIO, FLOOR = 3.0, 0.003  # p99 publishing <= RATIO x max(p99 quiet, FLOOR seconds)
 PHASE = 4.0  # seconds of each phase
 CONFIG = StreamConfig(max_window=3600.0, value_min=0.0, value_max=1000.0)
 QUERIES = ["count?window=600", "sum?window=600", "frequency?window=600&key=k1",
@@ -139,6 +142,7 @@ def test_p99_while_publishing_stays_within_a_ratio_of_the_quiet_p99(api_process,
     finally:
         publisher.kill()
         publisher.wait()
+    print(f"p99 quiet {quiet * 1000:.1f} ms ({n_quiet}), publishing {busy * 1000:.1f} ms ({n_busy})")
     assert n_quiet > 50 and n_busy > 50
     assert busy <= RATIO * max(quiet, FLOOR), (
         f"p99 {busy * 1000:.1f} ms while publishing, {quiet * 1000:.1f} ms quiet "
