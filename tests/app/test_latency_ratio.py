@@ -4,11 +4,11 @@ tail when nothing is published, measured in the same run (so a loaded machine mo
 The API runs in its own process (``tidemark api``); a publisher process publishes a new
 version of a stream of 100 K events (a blob of ~700 KB) every 0.25 s — four times the
 worker's pace — while four kept-alive clients query it, and fails when the p99 while
-publishing passes 3x the quiet one (3 ms at least). It guards against gross regressions:
-a query that waits for a decode, a version swapped in before its answers can be served.
-What it cannot tell apart on a shared 2-core machine: a decode in a thread of the API
-process (the GIL changes hands every 5 ms) from one in the decoder process — measured
-ratios were 1.1-1.9 for both. ``TIDEMARK_LATENCY_SRC`` runs it against another source
+publishing passes 3x the quiet one (3 ms at least): a guard against gross regressions
+of the tail while versions move. Measured on a shared 2-core machine it did not tell
+apart a decode in a thread of the API process (the GIL changes hands every 5 ms), nor
+even queries waiting for each decode, from the decoder process: ratios 1.1-1.9 for all
+three with four clients. ``TIDEMARK_LATENCY_SRC`` runs it against another source
 tree's API and publisher.
 """
 
