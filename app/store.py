@@ -203,8 +203,8 @@ class Store:
         # versions decoded, segment bytes read from Redis, bytes of the blobs they made up,
         # decoder CPU seconds.
         self.read_stats = {"decodes": 0, "bytes_read": 0, "bytes_served": 0, "decode_seconds": 0.0}
-        # Called with (name, versions, summary, status) of a newly decoded version before
-        # it serves (the app renders the answers asked of the version before: queries after
+        # Called with (name, versions served now, new versions, summary, status) of a newly
+        # decoded version before it serves (the app renders the answers asked of the version before: queries after
         # the swap find them rendered; app.routes.queries.render_ahead).
         self.on_decoded = None
         self.cached_streams = cached_streams  # the cache is bounded, not one entry per stream
@@ -527,7 +527,8 @@ class Store:
         merged, cpu = self.decoder.decode(blobs)
         if self.on_decoded is not None:  # answers of the new version rendered before it serves
             try:
-                self.on_decoded(name, versions, merged, _status(shards, ingested))
+                serving = self._merged.get(name)
+                self.on_decoded(name, serving and serving[0], versions, merged, _status(shards, ingested))
             except Exception as e:  # noqa: BLE001 — best effort: the query renders it then
                 log.warning("rendering answers of %s ahead failed: %s", name, type(e).__name__)
         with self._lock:

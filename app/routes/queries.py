@@ -82,9 +82,10 @@ def _answer(store, cache: AnswerCache, query: str, name: str, params: dict, sent
     return rendered
 
 
-def render_ahead(cache: AnswerCache, name: str, versions: tuple, summary, status: dict) -> int:
-    """Render the answers last asked of ``name`` for its newly decoded ``versions``, before
-    they serve (``Store.on_decoded``, in the thread that decoded them): the first queries
+def render_ahead(cache: AnswerCache, name: str, serving: tuple | None, versions: tuple, summary,
+                 status: dict) -> int:
+    """Render the answers asked of ``name`` while it served ``serving`` for its newly
+    decoded ``versions``, before they serve (``Store.on_decoded``, in the thread that decoded them): the first queries
     after the swap find their answers kept instead of computing them while others queue.
     Keys are those ``_answer`` uses; a question that fails here is left to the query."""
     from urllib.parse import parse_qsl
@@ -92,7 +93,7 @@ def render_ahead(cache: AnswerCache, name: str, versions: tuple, summary, status
     from app.answers import answer
 
     done = 0
-    for query, query_string in cache.asked(name):
+    for query, query_string in cache.asked(name, serving):
         params = dict(parse_qsl(query_string.decode("latin-1"), keep_blank_values=True))
         key = (name, versions, query, tuple(sorted(params.items())))
         if cache.get(key) is not None:
