@@ -250,7 +250,7 @@ def run(src: str, workers: int, args, scenario: str, versions: list[StreamSummar
             ctx = multiprocessing.get_context("spawn")
             stop_event, counts = ctx.Event(), ctx.Array("q", 3)
             ingest = ctx.Process(target=_ingest, args=(port, KEY, stop_event, counts))
-            if scenario == "a" and not args.quiet:
+            if scenario == "a" and not args.quiet and not args.no_ingest:
                 ingest.start()
                 deadline = time.monotonic() + 120
                 while counts[1] < 1 and not counts[2] and time.monotonic() < deadline:
@@ -297,6 +297,7 @@ def main() -> None:
                     help="(a) one stream, (b) 100 streams, (c) 100 streams and 1,000 rules; default a")
     ap.add_argument("--src", action="append", default=[], help="another source tree to run beside this one")
     ap.add_argument("--quiet", action="store_true", help="no ingest and no new versions during the load")
+    ap.add_argument("--no-ingest", action="store_true", help="(a) publishes but posts no events")
     ap.add_argument("--workers", type=int, action="append", help="API processes (repeatable; default 1)")
     ap.add_argument("--profile", help="directory for py-spy raw profiles of each run's API")
     args = ap.parse_args()
