@@ -204,8 +204,8 @@ class Store:
         # decoder CPU seconds.
         self.read_stats = {"decodes": 0, "bytes_read": 0, "bytes_served": 0, "decode_seconds": 0.0}
         # Called with (name, versions served now, new versions, summary, status) of a newly
-        # decoded version before it serves (the app renders the answers asked of the version before: queries after
-        # the swap find them rendered; app.routes.queries.render_ahead).
+        # decoded version before it serves: the app renders the answers asked of the version
+        # before, so queries after the swap find them (app.routes.queries.render_ahead).
         self.on_decoded = None
         self.cached_streams = cached_streams  # the cache is bounded, not one entry per stream
         self._lock = threading.Lock()
