@@ -83,6 +83,15 @@ class AnswerCache:
             while len(self._sent) > self.size:
                 self._sent.popitem(last=False)
 
+    def asked(self, name: str, versions: tuple | None, limit: int = 16) -> list[tuple[str, bytes]]:
+        """The query kinds and query strings asked of ``name`` while it served ``versions``
+        (most recent first, at most ``limit``): the questions to answer ahead for its next
+        version. A question asked only of older versions is nobody's now."""
+        with self._lock:
+            found = [(hit.query, qs) for (_, qs), hit in reversed(self._sent.items())
+                     if hit.name == name and hit.versions == versions]
+        return found[:limit]
+
     def sent(self, path: str, query_string: bytes) -> _Sent | None:
         """The answer last given to this request form (its version may be old: the
         caller compares it with the version served now)."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from contextlib import asynccontextmanager
+from functools import partial
 
 import redis
 from fastapi import FastAPI, Request
@@ -119,8 +120,11 @@ async def _lifespan(app: FastAPI):
     app.state.alert_engine_wake = engine.wake
     # Off the start-up path: /healthz answers at once, the first queries find warm kernels.
     warming = asyncio.create_task(asyncio.to_thread(warm_answers))
+    decoder = asyncio.create_task(asyncio.to_thread(app.state.store.decoder.start))
     yield
     warming.cancel()
+    decoder.cancel()
+    app.state.store.decoder.close()
     await app.state.live_hub.stop()
     await engine.stop()
 
@@ -159,6 +163,7 @@ def create_app(settings: Settings, redis_url: str) -> FastAPI:
     app.state.alert_engine_wake = lambda: None
     app.state.metrics = Metrics()
     app.state.answer_cache = AnswerCache()
+    app.state.store.on_decoded = partial(queries.render_ahead, app.state.answer_cache)
     app.state.live_hub = LiveHub(redis_url, settings.max_sse_clients,
                                  prepare=lambda name: app.state.store.summary(name, fresh=True))
     app.state.keychain = keychain = Keychain(settings.api_keys)

@@ -1,8 +1,10 @@
 """The API's one door to Redis: stream declarations, ingest, published summaries, status.
 
-The worker publishes each shard of a stream on its own; a query reads the shards'
-statuses first, fetches and decodes only the shards whose version changed, and merges
-them once per set of versions (cached).
+The worker publishes each shard of a stream on its own, as segments named by a manifest in
+its status (``tidemark/segments.py``); a query reads the shards' statuses first and, when
+a version changed, the segments this process lacks (one script, one coherent set); a
+decoder process decodes and merges them (``app/decoder.py``) while queries go on being
+answered from the version before.
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ from concurrent.futures import ThreadPoolExecutor
 import redis
 
 from app.backpressure import LagReader, LogLag, decide
-from tidemark import keys
+from app.decoder import Decoder
+from tidemark import keys, segments
 from tidemark.generations import CURRENT_GENERATION_LUA, NEXT_GENERATION_LUA, lua
 from tidemark.hash_secret import HashSecret
 from tidemark.ingest_log import partition_of
@@ -198,7 +201,7 @@ class Store:
                  max_pending_chunks: int = 100_000, max_pending_events: int = 2_000_000,
                  cached_streams: int = 256, config_ttl: float = 1.0, read_ttl: float = 0.25,
                  revalidate_within: float = 2.0, log_partitions: int = 2,
-                 max_wait: float = 10.0, lag_ttl: float = 0.1):
+                 max_wait: float = 10.0, lag_ttl: float = 0.1, decoders: int = 1):
         self.redis = redis.Redis.from_url(redis_url, health_check_interval=30)
         self.secret = secret
         self.max_pending_chunks = max_pending_chunks
@@ -213,7 +216,17 @@ class Store:
         # name -> (shard versions, merged summary, their shard statuses): the version served;
         # shard summaries decoded once per version
         self._merged: OrderedDict[str, tuple[tuple, StreamSummary, dict]] = OrderedDict()
-        self._shards: dict[tuple[str, int], tuple[int, bytes, StreamSummary]] = {}
+        self._segments: dict[str, dict[str, bytes]] = {}  # name -> digest -> segment held
+        self._read_segments = self.redis.register_script(segments.READ_LUA)
+        self.decoder = Decoder.shared(secret, decoders)
+        # What reading published versions cost (bench/bench_query_latency.py reports it):
+        # versions decoded, segment bytes read from Redis, bytes of the blobs they made up,
+        # decoder CPU seconds.
+        self.read_stats = {"decodes": 0, "bytes_read": 0, "bytes_served": 0, "decode_seconds": 0.0}
+        # Called with (name, versions served now, new versions, summary, status) of a newly
+        # decoded version before it serves: the app renders the answers asked of the version
+        # before, so queries after the swap find them (app.routes.queries.render_ahead).
+        self.on_decoded = None
         self.cached_streams = cached_streams  # the cache is bounded, not one entry per stream
         self._lock = threading.Lock()
         self._decoding: dict[str, threading.Lock] = {}  # one decode per stream at a time
@@ -233,7 +246,7 @@ class Store:
         since published sketches were sized from the old ones (delete it first)."""
         new, raw = self._declare(
             keys=[keys.STREAMS, keys.GENERATIONS, keys.DELETED, keys.ingest_stats(name),
-                  keys.shard_sketch(name), keys.shard_status(name)],
+                  keys.shard_segments(name), keys.shard_status(name)],
             args=[name, json.dumps(config.model_dump())])
         if new:
             self.forget(name)
@@ -254,7 +267,7 @@ class Store:
         part = self.partition(name)
         shards = self._delete(
             keys=[keys.STREAMS, keys.GENERATIONS, keys.DELETED, keys.log_partition(part),
-                  keys.log_stats(part), keys.ingest_stats(name), keys.shard_sketch(name),
+                  keys.log_stats(part), keys.ingest_stats(name), keys.shard_segments(name),
                   keys.shard_status(name), keys.ACTIVE, keys.ingest(name)],
             args=[name, keys.ANNOUNCE])
         self.forget(name)
@@ -276,8 +289,7 @@ class Store:
             self._reads.pop(name, None)
             self._read_at.pop(name, None)
             self._merged.pop(name, None)
-            for key in [k for k in self._shards if k[0] == name]:
-                del self._shards[key]
+            self._segments.pop(name, None)
 
     def config(self, name: str) -> StreamConfig:
         """The stream's declaration. A declaration never changes (re-declaring with other
@@ -528,41 +540,46 @@ class Store:
                 pending.discard(name)
 
     def _decode(self, name: str, shards: dict, ingested: dict, versions: tuple):
-        stale = [k for k, v in versions if self._shards.get((name, k), (None,))[0] != v]
-        if stale:
-            # Blobs and statuses in one transaction, so each blob matches its status.
-            with self.redis.pipeline(transaction=True) as p:
-                p.hmget(keys.shard_sketch(name), stale)
-                p.hgetall(keys.shard_status(name))
-                p.hgetall(keys.ingest_stats(name))
-                p.hget(keys.GENERATIONS, name)
-                blobs, raw, ingested, generation = p.execute()
-            shards = _shards(raw, generation)
-            for k, blob in zip(stale, blobs):
-                if blob and k in shards:
-                    self._shards[(name, k)] = (
-                        (shards[k].get("generation"), shards[k]["version"]), blob,
-                        StreamSummary.from_bytes(blob, self.secret))
-            versions = _versions(shards)
-        # A shard whose new blob was missing keeps its last decoded version, never one of
-        # another generation.
-        parts = [self._shards[(name, k)] for k, v in versions
-                 if self._shards.get((name, k), ((None,),))[0][0] == v[0]]
-        if not parts:
+        """Read the segments of the current shard versions that this process lacks, with
+        the statuses naming them, in one script (never a torn set: tidemark/segments.py),
+        and have the decoder process decode and merge them."""
+        held = self._segments.get(name, {})
+        read_at = time.monotonic()
+        statuses, ingested_raw, generation, fetched = self._read_segments(
+            keys=[keys.shard_status(name), keys.shard_segments(name), keys.ingest_stats(name),
+                  keys.GENERATIONS],
+            args=[name, *held])
+        raw = dict(zip(statuses[::2], statuses[1::2]))
+        ingested = dict(zip(ingested_raw[::2], ingested_raw[1::2]))
+        shards = _shards(raw, generation)
+        versions = _versions(shards)
+        with self._lock:  # the freshest read of the statuses too
+            self._reads[name] = (read_at, (shards, ingested, versions))
+            self._read_at[name] = read_at
+        held = {**held, **{d.decode(): b for d, b in zip(fetched[::2], fetched[1::2])}}
+        named = {d for s in shards.values() for _, d in s.get("segments") or []}
+        self._segments[name] = {d: b for d, b in held.items() if d in named}
+        blobs = [(tuple(d for _, d in shards[k]["segments"]), segments.join(shards[k]["segments"], held))
+                 for k, _ in versions if shards[k].get("segments")]
+        if not blobs:
             return None, _status(shards, ingested)
-        if len(parts) == 1:
-            merged = parts[0][2]
-        else:  # merge into a fresh copy of the first; the cached shard summaries stay intact
-            merged = StreamSummary.from_bytes(parts[0][1], self.secret)
-            for _, _, part in parts[1:]:
-                merged.merge(part)
+        merged, cpu = self.decoder.decode(blobs)
+        if self.on_decoded is not None:  # answers of the new version rendered before it serves
+            try:
+                serving = self._merged.get(name)
+                self.on_decoded(name, serving and serving[0], versions, merged, _status(shards, ingested))
+            except Exception as e:  # noqa: BLE001 — best effort: the query renders it then
+                log.warning("rendering answers of %s ahead failed: %s", name, type(e).__name__)
         with self._lock:
+            self.read_stats["decodes"] += 1
+            self.read_stats["bytes_read"] += sum(len(b) for b in fetched[1::2])
+            self.read_stats["bytes_served"] += sum(len(b) for _, b in blobs)
+            self.read_stats["decode_seconds"] += cpu
             self._merged[name] = (versions, merged, shards)
             self._merged.move_to_end(name)
             while len(self._merged) > self.cached_streams:
                 old, _ = self._merged.popitem(last=False)
-                for key in [k for k in self._shards if k[0] == old]:
-                    del self._shards[key]
+                self._segments.pop(old, None)
         return merged, _status(shards, ingested)
 
     def failed_streams(self) -> dict[str, str]:

@@ -129,10 +129,12 @@ def stop(proc: subprocess.Popen) -> None:
 
 
 def _children(pid: int) -> list[int]:
-    try:
-        found = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-    except OSError:
-        return []
+    found = []  # children of every thread (the API starts its decoder processes from one)
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            found += Path(task, "children").read_text().split()
+        except OSError:
+            continue
     return [int(c) for c in found]
 
 

@@ -1,10 +1,15 @@
 """Query latency under load: p50/p99 per query kind at a target rate over concurrent
 clients, while events are ingested and new sketch versions are published.
 
-Starts a real Redis and the API (uvicorn, in a subprocess); declares a stream with keys
-and values, publishes summaries the way the worker does
-(``workers.publish.Publisher.publish_summary``) — a new version every second during the
-load — and posts NDJSON events through the API meanwhile. The load is open-loop: each of
+Starts a real Redis and the API (uvicorn, in a subprocess); declares streams with keys and
+values and publishes summaries every second the way the worker does, with the Publisher of
+the tree under test (``bench/_publish_loop.py``). Scenarios (``--scenario``): (a) one
+stream of an hour (200 K events) publishing every second while 5 K events/s are posted
+through the API; (b) 100 streams (20 K events each) publishing every second, queries
+spread over them; (c) (b) with 1,000 alert rules. Reported per run: p50/p99/max, the CPU
+of the API process and of its decoder processes, the bytes Redis sent per publish (INFO
+``total_net_output_bytes``: the API's reads) against the size of a whole blob, and the
+decoder CPU per publish. The load is open-loop: each of
 ``--clients`` kept-alive connections sends its share of ``--rate`` on a fixed schedule,
 cycling through count, sum, frequency, quantiles and heavy-hitters; latency runs from the
 scheduled send (a late send counts its wait, so a saturated API cannot hide it). Alone
@@ -20,7 +25,8 @@ a tree that has no such option runs with one). Runs are interleaved, so every si
 the same machine load.
 
     .venv/bin/python bench/bench_query_latency.py [--rate 2000] [--clients 50] [--seconds 20]
-        [--src /tmp/before] [--workers 1 --workers 2] [--profile DIR]
+        [--scenario a --scenario b --scenario c] [--src /tmp/before] [--workers 1 --workers 2]
+        [--profile DIR]
 """
 
 from __future__ import annotations
@@ -29,7 +35,10 @@ import argparse
 import asyncio
 import json
 import multiprocessing
-import threading
+import os
+import pickle
+import subprocess
+import sys
 import time
 
 import httptools
@@ -39,11 +48,11 @@ import numpy as np
 from _common import KEY, ROOT, SECRET, cpu_seconds, profile, profile_path, redis_server, start_api, stop, table_of
 from tidemark.streams import StreamConfig
 from tidemark.summary import StreamSummary
-from workers.publish import Publisher
 
 STREAM = "lat"
 T0 = 1_700_000_000.0
 EVENTS = 200_000
+MANY, MANY_EVENTS, RULES = 100, 20_000, 1000  # scenarios (b) and (c)
 CONFIG = {"max_window": "1h", "value_min": 0, "value_max": 1000}
 QUERIES = {
     "count": "count?window=600",
@@ -103,7 +112,8 @@ class Connection:
         return parser.get_status_code(), bytes(reply.body)
 
 
-async def _client(port: int, rate: float, seconds: float, offset: int, results: dict, errors: list):
+async def _client(port: int, rate: float, seconds: float, offset: int, results: dict, errors: list,
+                  names: list[str]):
     conn = Connection(port)
     await conn.open()
     kinds = list(QUERIES)
@@ -117,7 +127,8 @@ async def _client(port: int, rate: float, seconds: float, offset: int, results: 
         if scheduled > now:
             await asyncio.sleep(scheduled - now)
         kind = kinds[(i + offset) % len(kinds)]
-        status, body = await conn.get(f"/v1/streams/{STREAM}/{QUERIES[kind]}")
+        name = names[(i * 7 + offset) % len(names)]
+        status, body = await conn.get(f"/v1/streams/{name}/{QUERIES[kind]}")
         done = time.perf_counter()
         if status != 200:
             errors.append((kind, status, body[:200]))
@@ -126,11 +137,12 @@ async def _client(port: int, rate: float, seconds: float, offset: int, results: 
     conn.writer.close()
 
 
-async def _load(port: int, rate: float, clients: int, seconds: float) -> tuple[dict, list, float]:
+async def _load(port: int, rate: float, clients: int, seconds: float,
+                names: list[str]) -> tuple[dict, list, float]:
     results: dict[str, list[float]] = {}
     errors: list = []
     started = time.perf_counter()
-    await asyncio.gather(*[_client(port, rate / clients, seconds, c, results, errors)
+    await asyncio.gather(*[_client(port, rate / clients, seconds, c, results, errors, names)
                            for c in range(clients)])
     return results, errors, time.perf_counter() - started - 0.5
 
@@ -155,76 +167,124 @@ async def _single(port: int, repeats: int = 20) -> dict:
     return out
 
 
-def _background(redis_url: str, port: int, key: str, stop, counts) -> None:
+def _ingest(port: int, key: str, stop, counts) -> None:
     """In its own process (the load generator's event loop must not share a GIL with it):
-    publish a new version every second and post 1,000 NDJSON events every 0.2 s."""
-    versions = summaries()
-
-    def publish():
-        publisher = Publisher(redis_url)
-        v = 2
-        while not stop.wait(1.0):
-            v += 1
-            publisher.publish_summary(STREAM, versions[v % len(versions)], version=v, events=EVENTS)
-            counts[0] += 1
-
-    def ingest():
-        rng = np.random.default_rng(3)
-        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30,
-                          headers={"Authorization": f"Bearer {key}",
-                                   "content-type": "application/x-ndjson"}) as c:
-            while not stop.wait(0.2):
-                body = "\n".join(json.dumps({"ts": T0 + 3600 + rng.uniform(0, 1), "key": f"k{k}",
-                                             "value": 5.0}) for k in rng.integers(0, 100, 1000))
-                r = c.post(f"/v1/streams/{STREAM}/events", content=body)
-                if r.status_code == 202:
-                    counts[1] += 1000
-                elif not counts[2]:
-                    counts[2] = r.status_code
-                    print("ingest:", r.status_code, r.text[:200], flush=True)
-
-    threads = [threading.Thread(target=publish), threading.Thread(target=ingest)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    post 1,000 NDJSON events every 0.2 s (5 K events/s)."""
+    rng = np.random.default_rng(3)
+    with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30,
+                      headers={"Authorization": f"Bearer {key}",
+                               "content-type": "application/x-ndjson"}) as c:
+        while not stop.wait(0.2):
+            body = "\n".join(json.dumps({"ts": T0 + 3600 + rng.uniform(0, 1), "key": f"k{k}",
+                                         "value": 5.0}) for k in rng.integers(0, 100, 1000))
+            r = c.post(f"/v1/streams/{STREAM}/events", content=body)
+            if r.status_code == 202:
+                counts[1] += 1000
+            elif not counts[2]:
+                counts[2] = r.status_code
+                print("ingest:", r.status_code, r.text[:200], flush=True)
 
 
 def _supports_workers(src: str) -> bool:
     return "--workers" in open(f"{src}/tidemark_cli/main.py").read()
 
 
-def run(src: str, workers: int, args, versions: list[StreamSummary], profile_to: str | None) -> dict:
+def _prepared(path: str, versions: list[StreamSummary], events: int) -> str:
+    """The blobs the publish loop sends (``bench/_publish_loop.py``), in a file."""
+    with open(path, "wb") as f:
+        pickle.dump({"config": versions[0].config.model_dump(), "events": events,
+                     "clock": versions[-1].clock_seconds,
+                     "blobs": [v.to_bytes() for v in versions]}, f)
+    return path
+
+
+def _published(count_file: str) -> int:
+    try:
+        return int(open(count_file).read() or 0)
+    except (OSError, ValueError):
+        return 0
+
+
+def _own_cpu(pid: int) -> float:
+    """CPU seconds of the process itself (not its decoder processes)."""
+    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def run(src: str, workers: int, args, scenario: str, versions: list[StreamSummary],
+        many: list[StreamSummary], profile_to: str | None) -> dict:
+    """One scenario against the API of ``src``: (a) one stream publishing every second
+    while 5 K events/s are posted, (b) 100 streams publishing every second, queries spread
+    over them, (c) (b) with 1,000 alert rules (10 per stream, thresholds never crossed:
+    every rule is evaluated on each publish of its stream, no webhook is due)."""
+    names = [STREAM] if scenario == "a" else [f"m{i:03d}" for i in range(MANY)]
     with redis_server("tm-bench-latency-") as (redis, tmp):
         extra = ("--workers", str(workers)) if workers > 1 else ()
-        api, port = start_api(src, redis.url, tmp, *extra)
+        api, port = start_api(src, redis.url, tmp, *extra, TIDEMARK_WEBHOOK_ALLOW_HOSTS='["127.0.0.1"]')
+        loop = None
         try:
-            c = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30,
+            c = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=180,
                              headers={"Authorization": f"Bearer {KEY}"})
-            assert c.put(f"/v1/streams/{STREAM}", json=CONFIG).status_code in (200, 201)
-            Publisher(redis.url).publish_summary(STREAM, versions[0], version=2, events=EVENTS)
-            single = asyncio.run(_single(port))
+            for name in names:
+                assert c.put(f"/v1/streams/{name}", json=CONFIG).status_code in (200, 201)
+            if scenario == "c":
+                for r in range(RULES):
+                    got = c.post("/v1/alerts", json={
+                        "stream": names[r % len(names)], "query": "count", "params": {"window": str(600 + r % 10)},
+                        "op": ">", "threshold": 1e15, "webhook_url": "http://127.0.0.1:9/hook",
+                        "secret": "x" * 16})
+                    assert got.status_code in (200, 201), got.text
+            chosen = versions if scenario == "a" else many
+            blobs = _prepared(f"{tmp}/blobs.pickle", chosen, EVENTS if scenario == "a" else MANY_EVENTS)
+            count_file = f"{tmp}/published"
+            loop = subprocess.Popen([sys.executable, str(ROOT / "bench" / "_publish_loop.py"), redis.url,
+                                     blobs, count_file, *names],
+                                    env={**os.environ, "PYTHONPATH": str(src)})
+            deadline = time.monotonic() + 120
+            while _published(count_file) < len(names) and time.monotonic() < deadline:
+                time.sleep(0.1)  # its first round: every stream has a version
+            paths = [f"/v1/streams/{n}/{q}" for n in names for q in QUERIES.values()]
+            for path in paths:  # every stream's first read (the only one that may wait)
+                c.get(path)
+            single = asyncio.run(_single(port)) if scenario == "a" else {}
             ctx = multiprocessing.get_context("spawn")
             stop_event, counts = ctx.Event(), ctx.Array("q", 3)
-            background = ctx.Process(target=_background, args=(redis.url, port, KEY, stop_event, counts))
-            if not args.quiet:
-                background.start()
-                deadline = time.monotonic() + 180
-                while counts[0] < 1 and time.monotonic() < deadline:  # its first publish
-                    time.sleep(0.1)
+            ingest = ctx.Process(target=_ingest, args=(port, KEY, stop_event, counts))
+            if scenario == "a" and not args.quiet and not args.no_ingest:
+                ingest.start()
+                deadline = time.monotonic() + 120
+                while counts[1] < 1 and not counts[2] and time.monotonic() < deadline:
+                    time.sleep(0.1)  # its first post
+            if args.quiet:
+                loop.terminate()
+                loop.wait()
             spy = profile(api.pid, args.seconds, profile_to) if profile_to else None
-            cpu = cpu_seconds(api.pid)
-            results, errors, elapsed = asyncio.run(_load(port, args.rate, args.clients, args.seconds))
-            cpu = cpu_seconds(api.pid) - cpu
+            r0 = _redis_out(redis.url)
+            cpu, own, pub0 = cpu_seconds(api.pid), _own_cpu(api.pid), _published(count_file)
+            results, errors, elapsed = asyncio.run(_load(port, args.rate, args.clients, args.seconds, names))
+            cpu, own = cpu_seconds(api.pid) - cpu, _own_cpu(api.pid) - own
+            publishes = _published(count_file) - pub0
+            sent = _redis_out(redis.url) - r0
             stop_event.set()
-            if not args.quiet:
-                background.join(60)
+            if ingest.is_alive():
+                ingest.join(60)
             if spy:
                 spy.wait()
             return {"single": single, "results": results, "errors": errors, "elapsed": elapsed,
-                    "cpu": cpu, "published": counts[0], "posted": counts[1]}
+                    "cpu": cpu, "own_cpu": own, "published": publishes, "posted": counts[1],
+                    "redis_out": sent, "blob": len(chosen[0].to_bytes())}
         finally:
+            if loop is not None and loop.poll() is None:
+                loop.terminate()
+                loop.wait()
             stop(api)
+
+
+def _redis_out(url: str) -> int:
+    """Bytes Redis has sent its clients so far (the API's reads, mostly)."""
+    import redis as redis_py
+
+    return int(redis_py.Redis.from_url(url).info("stats")["total_net_output_bytes"])
 
 
 def main() -> None:
@@ -233,37 +293,55 @@ def main() -> None:
     ap.add_argument("--clients", type=int, default=50)
     ap.add_argument("--seconds", type=float, default=20.0)
     ap.add_argument("--runs", type=int, default=1)
+    ap.add_argument("--scenario", action="append", choices=["a", "b", "c"],
+                    help="(a) one stream, (b) 100 streams, (c) 100 streams and 1,000 rules; default a")
     ap.add_argument("--src", action="append", default=[], help="another source tree to run beside this one")
     ap.add_argument("--quiet", action="store_true", help="no ingest and no new versions during the load")
+    ap.add_argument("--no-ingest", action="store_true", help="(a) publishes but posts no events")
     ap.add_argument("--workers", type=int, action="append", help="API processes (repeatable; default 1)")
     ap.add_argument("--profile", help="directory for py-spy raw profiles of each run's API")
     args = ap.parse_args()
     versions = summaries()
+    many = summaries(MANY_EVENTS)
     sources = []
     for label, src in [("this tree", str(ROOT))] + [(s, s) for s in args.src]:
         for w in args.workers or [1]:
             if w == 1 or _supports_workers(src):
                 sources.append((label if w == 1 else f"{label}, {w} workers", src, w))
+    rows = []
     for i in range(args.runs):
-        for label, src, workers in sources:
-            r = run(src, workers, args, versions, profile_path(args.profile, label, i))
-            total = sum(len(v) for v in r["results"].values())
-            print(f"\n{label}: {total / r['elapsed']:.0f} queries/s answered of {args.rate:.0f} offered, "
-                  f"{args.clients} clients, {r['elapsed']:.1f} s; {len(r['errors'])} errors; "
-                  f"API CPU {r['cpu'] / r['elapsed']:.2f} cores; {r['published']} publishes, "
-                  f"{r['posted']} events posted meanwhile", flush=True)
-            if r["errors"]:
-                print("  first error:", r["errors"][0])
-            print("| query | alone: asked again | alone: first asked | p50 under load | p99 under load | answered |")
-            print("|---|---|---|---|---|---|")
-            for kind in QUERIES:
-                lat = np.array(r["results"].get(kind, [np.nan]))
-                print(f"| {kind} | {r['single'][kind] * 1000:.1f} ms | {r['single'][kind + ' new'] * 1000:.1f} ms | "
-                      f"{np.percentile(lat, 50) * 1000:.1f} ms | "
-                      f"{np.percentile(lat, 99) * 1000:.1f} ms | {lat.size} |")
-            every = np.concatenate([np.array(v) for v in r["results"].values()])
-            print(f"| all | | | {np.percentile(every, 50) * 1000:.1f} ms | {np.percentile(every, 99) * 1000:.1f} ms "
-                  f"| {every.size} |", flush=True)
+        for scenario in args.scenario or ["a"]:
+            for label, src, workers in sources:
+                r = run(src, workers, args, scenario, versions, many,
+                        profile_path(args.profile, f"{label}-{scenario}", i))
+                total = sum(len(v) for v in r["results"].values())
+                every = np.concatenate([np.array(v) for v in r["results"].values()])
+                per = max(r["published"], 1)
+                rows.append(
+                    f"| ({scenario}) {label} | {total / r['elapsed']:.0f} / {args.rate:.0f} | "
+                    f"{np.percentile(every, 50) * 1000:.1f} ms | {np.percentile(every, 99) * 1000:.1f} ms | "
+                    f"{every.max() * 1000:.0f} ms | {r['own_cpu'] / r['elapsed']:.2f} + "
+                    f"{(r['cpu'] - r['own_cpu']) / r['elapsed']:.2f} | {r['published']} | "
+                    f"{r['redis_out'] / per / 1024:.0f} KB ({r['redis_out'] / per / r['blob'] * 100:.0f} %) | "
+                    f"{(r['cpu'] - r['own_cpu']) / per * 1000:.1f} ms | {len(r['errors'])} |")
+                print(f"\n{label} ({scenario}): {total / r['elapsed']:.0f} queries/s answered of "
+                      f"{args.rate:.0f} offered, {args.clients} clients, {r['elapsed']:.1f} s; "
+                      f"{len(r['errors'])} errors; {r['published']} publishes, {r['posted']} events posted",
+                      flush=True)
+                if r["errors"]:
+                    print("  first error:", r["errors"][0])
+                if r["single"]:
+                    print("| query | alone: asked again | alone: first asked | p50 under load | p99 under load | answered |")
+                    print("|---|---|---|---|---|---|")
+                    for kind in QUERIES:
+                        lat = np.array(r["results"].get(kind, [np.nan]))
+                        print(f"| {kind} | {r['single'][kind] * 1000:.1f} ms | {r['single'][kind + ' new'] * 1000:.1f} ms | "
+                              f"{np.percentile(lat, 50) * 1000:.1f} ms | "
+                              f"{np.percentile(lat, 99) * 1000:.1f} ms | {lat.size} |", flush=True)
+    print("\n| scenario, tree | answered / offered q/s | p50 | p99 | max | API CPU (cores: API + decoder) "
+          "| publishes | read from Redis per publish (of the blob) | decoder CPU per publish | errors |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("\n".join(rows), flush=True)
 
 
 if __name__ == "__main__":

@@ -243,6 +243,18 @@ class _Instance:
         ok = (self.fhas == 0) | (self.fT < lo)
         return int(np.argmax(ok)) if ok.any() else -1
 
+    def __getstate__(self) -> dict:
+        # Numba's typed List does not pickle: its arrays travel as a plain list (the API's
+        # decoder process hands decoded summaries over by pickle, app/decoder.py).
+        state = {name: getattr(self, name) for name in self.__slots__}
+        state["bufs"] = list(self.bufs)
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        for name in self.__slots__:
+            setattr(self, name, state[name])
+        self.bufs = List(state["bufs"])
+
     def copy(self) -> "_Instance":
         new = object.__new__(_Instance)
         for name in self.__slots__:

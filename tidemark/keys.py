@@ -34,9 +34,10 @@ def ingest_stats(stream: str) -> str:
     return f"{PREFIX}ingest-stats:{{{stream}}}"
 
 
-def shard_sketch(stream: str) -> str:
-    """Hash: shard number -> that shard's published summary (bytes)."""
-    return f"{PREFIX}shard-sketch:{{{stream}}}"
+def shard_segments(stream: str) -> str:
+    """Hash: digest -> one segment of a published shard summary (``tidemark/segments.py``;
+    each shard's status names its segments in order)."""
+    return f"{PREFIX}shard-segments:{{{stream}}}"
 
 
 def shard_status(stream: str) -> str:

@@ -1,8 +1,9 @@
 """Publishing shard summaries to Redis, the serving layer (runs on the executors).
 
 Each (stream, shard) is published on its own, by the task that updated it: one Lua script
-writes the blob and its status together and announces them, only when the version is
-newer than the one Redis holds. A replayed micro-batch recomputes the same state with the
+writes the summary's changed segments and the status naming them all
+(``tidemark/segments.py``) and announces them, only when the version is newer than the
+one Redis holds. Segments the shard's current manifest already names are not sent again. A replayed micro-batch recomputes the same state with the
 same version from the same offsets, so publishing it again changes nothing; a task
 retried late can never put an older state back. The API merges a stream's shards when it
 reads them. Redis holds nothing the worker could not rebuild: after a flush the driver
@@ -16,7 +17,7 @@ import os
 import socket
 import time
 
-from tidemark import keys
+from tidemark import keys, segments
 from tidemark.generations import CURRENT_GENERATION_LUA, lua
 from tidemark.streams import StreamConfig
 from workers.redis_client import worker_redis
@@ -24,34 +25,12 @@ from workers.redis_client import worker_redis
 __all__ = ["Publisher", "ShardStatus"]
 
 # Publishes one shard only for the stream's current generation (``tidemark.generations``)
-# and only when its version is newer than the one Redis holds of that generation.
+# and only when its version is newer than the one Redis holds of that generation, as its
+# segments and a manifest written last (``tidemark.segments.PUBLISH_LUA``).
 # A stream with no generation was deleted (the generation it ended is in the deleted hash:
 # anything of it or older is refused) or lost in a Redis flush (the shard brings its
 # declaration and generation back, as the republish after a flush needs).
-# KEYS: shard statuses hash, shard sketches hash, declarations hash, generations hash,
-#       deleted hash
-# ARGV: shard, version, status JSON, blob, stream name, config JSON, announce channel,
-#       generation
-_PUBLISH = """
-local cur = redis.call('HGET', KEYS[4], ARGV[5])
-if cur then
-  if cur ~= ARGV[8] then return 0 end
-else
-  local dead = redis.call('HGET', KEYS[5], ARGV[5])
-  if dead and tonumber(ARGV[8]) <= tonumber(dead) then return 0 end
-  redis.call('HSETNX', KEYS[3], ARGV[5], ARGV[6])
-  redis.call('HSET', KEYS[4], ARGV[5], ARGV[8])
-end
-local current = redis.call('HGET', KEYS[1], ARGV[1])
-if current then
-  local c = cjson.decode(current)
-  if c['generation'] == tonumber(ARGV[8]) and c['version'] >= tonumber(ARGV[2]) then return 0 end
-end
-redis.call('HSET', KEYS[2], ARGV[1], ARGV[4])
-redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
-redis.call('PUBLISH', ARGV[7], cjson.encode({stream=ARGV[5], shard=tonumber(ARGV[1]), version=tonumber(ARGV[2])}))
-return 1
-"""
+_PUBLISH = segments.PUBLISH_LUA
 
 # The current generation of a stream, declaring it with ARGV[2] if it is not (benches and
 # tests that publish summaries without Spark). KEYS: declarations, generations.
@@ -98,12 +77,30 @@ class Publisher:
         ``config`` if it is not: benches and tests that publish without Spark)."""
         if status.get("generation") is None:
             status = {**status, "generation": self.current_generation(name, config)}
-        return bool(self._publish(
-            keys=[keys.shard_status(name), keys.shard_sketch(name), keys.STREAMS,
-                  keys.GENERATIONS, keys.DELETED],
-            args=[shard, status["version"], json.dumps(status), blob, name, json.dumps(config),
-                  keys.ANNOUNCE, int(status["generation"])],
-        ))
+        parts = segments.split(blob) if blob else []
+        status = {**status, "segments": [[name, segments.digest(b)] for name, b in parts]}
+        stored = self._stored_digests(name, shard)
+        for attempt in (0, 1):
+            sent = [x for (_, d), (_, b) in zip(status["segments"], parts)
+                    if attempt or d not in stored for x in (d, b)]
+            done = int(self._publish(
+                keys=[keys.shard_status(name), keys.shard_segments(name), keys.STREAMS,
+                      keys.GENERATIONS, keys.DELETED],
+                args=[shard, status["version"], json.dumps(status), name, json.dumps(config),
+                      keys.ANNOUNCE, int(status["generation"]), *sent],
+            ))
+            if done >= 0:
+                return bool(done)
+        raise RuntimeError("publish script refused every segment it was sent")  # cannot happen
+
+    def _stored_digests(self, name: str, shard: int) -> set[str]:
+        """The digests the shard's published manifest names (sent only when they changed;
+        should one be collected meanwhile, the script says so and all are sent)."""
+        raw = self.redis.hget(keys.shard_status(name), shard)
+        try:
+            return {d for _, d in json.loads(raw).get("segments") or []} if raw else set()
+        except (ValueError, TypeError):
+            return set()
 
     def publish_summary(self, name: str, summary, version: int, events: int,
                         late_dropped: int = 0, shard: int = 0) -> bool:

@@ -105,10 +105,6 @@ def rule_streams(rule: AlertRule) -> list[str]:
         return []
 
 
-def _involves(rule: AlertRule, stream: str) -> bool:
-    return stream in rule_streams(rule)
-
-
 def _error_class(e: BaseException) -> str:
     """What the deliveries log says about a failure: its class, never the socket's own
     words (which would turn the log into a port scanner)."""
@@ -127,6 +123,7 @@ class RuleCache:
     def __init__(self, alerts: AlertStore):
         self.alerts = alerts
         self._parsed: dict[bytes, tuple[bytes, AlertRule]] = {}
+        self._streams: dict[int, tuple[AlertRule, frozenset[str]]] = {}
 
     def _entry(self, rule_id: bytes, raw: bytes) -> tuple[bytes, AlertRule]:
         """The parsed rule for this stored form: kept if the bytes did not change."""
@@ -150,6 +147,16 @@ class RuleCache:
             self._parsed[key] = self._entry(key, raw)
             found[rule_id] = self._parsed[key][1]
         return found
+
+    def streams(self, rule: AlertRule) -> frozenset[str]:
+        """The streams ``rule`` reads, worked out once per parsed rule: a publish picks
+        the rules of its stream with a set test each, never a query-table lookup."""
+        kept = self._streams.get(id(rule))
+        if kept is None or kept[0] is not rule:
+            if len(self._streams) > 4 * max(len(self._parsed), 256):
+                self._streams.clear()
+            kept = self._streams[id(rule)] = (rule, frozenset(rule_streams(rule)))
+        return kept[1]
 
     def outdated(self) -> bool:
         """Are rules stored that are not parsed yet (or gone)? A hint: ``rules`` is exact."""
@@ -212,7 +219,7 @@ class AlertEngine:
         answers: dict = {}
         now = _now_iso()
         rules = [rule for rule in self.rule_cache.rules()
-                 if streams is None or any(_involves(rule, s) for s in streams)]
+                 if streams is None or not self.rule_cache.streams(rule).isdisjoint(streams)]
         # The announced versions themselves: queries may still be answered from the
         # version before while these decode, alerts wait for them.
         asked = {s for r in rules for s in rule_streams(r)}

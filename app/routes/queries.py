@@ -82,6 +82,30 @@ def _answer(store, cache: AnswerCache, query: str, name: str, params: dict, sent
     return rendered
 
 
+def render_ahead(cache: AnswerCache, name: str, serving: tuple | None, versions: tuple, summary,
+                 status: dict) -> int:
+    """Render the answers asked of ``name`` while it served ``serving`` for its newly
+    decoded ``versions``, before they serve (``Store.on_decoded``, in the thread that decoded them): the first queries
+    after the swap find their answers kept instead of computing them while others queue.
+    Keys are those ``_answer`` uses; a question that fails here is left to the query."""
+    from urllib.parse import parse_qsl
+
+    from app.answers import answer
+
+    done = 0
+    for query, query_string in cache.asked(name, serving):
+        params = dict(parse_qsl(query_string.decode("latin-1"), keep_blank_values=True))
+        key = (name, versions, query, tuple(sorted(params.items())))
+        if cache.get(key) is not None:
+            continue
+        try:
+            cache.put(key, _render(answer(query, name, summary.config, summary, status, params)))
+            done += 1
+        except Exception:  # noqa: BLE001 — the query itself says what is wrong
+            continue
+    return done
+
+
 def _render(body: dict) -> bytes:
     """The bytes FastAPI would send for ``body``."""
     return JSONResponse(jsonable_encoder(body)).body

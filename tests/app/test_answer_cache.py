@@ -232,3 +232,29 @@ def test_each_process_warms_every_single_stream_kind_off_the_start_path():
     from app.warm import warm_answers
 
     assert warm_answers() == sum(q.streams == 1 for q in QUERY_KINDS.values())
+
+
+def test_answers_asked_before_are_rendered_ahead_for_the_next_version(api, redis_url):
+    """A newly decoded version comes with the answers last asked of its stream already
+    rendered (``render_ahead``), each the very bytes the full way renders for it."""
+    name = next(_names)
+    publisher = Publisher(redis_url)
+    with api.client("admin") as c:
+        _declare(c, name)
+        publisher.publish_summary(name, _summary(5, ["a"] * 5), version=1, events=5)
+        _wait_version(c, name, 1)
+    store, cache = api.app.state.store, api.app.state.answer_cache
+    asked = ["count?window=600", "frequency?window=300&key=a", "heavy-hitters?window=600&phi=0.1"]
+    with api.client("read") as c:
+        for q in asked:
+            assert c.get(f"/v1/streams/{name}/{q}").status_code == 200
+        publisher.publish_summary(name, _summary(9, ["a"] * 9), version=2, events=9)
+        store.summary(name, fresh=True)  # decodes version 2 (as an alert evaluation would)
+        versions = store.served_versions(name)
+        for q in asked:
+            kind, query_string = q.split("?")
+            params = dict(p.split("=") for p in query_string.split("&"))
+            ahead = cache.get((name, versions, kind, tuple(sorted(params.items()))))
+            assert ahead is not None, q
+            assert c.get(f"/v1/streams/{name}/{q}").content == ahead
+    assert b'"estimate":9' in cache.get((name, versions, "count", (("window", "600"),))).replace(b" ", b"")

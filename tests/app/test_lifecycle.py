@@ -37,7 +37,7 @@ def _stream_keys(r: redis.Redis, name: str) -> dict:
         "declared": r.hexists(keys.STREAMS, name),
         "generation": r.hget(keys.GENERATIONS, name),
         "stats": r.exists(keys.ingest_stats(name)),
-        "sketch": r.exists(keys.shard_sketch(name)),
+        "sketch": r.exists(keys.shard_segments(name)),
         "status": r.exists(keys.shard_status(name)),
         "idem": list(r.scan_iter(match=keys.idempotency_pattern(name))),
     }

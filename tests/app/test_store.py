@@ -4,12 +4,14 @@ version, declarations, idempotent appends and back-pressure."""
 from __future__ import annotations
 
 import itertools
+import json
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 
 from app.store import Backpressure, Store, StreamConflict, StreamNotFound
 from tests import strategies as S
+from tidemark import keys, segments
 from tidemark.streams import StreamConfig
 from workers.publish import Publisher
 
@@ -65,15 +67,26 @@ def test_a_summary_is_decoded_once_per_version_and_merged_once_per_set(store, pu
     first, _ = store.summary(name)
     again, _ = store.summary(name)
     assert again is first  # same versions: the cached merge
-    shard0 = store._shards[(name, 0)][2]
     newer = S.Case(config, [2.0, 5.0], ["b", "c"], [1.0, 1.0], [1.0, 1.0], [1, 1])
-    assert publisher.publish_summary(name, S.shard_summaries(newer)[1], version=2, events=2, shard=1)
+    newest = S.shard_summaries(newer)[1]
+    before = dict(store.read_stats)
+    assert publisher.publish_summary(name, newest, version=2, events=2, shard=1)
     # A query meanwhile may still be answered from the version before (it is decoded off
     # the request path); fresh=True waits for the new one, as alert evaluation does.
     merged, status = store.summary(name, fresh=True)
     assert merged is not first and status["sketch_version"] == 3
-    assert store._shards[(name, 0)][2] is shard0  # the unchanged shard was not decoded again
+    # Only the segments of shard 1's new version that this process lacked were read
+    # (shard 0's were held; the head and the parts whose bytes changed come new).
+    held_before = set(store._segments[name])
+    changed = [b for _, b in segments.split(newest.to_bytes())]
+    assert store.read_stats["bytes_read"] - before["bytes_read"] <= sum(len(b) for b in changed)
+    assert store.read_stats["decodes"] == before["decodes"] + 1
+    assert held_before == {d for s in status_segments(publisher, name) for _, d in s}
     assert merged["count"].query(*_all(merged)).estimate == 4.0  # shard 0: 2 events, shard 1 now 2
+
+
+def status_segments(publisher, name):
+    return [json.loads(raw)["segments"] for raw in publisher.redis.hvals(keys.shard_status(name))]
 
 
 def _all(summary):
@@ -91,7 +104,7 @@ def test_the_cache_holds_at_most_cached_streams(redis_url, publisher):
         _publish_case(publisher, name, case)
         assert small.summary(name)[0] is not None
     assert list(small._merged) == names[-1:]
-    assert {k[0] for k in small._shards} == {names[-1]}
+    assert set(small._segments) == {names[-1]}
 
 
 def test_declarations_are_kept_and_never_changed(store):

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tidemark import keys
+from tidemark import keys, segments
 from tidemark.streams import StreamConfig
 from workers.publish import Publisher, ShardStatus
 
@@ -26,9 +26,14 @@ def _status(version: int) -> ShardStatus:
 
 
 def _held(p: Publisher, name: str, shard: int):
+    """The shard's version and its blob, put back together from the segments its manifest
+    names (tidemark/segments.py)."""
     status = p.redis.hget(keys.shard_status(name), shard)
-    return (None if status is None else json.loads(status)["version"],
-            p.redis.hget(keys.shard_sketch(name), shard))
+    if status is None:
+        return None, None
+    status = json.loads(status)
+    held = {d.decode(): b for d, b in p.redis.hgetall(keys.shard_segments(name)).items()}
+    return status["version"], segments.join(status["segments"], held)
 
 
 @given(st.lists(st.integers(1, 6), min_size=1, max_size=12))
