@@ -14,6 +14,7 @@ quantiles of an empty window — simply has no sample.
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from dataclasses import dataclass, field
@@ -24,6 +25,8 @@ from app.promql.query import SeriesQuery
 from app.promql.times import seconds
 from app.store import StreamNotFound
 from sketches.base import SketchError
+
+log = logging.getLogger(__name__)
 
 __all__ = ["Series", "EvaluationTimeout", "evaluate", "format_value", "window_seconds", "DEFAULT_WINDOW_MS"]
 
