@@ -28,7 +28,7 @@ from app.security import (HIDDEN, PUBLIC_PATHS, Keychain, RedactKeys, SignInMidd
                           principal_of, required_scope)
 from app.store import Backpressure, Store, StreamConflict, StreamNotFound
 from app.warm import warm_answers
-from sketches.base import CorruptSketchError
+from sketches.base import CorruptSketchError, IncompatibleSketchError
 from tidemark import __version__
 from tidemark.capacity import CapacityError
 from tidemark.credentials import secret_key
@@ -80,6 +80,8 @@ def _error_handlers(app: FastAPI) -> None:
     # A published blob that does not parse is our fault, not the caller's; it is refused
     # whole and reported as unavailable until the worker publishes again.
     app.add_exception_handler(CorruptSketchError, handler(503))
+    # Likewise a published blob of another deployment's hash secret (refused whole on read).
+    app.add_exception_handler(IncompatibleSketchError, handler(503))
 
     @app.exception_handler(redis.RedisError)
     async def storage_down(request: Request, exc: redis.RedisError) -> JSONResponse:

@@ -29,6 +29,7 @@ from app.promql.parser import ParseError, parse
 from app.promql.query import BOUNDS, BadQuery, Scalar, SeriesQuery, metric_names, plan
 from app.promql.times import BadParameter, parse_duration, parse_time, seconds
 from app.store import StreamNotFound
+from sketches.base import SketchError
 from tidemark import __version__
 
 __all__ = ["router", "visible_streams", "MAX_POINTS", "PROMETHEUS_API_VERSION"]
@@ -159,6 +160,10 @@ def _run(request: Request, query: SeriesQuery, times_ms: list[int], step_ms: int
         raise execution(HIDDEN if principal is not None and principal.restricted else str(e)) from None
     except QueryError as e:
         raise execution(str(e)) from None
+    except SketchError as e:  # a published summary refused whole (as the native 503 says)
+        raise PromError("unavailable", f"the stream's published summary cannot be read now "
+                        f"({type(e).__name__}); it is answered again once the worker publishes "
+                        "a readable one", 503) from None
     request.app.state.metrics.query_seconds.labels("prometheus").observe(time.perf_counter() - started)
     return series
 

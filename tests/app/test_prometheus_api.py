@@ -416,3 +416,25 @@ def test_a_range_reads_each_summary_once(api, streams, monkeypatch):
                                           "start": str(end - 600), "end": str(end), "step": "10"})
     assert r.status_code == 200 and len(r.json()["data"]["result"][0]["values"]) == 61
     assert sorted(reads) == sorted([a, b])
+
+
+def test_a_stream_whose_summary_cannot_be_read_is_left_out_of_a_regex_not_a_5xx(api, redis_url, streams):
+    """A published summary this deployment cannot read (another hash secret: refused whole)
+    costs a regex selector that stream's samples, never the other streams' answer nor a 5xx."""
+    from tidemark.hash_secret import HashSecret
+
+    good, end = streams[0][0], streams[1]
+    bad = next(_names)
+    config = StreamConfig(max_window=MAX_WINDOW, epsilon=0.05)
+    summary = StreamSummary.create(config, HashSecret(b"another-deployment-secret"))
+    summary.update_table(decode_chunk(encode_chunk(np.array([end]), ["k"], np.ones(1), np.ones(1))))
+    Publisher(redis_url).publish_summary(bad, summary, version=1, events=1)
+    form = {"query": f'tidemark_count{{stream=~"{good}|{bad}", window="5m"}}', "time": end}
+    r = grafana_post(api, "query", form)
+    assert r.status_code == 200, r.text
+    assert {s["metric"]["stream"] for s in r.json()["data"]["result"]} == {good}
+    named = grafana_post(api, "query", {**form, "query": f'tidemark_count{{stream="{bad}", window="5m"}}'})
+    # Named outright: refused whole, as the native route refuses it (503: ours, not the caller's).
+    assert named.status_code == 503 and named.json()["errorType"] == "unavailable", named.text
+    native = httpx.get(f"{api.url}/v1/streams/{bad}/count", params={"window": "5m"}, headers=auth("read"))
+    assert native.status_code == 503 and "another hash secret" in native.json()["detail"], native.text
