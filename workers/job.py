@@ -324,6 +324,42 @@ def has_commits(spark_checkpoint: str) -> bool:
     return any(i.type == pafs.FileType.File and i.base_name.isdigit() for i in infos)
 
 
+# The layout of the shard state kept in Spark's state store (``STATE_SCHEMA``): 2 since
+# generations (stream deletion) joined it. Spark refuses a state of another schema with an
+# error that names none of this, so a checkpoint says which layout it holds.
+STATE_FORMAT = "2"
+_STATE_FORMAT_FILE = "state-format"
+
+
+class CheckpointFormatError(RuntimeError):
+    """The checkpoint's shard state was written by a Tidemark this one cannot read."""
+
+
+def check_state_format(checkpoint: str) -> None:
+    """Refuse a checkpoint whose shard state an earlier layout wrote; mark a new one."""
+    import pyarrow.fs as pafs
+
+    uri = checkpoint if "://" in checkpoint else os.path.abspath(checkpoint)
+    fs, root = pafs.FileSystem.from_uri(uri)
+    path = f"{root}/{_STATE_FORMAT_FILE}"
+    if fs.get_file_info(path).type == pafs.FileType.File:
+        with fs.open_input_stream(path) as f:
+            found = f.read().decode().strip()
+    else:
+        found = "1" if has_commits(f"{checkpoint}/spark") else None  # older ones had no mark
+    if found == STATE_FORMAT:
+        return
+    if found is not None:
+        raise CheckpointFormatError(
+            f"the checkpoint {checkpoint} holds shard state in layout {found}, written by an "
+            f"earlier Tidemark; this one keeps layout {STATE_FORMAT} and cannot read it: start "
+            "afresh with a new checkpoint and Redis (for `tidemark up`, move the run directory "
+            "away), then declare the streams and send their events again")
+    fs.create_dir(root, recursive=True)
+    with fs.open_output_stream(path) as f:
+        f.write(f"{STATE_FORMAT}\n".encode())
+
+
 # Spark settings that cut the fixed cost of a start in local mode (``local[*]``: the
 # embedded deployment of ``tidemark up``); a cluster keeps its own spark-defaults.
 LOCAL_CONF = {
@@ -569,6 +605,7 @@ class Prepared:
         from tidemark.ingest_log import partition_count
         from workers.migrate import migrate_legacy_queues
 
+        check_state_format(self.driver.checkpoint)
         r = self.driver.publisher.redis
         migrate_legacy_queues(r, self.driver.checkpoint + "/spark",
                               partition_count(r, self.log_partitions))
