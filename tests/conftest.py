@@ -37,6 +37,15 @@ def redis_server(tmp_path_factory):
     server.stop()
 
 
+@pytest.fixture(scope="module")
+def own_redis(tmp_path_factory):
+    """A Redis of the requesting test module alone (module scope: one per module), for
+    tests whose limits and quotas count everything in it."""
+    server = EmbeddedRedis(tmp_path_factory.mktemp("own-redis")).start()
+    yield server
+    server.stop()
+
+
 @pytest.fixture(scope="session")
 def redis_url(redis_server) -> str:
     return redis_server.url

@@ -23,14 +23,6 @@ SCOPES = ("read", "ingest", "admin")
 
 
 @pytest.fixture(scope="module")
-def own_redis(tmp_path_factory):
-    """A Redis of this module alone: quotas count what is in it."""
-    server = EmbeddedRedis(tmp_path_factory.mktemp("redis-security")).start()
-    yield server
-    server.stop()
-
-
-@pytest.fixture(scope="module")
 def server(own_redis):
     s = ApiServer(own_redis.url, max_body_bytes=4096, max_streams=6, max_alerts=2,
                   max_sse_clients=2).start()

@@ -17,7 +17,6 @@ from hypothesis import given, settings, strategies as st
 
 from app.security import Principal, api_routes, may_see, required_scope, visible
 from tests.conftest import API_KEYS, KEYS, TEST_SECRET, ApiServer
-from tidemark.redis_server import EmbeddedRedis
 from tidemark.settings import ApiKey
 from tidemark.streams import StreamConfig
 from workers.publish import Publisher
@@ -31,13 +30,6 @@ T0 = 1_700_000_000.0
 
 def team(scope: str) -> dict:
     return {"Authorization": f"Bearer {TEAM[scope]}"}
-
-
-@pytest.fixture(scope="module")
-def own_redis(tmp_path_factory):
-    server = EmbeddedRedis(tmp_path_factory.mktemp("redis-tenants")).start()
-    yield server
-    server.stop()
 
 
 @pytest.fixture(scope="module")
