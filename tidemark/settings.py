@@ -127,7 +127,7 @@ class Settings(BaseSettings):
     max_streams: int = Field(default=1000, ge=1)
     max_alerts: int = Field(default=1000, ge=1)
     max_sse_clients: int = Field(default=100, ge=1)
-    # Per tenant: the keys with one set of stream patterns (README, Security).
+    # Per tenant: the keys with one set of stream patterns (docs/operations.md, Security).
     tenant_max_streams: int = Field(default=100, ge=1, description="streams a tenant's "
                                     "patterns may match before declaring another is a 409")
     tenant_max_alerts: int = Field(default=100, ge=1, description="alerts on a tenant's "

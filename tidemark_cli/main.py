@@ -443,7 +443,7 @@ def main(argv: list[str] | None = None) -> int:
         where = ".".join(str(x) for x in err.get("loc", ())) or "settings"
         msg = err.get('msg', 'invalid').removeprefix('Value error, ')
         print(f"tidemark: error: setting {where}: {msg} "
-              "(see the Security and Configuration sections of the README)", file=sys.stderr)
+              "(see docs/operations.md: Configuration and Security)", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130

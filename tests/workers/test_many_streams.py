@@ -209,7 +209,7 @@ def test_a_flood_on_one_stream_gets_the_429s_and_the_trickles_beside_it_stay_fre
                   f"{statistics.median(fresh) if fresh else 0:.2f} s p95 {p95:.2f} s; lag {json.dumps(lag)[:200]}")
             # The flood gets the 429s (and is told when to come back); the trickles far fewer
             # (on this shared 2-core machine the worker's cost fit still lets a flood's burst
-            # through now and then, and everybody waits for its batch: see the README).
+            # through now and then, and everybody waits for its batch: see bench/README.md).
             trickle_requests = trickle["accepted"] // 10 + trickle["refused"]
             flood_requests = (flood["accepted"] - 1) // 20_000 + flood["refused"]
             assert flood["refused"] > 0 and flood["retry_after"] <= set(range(1, 11))
