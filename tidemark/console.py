@@ -1,7 +1,7 @@
 """What ``tidemark up`` and ``demo`` say on the terminal: their own phases, the URL and the
 key, then one line per event that matters — never the engine's chatter.
 
-Spark and the JVM write dozens of warnings and ``[Stage N: …]`` bars; the parts' output
+Spark and the JVM write dozens of warnings and ``[Stage N: …]`` bars; the services' output
 goes to log files under the run directory instead (``logs/worker.log``, ``logs/api.log``;
 ``--verbose`` keeps it on the terminal). Phases are watched from the outside, as a user
 would: Redis answers, the worker's heartbeat names a running query, the API answers
@@ -82,7 +82,7 @@ class Watch:
         why = None
         if not ready:
             reasons = (body or {}).get("why") or {}
-            why = "; ".join(f"{part}: {text}" for part, text in sorted(reasons.items())) or "not ready"
+            why = "; ".join(f"{service}: {text}" for service, text in sorted(reasons.items())) or "not ready"
         if why == self.why:
             return
         if why is None:

@@ -61,7 +61,7 @@ def declare_streams(redis_url: str, streams: dict[str, StreamConfig]) -> None:
 # -- processes ---------------------------------------------------------------------------
 def _spawn(args: list[str], env: dict | None = None, stdin=None,
            log: Path | None = None) -> subprocess.Popen:
-    """Start a part; its standard output and error go to ``log`` (appended) when given."""
+    """Start a service (one supervised process); its standard output and error go to ``log`` (appended) when given."""
     output = open(log, "ab") if log else None
     try:
         return subprocess.Popen([sys.executable, "-m", "tidemark_cli", *args], stdin=stdin,
@@ -73,11 +73,11 @@ def _spawn(args: list[str], env: dict | None = None, stdin=None,
 
 
 def _stop(proc: subprocess.Popen | None, timeout: float = 30.0) -> None:
-    """Stop a part and everything in its process group, even when its leader is gone."""
+    """Stop a service and everything in its process group, even when its leader is gone."""
     if proc is None:
         return
     if proc.poll() is None:
-        # SIGTERM to the part itself only: the worker stops its query and Spark; a JVM
+        # SIGTERM to the service's leader only: the worker stops its query and Spark; a JVM
         # signalled at the same time would stop its SparkContext under the driver's feet.
         proc.send_signal(signal.SIGTERM)
         try:
@@ -121,8 +121,8 @@ def _log(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
-def _parts(args, settings: Settings, run_dir: Path, env: dict, streams: dict, log=_log):
-    """The supervised parts of ``up``: embedded Redis (unless --redis), worker, API.
+def _services(args, settings: Settings, run_dir: Path, env: dict, streams: dict, log=_log):
+    """The services ``up`` supervises: embedded Redis (unless --redis), worker, API.
     The configured streams are declared before the worker and the API start. Without
     ``--verbose`` the worker's and the API's output (Spark's and the JVM's included) go
     to ``logs/worker.log`` and ``logs/api.log`` under the run directory."""
@@ -133,10 +133,10 @@ def _parts(args, settings: Settings, run_dir: Path, env: dict, streams: dict, lo
     api_log = logs / "api.log" if logs else None
     from tidemark.redis_server import EmbeddedRedis
     from tidemark.standby import WorkerSlot
-    from tidemark.supervisor import Part
+    from tidemark.supervisor import Service
 
     redis_url = args.redis or settings.redis_url
-    parts = []
+    services = []
     if redis_url:
         declare_streams(redis_url, streams)
     else:
@@ -148,7 +148,7 @@ def _parts(args, settings: Settings, run_dir: Path, env: dict, streams: dict, lo
             declare_streams(redis_url, streams)  # a no-op once Redis has them
             return embedded.process
 
-        parts.append(Part("redis", start_redis, lambda _: embedded.stop()))
+        services.append(Service("redis", start_redis, lambda _: embedded.stop()))
     checkpoint = args.checkpoint or settings.checkpoint
     master = args.master or settings.spark_master
     worker_args = ["worker", "--redis", redis_url, "--checkpoint", checkpoint]
@@ -160,11 +160,11 @@ def _parts(args, settings: Settings, run_dir: Path, env: dict, streams: dict, lo
         slot = WorkerSlot(lambda standby: _spawn(worker_args + ["--standby"] * standby, env,
                                                  subprocess.PIPE if standby else None, worker_log),
                           _stop, log)
-    parts.append(Part("worker", slot.start if slot else lambda: _spawn(worker_args, env, log=worker_log),
-                      _stop))
+    services.append(Service("worker", slot.start if slot else
+                            lambda: _spawn(worker_args, env, log=worker_log), _stop))
     api_args = ["api", "--redis", redis_url, "--host", args.host, "--port", str(args.port)]
-    parts.append(Part("api", lambda: _spawn(api_args, env, log=api_log), _stop))
-    return parts, redis_url, slot
+    services.append(Service("api", lambda: _spawn(api_args, env, log=api_log), _stop))
+    return services, redis_url, slot
 
 
 def run_up(args, demo: bool = False) -> None:
@@ -193,12 +193,12 @@ def run_up(args, demo: bool = False) -> None:
             line += f" (its output: {logs / 'worker.log'})"
         console.say(line)
 
-    # One hash secret for both parts, kept beside the worker's checkpoint.
+    # One hash secret for the worker and the API, kept beside the worker's checkpoint.
     env = {"TIDEMARK_HASH_SECRET": load_or_create(checkpoint, settings.hash_secret).secret.hex()}
     console.say(f"Starting Tidemark{' (demo)' if demo else ''}"
                 + ("" if args.verbose else f"; the engine's output goes to {logs}/ (--verbose shows it)"))
-    parts, redis_url, slot = _parts(args, settings, run_dir, env, streams, say)
-    supervisor = Supervisor(parts, settings.max_restarts, settings.restart_window,
+    services, redis_url, slot = _services(args, settings, run_dir, env, streams, say)
+    supervisor = Supervisor(services, settings.max_restarts, settings.restart_window,
                             state_file=run_dir / "supervisor.json", log=say)
     stopping = False
 
@@ -389,7 +389,7 @@ def parser() -> argparse.ArgumentParser:
         s.add_argument("--master", help="Spark master URL (default local[*])")
         s.add_argument("--checkpoint", help="worker state location (path or pyarrow.fs URI)")
         s.add_argument("--verbose", action="store_true",
-                       help="show the parts' own output (Spark, the JVM) instead of keeping it "
+                       help="show the services' own output (Spark, the JVM) instead of keeping it "
                        "in logs/ under the run directory")
     s = sub.add_parser("ingest", help="send NDJSON or CSV event files to a stream")
     s.add_argument("--stream", required=True)

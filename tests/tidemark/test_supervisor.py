@@ -1,4 +1,4 @@
-"""The supervisor's restart, backoff and give-up rules, on a fake clock and fake parts."""
+"""The supervisor's restart, backoff and give-up rules, on a fake clock and fake services."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from tidemark.supervisor import GiveUp, Part, Supervisor, describe_exit, read_state
+from tidemark.supervisor import GiveUp, Service, Supervisor, describe_exit, read_state
 
 
 class FakeProcess:
@@ -34,17 +34,17 @@ def _supervised(tmp_path, **kw):
         started.append(FakeProcess(100 + len(started)))
         return started[-1]
 
-    part = Part("worker", start, stopped.append)
-    sup = Supervisor([part], clock=clock, log=logs.append, state_file=tmp_path / "sup.json", **kw)
+    service = Service("worker", start, stopped.append)
+    sup = Supervisor([service], clock=clock, log=logs.append, state_file=tmp_path / "sup.json", **kw)
     sup.start()
-    return sup, part, clock, started, stopped, logs
+    return sup, service, clock, started, stopped, logs
 
 
-def test_a_dead_part_is_restarted_at_once_then_after_a_doubling_backoff_and_reaped_first(tmp_path):
-    sup, part, clock, started, stopped, logs = _supervised(tmp_path, base_delay=0.5, window=60)
+def test_a_dead_service_is_restarted_at_once_then_after_a_doubling_backoff_and_reaped_first(tmp_path):
+    sup, service, clock, started, stopped, logs = _supervised(tmp_path, base_delay=0.5, window=60)
     started[-1].code = -9
     sup.tick()  # a lone failure: reaped and started again in the same tick
-    assert stopped[-1] is started[0] and len(started) == 2 and part.restarts == 1
+    assert stopped[-1] is started[0] and len(started) == 2 and service.restarts == 1
     assert "worker was killed by SIGKILL; restarting in 0.0 s (1 failure(s)" in logs[-2]
     assert logs[-1] == f"tidemark up: worker restarted (pid {started[-1].pid}, restart 1)"
     for n, wait in enumerate([0.5, 1.0, 2.0], start=2):
@@ -57,7 +57,7 @@ def test_a_dead_part_is_restarted_at_once_then_after_a_doubling_backoff_and_reap
         assert len(started) == n  # not before its backoff is over
         clock.now += 0.01
         sup.tick()
-        assert len(started) == n + 1 and part.restarts == n
+        assert len(started) == n + 1 and service.restarts == n
         assert logs[-1] == f"tidemark up: worker restarted (pid {started[-1].pid}, restart {n})"
     state = json.loads((tmp_path / "sup.json").read_text())
     assert state["parts"]["worker"] == {"pid": started[-1].pid, "restarts": 4, "running": True,
@@ -66,7 +66,7 @@ def test_a_dead_part_is_restarted_at_once_then_after_a_doubling_backoff_and_reap
 
 
 def test_repeated_failure_within_the_window_gives_up_with_one_clear_line(tmp_path):
-    sup, part, clock, started, stopped, logs = _supervised(tmp_path, max_failures=3, window=60)
+    sup, service, clock, started, stopped, logs = _supervised(tmp_path, max_failures=3, window=60)
     for _ in range(2):
         started[-1].code = 1
         sup.tick()
@@ -81,14 +81,14 @@ def test_repeated_failure_within_the_window_gives_up_with_one_clear_line(tmp_pat
 
 
 def test_failures_further_apart_than_the_window_never_give_up_and_reset_the_backoff(tmp_path):
-    sup, part, clock, started, stopped, logs = _supervised(tmp_path, max_failures=2, window=60)
+    sup, service, clock, started, stopped, logs = _supervised(tmp_path, max_failures=2, window=60)
     for _ in range(5):
         started[-1].code = 1
         sup.tick()
         assert "restarting in 0.0 s (1 failure(s)" in logs[-2]
         clock.now += 61
         sup.tick()
-    assert part.restarts == 5
+    assert service.restarts == 5
 
 
 def test_a_start_that_raises_counts_as_a_failure(tmp_path):
@@ -100,10 +100,10 @@ def test_a_start_that_raises_counts_as_a_failure(tmp_path):
             raise RuntimeError("redis-server did not start in time")
         return FakeProcess(1)
 
-    part = Part("redis", start, lambda _: None)
-    sup = Supervisor([part], max_failures=3, clock=clock, log=logs.append)
+    service = Service("redis", start, lambda _: None)
+    sup = Supervisor([service], max_failures=3, clock=clock, log=logs.append)
     sup.start()
-    part.handle.code = 0
+    service.handle.code = 0
     sup.tick()  # exited, restarted at once, that start raised: two failures, a backoff
     assert len(calls) == 2 and "redis could not start: redis-server did not start in time; " \
         "restarting in 0.5 s (2 failure(s)" in logs[-1]
