@@ -48,7 +48,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from tidemark import keys
+from tidemark.wire import keys
 from tidemark.ingest_log import ZERO, id_tuple, partition_count
 
 __all__ = ["LogLag", "LagReader", "decide", "Refusal", "read_positions", "TARGET", "CEILING", "FLOOR_CAPACITY"]

@@ -26,7 +26,7 @@ import redis
 
 from app.store import Store
 from app.backpressure import read_positions
-from tidemark import keys
+from tidemark.wire import keys
 from tidemark.ingest_log import id_tuple
 
 __all__ = ["readiness"]

@@ -22,7 +22,8 @@ import redis
 
 from app.backpressure import LagReader, LogLag, decide
 from app.decoder import Decoder
-from tidemark import keys, segments
+from tidemark import segments
+from tidemark.wire import keys
 from tidemark.generations import CURRENT_GENERATION_LUA, NEXT_GENERATION_LUA, lua
 from tidemark.hash_secret import HashSecret
 from tidemark.ingest_log import partition_of

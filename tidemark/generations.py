@@ -21,7 +21,7 @@ generation still held in Spark's state store).
 
 from __future__ import annotations
 
-from tidemark import keys
+from tidemark.wire import keys
 
 __all__ = ["NEXT_GENERATION_LUA", "CURRENT_GENERATION_LUA", "lua"]
 

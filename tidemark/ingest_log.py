@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import zlib
 
-from tidemark import keys
+from tidemark.wire import keys
 
 __all__ = ["partition_of", "partition_count", "initial_offset", "is_legacy", "positions",
            "id_tuple", "ZERO"]

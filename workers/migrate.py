@@ -26,7 +26,7 @@ import json
 import logging
 import os
 
-from tidemark import keys
+from tidemark.wire import keys
 from tidemark.ingest_log import id_tuple, is_legacy, partition_of
 
 __all__ = ["migrate_legacy_queues", "committed_offset"]

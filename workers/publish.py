@@ -17,7 +17,8 @@ import os
 import socket
 import time
 
-from tidemark import keys, segments
+from tidemark import segments
+from tidemark.wire import keys
 from tidemark.generations import CURRENT_GENERATION_LUA, lua
 from tidemark.streams import StreamConfig
 from workers.redis_client import worker_redis

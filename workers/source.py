@@ -93,7 +93,7 @@ def _shards(raw: bytes | None) -> int:
 
 def read_range(r, part: int, start: str, end: str):
     """The rows of entries ``(start, end]`` of partition ``part``, in log order."""
-    from tidemark import keys
+    from tidemark.wire import keys
 
     shards: dict[str, int] = {}
     cursor = start
@@ -147,7 +147,7 @@ class _Reader(DataSourceStreamReader):
     def latestOffset(self, start: dict | None = None, limit=None) -> dict:
         """Each partition's last entry (with its counts), from the stats hashes the
         append writes atomically with the entry."""
-        from tidemark import keys
+        from tidemark.wire import keys
         from tidemark.ingest_log import id_tuple, positions
 
         n = self.partitions_n
@@ -175,7 +175,7 @@ class _Reader(DataSourceStreamReader):
 
     def commit(self, end: dict) -> None:
         """Spark has durably committed every batch up to ``end``: those entries can go."""
-        from tidemark import keys
+        from tidemark.wire import keys
         from tidemark.ingest_log import ZERO, id_tuple, is_legacy, positions
 
         if is_legacy(end):

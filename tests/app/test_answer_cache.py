@@ -26,7 +26,7 @@ import pytest
 import app.routes.queries as queries_route
 from app.store import Store
 from tests.conftest import KEYS, TEST_SECRET
-from tidemark import keys as redis_keys
+from tidemark.wire import keys as redis_keys
 from tidemark.chunks import decode_chunk, encode_chunk
 from tidemark.streams import StreamConfig
 from tidemark.summary import StreamSummary

@@ -11,7 +11,8 @@ from hypothesis import HealthCheck, given, settings
 
 from app.store import Backpressure, Store, StreamConflict, StreamNotFound
 from tests import strategies as S
-from tidemark import keys, segments
+from tidemark import segments
+from tidemark.wire import keys
 from tidemark.streams import StreamConfig
 from workers.publish import Publisher
 
@@ -137,7 +138,7 @@ def test_an_append_with_a_seen_idempotency_key_stores_nothing_and_returns_the_fi
 
 
 def _stats_key(name):
-    from tidemark import keys
+    from tidemark.wire import keys
 
     return keys.ingest_stats(name)
 

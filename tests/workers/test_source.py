@@ -14,7 +14,7 @@ import pytest
 import redis
 
 from app.store import Store
-from tidemark import keys
+from tidemark.wire import keys
 from tidemark.ingest_log import initial_offset, partition_count, partition_of
 from tidemark.redis_server import EmbeddedRedis
 from tidemark.streams import StreamConfig
