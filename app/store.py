@@ -23,8 +23,7 @@ import redis
 from app.backpressure import LagReader, LogLag, decide
 from app.decoder import Decoder
 from tidemark import segments
-from tidemark.wire import keys
-from tidemark.generations import CURRENT_GENERATION_LUA, NEXT_GENERATION_LUA, lua
+from tidemark.wire import keys, scripts
 from tidemark.hash_secret import HashSecret
 from tidemark.ingest_log import partition_of
 from tidemark.streams import StreamConfig
@@ -60,82 +59,6 @@ class IngestReceipt(dict):
     """The answer to one ingest request; the same again for a repeated Idempotency-Key."""
 
 
-# Appends one ingest chunk atomically with everything the late rule and retries need, to
-# the stream's log partition (``tidemark.ingest_log``), stamped with the stream's name and
-# its generation (``tidemark.generations``); refused ('x') when the stream has none: it was
-# deleted (or never declared) since the caller looked.
-# KEYS: log partition, its stats hash, ingest stats hash, active set, idempotency key
-#       ('' = none), generations hash, declarations hash
-# ARGV: chunk ('' = no accepted event), accepted, rejected, largest ts of the chunk ('' = none),
-#       receipt JSON, idempotency TTL seconds, stream name
-_APPEND = lua(CURRENT_GENERATION_LUA, KEYS_GEN="KEYS[6]", KEYS_STREAMS="KEYS[7]", ARGV_NAME="ARGV[7]") + """
-if not gen then return 'x' end
-if KEYS[5] ~= '' then
-  local first = redis.call('GET', KEYS[5])
-  if first then return '1' .. first end
-end
-local clock = redis.call('HGET', KEYS[3], 'clock')
--- First, so that a counter past 2^63 - 1 (tidemark/limits.py MAX_EVENTS) fails the script
--- before it has written anything.
-redis.call('HINCRBY', KEYS[3], 'received', ARGV[2])
-if ARGV[1] ~= '' then
-  local id = redis.call('XADD', KEYS[1], '*', 'd', ARGV[1], 'n', ARGV[2], 'c', clock or '',
-                        's', ARGV[7], 'g', gen)
-  redis.call('HSET', KEYS[2], 'last', id)
-  redis.call('HINCRBY', KEYS[2], 'events', ARGV[2])
-  redis.call('HINCRBY', KEYS[2], 'chunks', 1)
-  redis.call('ZADD', KEYS[4], tonumber(string.match(id, '^(%d+)')), ARGV[7])
-end
-if ARGV[4] ~= '' and (not clock or tonumber(ARGV[4]) > tonumber(clock)) then
-  redis.call('HSET', KEYS[3], 'clock', ARGV[4])
-end
-redis.call('HINCRBY', KEYS[3], 'rejected', ARGV[3])
-if KEYS[5] ~= '' then redis.call('SET', KEYS[5], ARGV[5], 'EX', ARGV[6]) end
-return '0' .. ARGV[5]
-"""
-
-# Declares a stream: a new name gets its settings and a fresh generation (and any status a
-# stale publish left is cleared); an existing one returns its settings for comparison.
-# KEYS: declarations, generations, deleted, ingest stats, shard sketches, shard statuses
-# ARGV: name, settings JSON.  Returns {1 (new) | 0, settings JSON}.
-_DECLARE = """
-local current = redis.call('HGET', KEYS[1], ARGV[1])
-if current then return {0, current} end
-local gen
-""" + NEXT_GENERATION_LUA + """
-redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
-redis.call('HSET', KEYS[2], ARGV[1], gen)
-redis.call('HDEL', KEYS[3], ARGV[1])
-redis.call('DEL', KEYS[4], KEYS[5], KEYS[6])
-return {1, ARGV[2]}
-"""
-
-# Deletes a stream at once: its declaration, generation, counters and published shards go;
-# the generation it ended is recorded (a late publish of it is refused) and a tombstone
-# entry (``t``, ``g`` the generation it ended, ``s`` the stream, ``k`` its shard count) is
-# appended to the stream's log partition, which the worker turns into the removal of every
-# shard's state. Its pending entries stay in the shared partition, where the worker drops
-# them by their generation; a per-stream queue of an earlier run not yet moved into the
-# partitions (``workers.migrate``) goes, as its entries are of this generation or older.
-# Returns -1 when the stream is not declared.
-# KEYS: declarations, generations, deleted, log partition, its stats hash, ingest stats,
-#       shard sketches, shard statuses, active set, legacy queue.  ARGV: name, announce channel.
-_DELETE = """
-local decl = redis.call('HGET', KEYS[1], ARGV[1])
-if not decl then return -1 end
-local gen = redis.call('HGET', KEYS[2], ARGV[1]) or '0'
-local shards = cjson.decode(decl)['shards'] or 1
-redis.call('HDEL', KEYS[1], ARGV[1])
-redis.call('HDEL', KEYS[2], ARGV[1])
-redis.call('HSET', KEYS[3], ARGV[1], gen)
-redis.call('DEL', KEYS[6], KEYS[7], KEYS[8], KEYS[10])
-local id = redis.call('XADD', KEYS[4], '*', 't', '1', 'g', gen, 's', ARGV[1], 'k', shards)
-redis.call('HSET', KEYS[5], 'last', id)
-redis.call('HINCRBY', KEYS[5], 'chunks', 1)
-redis.call('ZREM', KEYS[9], ARGV[1])
-redis.call('PUBLISH', ARGV[2], cjson.encode({stream=ARGV[1], deleted=true}))
-return shards
-"""
 IDEMPOTENCY_TTL = 86400
 
 
@@ -211,14 +134,14 @@ class Store:
         self.lag_reader = LagReader(self.redis, log_partitions, max_wait, lag_ttl)
         # The append is never retried by the client: a reply lost after Redis ran it would
         # store the chunk twice. The caller gets a 503 and retries with its Idempotency-Key.
-        self._append = redis.Redis.from_url(redis_url, retry=None).register_script(_APPEND)
-        self._declare = self.redis.register_script(_DECLARE)
-        self._delete = self.redis.register_script(_DELETE)
+        self._append = redis.Redis.from_url(redis_url, retry=None).register_script(scripts.APPEND)
+        self._declare = self.redis.register_script(scripts.DECLARE)
+        self._delete = self.redis.register_script(scripts.DELETE)
         # name -> (shard versions, merged summary, their shard statuses): the version served;
         # shard summaries decoded once per version
         self._merged: OrderedDict[str, tuple[tuple, StreamSummary, dict]] = OrderedDict()
         self._segments: dict[str, dict[str, bytes]] = {}  # name -> digest -> segment held
-        self._read_segments = self.redis.register_script(segments.READ_LUA)
+        self._read_segments = self.redis.register_script(scripts.READ)
         self.decoder = Decoder.shared(secret, decoders)
         # What reading published versions cost (bench/bench_query_latency.py reports it):
         # versions decoded, segment bytes read from Redis, bytes of the blobs they made up,
@@ -261,8 +184,8 @@ class Store:
         return False
 
     def delete(self, name: str) -> None:
-        """Remove a stream at once (contract §4): see ``_DELETE``; its idempotency keys
-        go too (a retry of an old request must not be answered as stored). What the
+        """Remove a stream at once (contract §4): see ``tidemark.wire.scripts.DELETE``; its
+        idempotency keys go too (a retry of an old request must not be answered as stored). What the
         worker still holds of it is of an ended generation, so nothing of it is ever
         served or counted again (``tidemark.generations``)."""
         part = self.partition(name)

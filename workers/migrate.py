@@ -26,23 +26,13 @@ import json
 import logging
 import os
 
-from tidemark.wire import keys
+from tidemark.wire import keys, scripts
 from tidemark.ingest_log import id_tuple, is_legacy, partition_of
 
 __all__ = ["migrate_legacy_queues", "committed_offset"]
 
 log = logging.getLogger("tidemark.worker")
 
-# KEYS: legacy queue, log partition, its stats; ARGV: entry id, events, then the new
-# entry's fields and values
-_MOVE = """
-if redis.call('XDEL', KEYS[1], ARGV[1]) == 0 then return 0 end
-local id = redis.call('XADD', KEYS[2], '*', unpack(ARGV, 3))
-redis.call('HSET', KEYS[3], 'last', id)
-redis.call('HINCRBY', KEYS[3], 'events', ARGV[2])
-redis.call('HINCRBY', KEYS[3], 'chunks', 1)
-return 1
-"""
 _PAGE = 256
 
 
@@ -90,7 +80,7 @@ def migrate_legacy_queues(r, spark_checkpoint: str, partitions: int) -> int:
             "written by an API of an earlier version after this checkpoint moved to the "
             "partitioned log: stop the old API, then remove those keys or ingest again")
     committed = committed or {}
-    move = r.register_script(_MOVE)
+    move = r.register_script(scripts.MOVE)
     moved = dropped = 0
     for stream in streams:
         queue = keys.ingest(stream)

@@ -18,28 +18,11 @@ import socket
 import time
 
 from tidemark import segments
-from tidemark.wire import keys
-from tidemark.generations import CURRENT_GENERATION_LUA, lua
+from tidemark.wire import keys, scripts
 from tidemark.streams import StreamConfig
 from workers.redis_client import worker_redis
 
 __all__ = ["Publisher", "ShardStatus"]
-
-# Publishes one shard only for the stream's current generation (``tidemark.generations``)
-# and only when its version is newer than the one Redis holds of that generation, as its
-# segments and a manifest written last (``tidemark.segments.PUBLISH_LUA``).
-# A stream with no generation was deleted (the generation it ended is in the deleted hash:
-# anything of it or older is refused) or lost in a Redis flush (the shard brings its
-# declaration and generation back, as the republish after a flush needs).
-_PUBLISH = segments.PUBLISH_LUA
-
-# The current generation of a stream, declaring it with ARGV[2] if it is not (benches and
-# tests that publish summaries without Spark). KEYS: declarations, generations.
-_ENSURE = """
-redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2])
-""" + lua(CURRENT_GENERATION_LUA, KEYS_GEN="KEYS[2]", KEYS_STREAMS="KEYS[1]", ARGV_NAME="ARGV[1]") + """
-return gen
-"""
 
 
 class ShardStatus(dict):
@@ -50,8 +33,8 @@ class ShardStatus(dict):
 class Publisher:
     def __init__(self, redis_url: str):
         self.redis = worker_redis(redis_url)  # rides out a Redis restart
-        self._publish = self.redis.register_script(_PUBLISH)
-        self._ensure = self.redis.register_script(_ENSURE)
+        self._publish = self.redis.register_script(scripts.PUBLISH)
+        self._ensure = self.redis.register_script(scripts.ENSURE)
 
     def config(self, name: str) -> StreamConfig | None:
         raw = self.redis.hget(keys.STREAMS, name)
