@@ -24,6 +24,7 @@ from app.backpressure import LagReader, LogLag, decide
 from app.decoder import Decoder
 from tidemark import segments
 from tidemark.wire import keys, scripts
+from tidemark.wire.records import ShardStatus, read_config, write_config
 from tidemark.hash_secret import HashSecret
 from tidemark.ingest_log import partition_of
 from tidemark.streams import StreamConfig
@@ -68,44 +69,44 @@ def _num(raw: bytes | None, kind=int, default=0):
     return kind(raw.decode())
 
 
-def _shards(raw: dict, generation: bytes | None = None) -> dict[int, dict]:
+def _shards(raw: dict, generation: bytes | None = None) -> dict[int, ShardStatus]:
     """The published shard statuses of the stream's current ``generation`` only (a status
     of another generation is a stale publish: never served, never counted)."""
     current = None if generation is None else int(generation)
-    shards = {int(k): json.loads(v) for k, v in raw.items()}
-    return {k: s for k, s in shards.items() if s.get("generation") == current}
+    shards = {int(k): ShardStatus.decode(v) for k, v in raw.items()}
+    return {k: s for k, s in shards.items() if s.generation == current}
 
 
-def _versions(shards: dict[int, dict]) -> tuple:
+def _versions(shards: dict[int, ShardStatus]) -> tuple:
     """What identifies the shard summaries served: (shard, (generation, version)) each, so
     a re-declared stream's version 1 is never taken for the old one's."""
-    return tuple(sorted((k, (s.get("generation"), s["version"])) for k, s in shards.items()))
+    return tuple(sorted((k, (s.generation, s.version)) for k, s in shards.items()))
 
 
-def _consumed(shards: dict[int, dict]) -> int:
+def _consumed(shards: dict[int, ShardStatus]) -> int:
     """Events the worker has taken from the ingest queue: counted or dropped as late."""
-    return sum(s["events"] + s["late_dropped"] for s in shards.values())
+    return sum(s.events + s.late_dropped for s in shards.values())
 
 
-def _status(shards: dict[int, dict], ingested: dict) -> Status:
+def _status(shards: dict[int, ShardStatus], ingested: dict) -> Status:
     """A stream's status from its shards' published statuses and the API's counters."""
     consumed = _consumed(shards)
-    clocks = [s["clock"] for s in shards.values() if s.get("clock") is not None]
+    clocks = [s.clock for s in shards.values() if s.clock is not None]
     sizes: dict[str, int] = {}
     for s in shards.values():
-        for part, n in (s.get("sizes") or {}).items():
+        for part, n in s.sizes.items():
             sizes[part] = sizes.get(part, 0) + n
-    failed = {k: s["failed"] for k, s in sorted(shards.items()) if s.get("failed")}
+    failed = {k: s.failed for k, s in sorted(shards.items()) if s.failed}
     status = Status(
         # After a Redis flush the API's counter restarts; what the worker consumed is a floor.
         received=max(_num(ingested.get(b"received")), consumed),
-        events=sum(s["events"] for s in shards.values()),
+        events=sum(s.events for s in shards.values()),
         clock=max(clocks) if clocks else None,
-        late_dropped=sum(s["late_dropped"] for s in shards.values()),
+        late_dropped=sum(s.late_dropped for s in shards.values()),
         rejected=_num(ingested.get(b"rejected")),
         # Each shard's version only grows, so their sum does too.
-        sketch_version=sum(s["version"] for s in shards.values()),
-        updated_at=max((s["updated_at"] for s in shards.values()), default=None),
+        sketch_version=sum(s.version for s in shards.values()),
+        updated_at=max((s.updated_at for s in shards.values()), default=None),
         sketch_bytes=sizes,
         shards=len(shards),
         state="failed" if failed else "ok",
@@ -114,7 +115,7 @@ def _status(shards: dict[int, dict], ingested: dict) -> Status:
         status["failed"] = "; ".join(f"shard {k}: {why}" for k, why in failed.items())
     # Accepted events an update failed to take stay named once the shard works again:
     # answers over their times say they are incomplete (app/answers.py).
-    lost = sum(s.get("failed_events", 0) for s in shards.values())
+    lost = sum(s.failed_events for s in shards.values())
     if failed or lost:
         status["failed_events"] = lost
     return status
@@ -171,11 +172,11 @@ class Store:
         new, raw = self._declare(
             keys=[keys.STREAMS, keys.GENERATIONS, keys.DELETED, keys.ingest_stats(name),
                   keys.shard_segments(name), keys.shard_status(name)],
-            args=[name, json.dumps(config.model_dump())])
+            args=[name, write_config(config)])
         if new:
             self.forget(name)
             return True
-        if StreamConfig.model_validate_json(raw) != config:
+        if read_config(raw) != config:
             raise StreamConflict(
                 f"stream {name!r} already exists with other settings; "
                 "sketches are sized from them, so they cannot change (delete it, or declare "
@@ -227,7 +228,7 @@ class Store:
         if raw is None:
             self._configs.pop(name, None)
             raise StreamNotFound(name)
-        config = StreamConfig.model_validate_json(raw)
+        config = read_config(raw)
         if len(self._configs) >= 4 * self.cached_streams:
             self._configs.clear()
         self._configs[name] = (now, config)
@@ -481,10 +482,10 @@ class Store:
             self._reads[name] = (read_at, (shards, ingested, versions))
             self._read_at[name] = read_at
         held = {**held, **{d.decode(): b for d, b in zip(fetched[::2], fetched[1::2])}}
-        named = {d for s in shards.values() for _, d in s.get("segments") or []}
+        named = {d for s in shards.values() for _, d in s.segments}
         self._segments[name] = {d: b for d, b in held.items() if d in named}
-        blobs = [(tuple(d for _, d in shards[k]["segments"]), segments.join(shards[k]["segments"], held))
-                 for k, _ in versions if shards[k].get("segments")]
+        blobs = [(tuple(d for _, d in shards[k].segments), segments.join(shards[k].segments, held))
+                 for k, _ in versions if shards[k].segments]
         if not blobs:
             return None, _status(shards, ingested)
         merged, cpu = self.decoder.decode(blobs)
@@ -518,7 +519,7 @@ class Store:
         out = {}
         for i, name in enumerate(names):
             shards = _shards(replies[2 * i], replies[2 * i + 1])
-            failed = [f"shard {k}: {s['failed']}" for k, s in sorted(shards.items()) if s.get("failed")]
+            failed = [f"shard {k}: {s.failed}" for k, s in sorted(shards.items()) if s.failed]
             if failed:
                 out[name] = "; ".join(failed)
         return out

@@ -27,6 +27,7 @@ import logging
 import os
 
 from tidemark.wire import keys, scripts
+from tidemark.wire.records import LogEntry, decode_legacy_entry
 from tidemark.ingest_log import id_tuple, is_legacy, partition_of
 
 __all__ = ["migrate_legacy_queues", "committed_offset"]
@@ -97,14 +98,10 @@ def migrate_legacy_queues(r, spark_checkpoint: str, partitions: int) -> int:
                 if floor and id_tuple(eid) <= id_tuple(floor):
                     dropped += r.xdel(queue, eid)
                     continue
-                generation = fields.get(b"g", b"0")
-                if b"t" in fields:
-                    args = [eid, 0, "t", "1", "g", generation, "s", stream, "k", fields.get(b"s", b"1")]
-                else:
-                    events = fields.get(b"n", b"0")
-                    args = [eid, events, "d", fields[b"d"], "n", events, "c", fields.get(b"c", b""),
-                            "s", stream, "g", generation]
-                moved += move(keys=[queue, keys.log_partition(part), keys.log_stats(part)], args=args)
+                entry = decode_legacy_entry(fields, stream)
+                events = entry.events if isinstance(entry, LogEntry) else 0
+                moved += move(keys=[queue, keys.log_partition(part), keys.log_stats(part)],
+                              args=[eid, events, *entry.encode()])
         if r.xlen(queue) == 0:
             r.delete(queue)
     log.warning("moved %d pending ingest chunks of %d streams from the per-stream queues into "

@@ -220,7 +220,7 @@ def test_a_lifecycle_queue_moves_with_its_generations_and_tombstone(log_redis, t
     part = partition_of("old", 2)
     moved = [f for _, f in r.xrange(keys.log_partition(part))]
     assert moved == [{b"d": b"old:0", b"n": b"2", b"c": b"", b"s": b"old", b"g": b"0"},
-                     {b"d": b"old:1", b"n": b"3", b"c": b"0", b"s": b"old", b"g": b"7"},
+                     {b"d": b"old:1", b"n": b"3", b"c": b"0.0", b"s": b"old", b"g": b"7"},
                      {b"t": b"1", b"g": b"7", b"s": b"old", b"k": b"4"}]
     assert r.hmget(keys.log_stats(part), "events", "chunks") == [b"5", b"3"]
     reader = _Reader({"redis_url": log_redis, "log_partitions": "2"})
