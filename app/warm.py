@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 
 from app.answers import QUERY_KINDS, answer
-from app.store import _status
+from app.stream_status import _status
 from tidemark.wire.records import ShardStatus
 
 __all__ = ["warm_answers"]

@@ -38,7 +38,7 @@ def _append_many(store, chunks):
     with store.redis.pipeline(transaction=False) as p:
         for name, chunk, events, max_ts in chunks:
             part = partition_of(name, n)
-            store._append(keys=[keys.log_partition(part), keys.log_stats(part),
+            store.ingest._append(keys=[keys.log_partition(part), keys.log_stats(part),
                                 keys.ingest_stats(name), keys.ACTIVE, "", keys.GENERATIONS,
                                 keys.STREAMS],
                           args=[chunk, events, 0, repr(max_ts), "{}", 60, name], client=p)
