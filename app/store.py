@@ -7,8 +7,6 @@ crosses to the worker is ``tidemark.wire``.
 
 from __future__ import annotations
 
-import json
-
 import redis
 
 from app.backpressure import LagReader
@@ -19,7 +17,6 @@ from app.stream_status import Status
 from app.summary_cache import SummaryCache
 from app.worker_health import WorkerHealth
 from tidemark.hash_secret import HashSecret
-from tidemark.wire import keys
 
 __all__ = ["Store", "StreamNotFound", "StreamConflict", "Backpressure", "Status", "IngestReceipt"]
 
@@ -66,19 +63,3 @@ class Store:
         """Drop everything kept in memory of a stream (it was deleted or declared anew)."""
         self.declarations.forget_config(name)
         self.summaries.forget(name)
-
-
-async def announcements(redis_url: str):
-    """Yield each publish announcement ``{"stream", "sketch_version"}`` as it happens."""
-    import redis.asyncio as aredis
-
-    client = aredis.Redis.from_url(redis_url)
-    pubsub = client.pubsub()
-    await pubsub.subscribe(keys.ANNOUNCE)
-    try:
-        while True:
-            message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=5.0)
-            yield json.loads(message["data"]) if message else None  # None: keep-alive tick
-    finally:
-        await pubsub.aclose()
-        await client.aclose()
