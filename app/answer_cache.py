@@ -22,6 +22,7 @@ from collections import OrderedDict
 from starlette.types import Scope, Send
 
 from app.security import allows, may_see, presented_key
+from app.summary_cache import Served
 
 __all__ = ["AnswerCache", "FastAnswers", "GZIP_FROM", "MAX_SENT_QUERY"]
 
@@ -127,7 +128,7 @@ class FastAnswers:
     """Answers a repeated query from :class:`AnswerCache` when that is exactly what the
     full way would answer: the Host is one the API answers for (by name: a wildcard
     pattern goes the full way), the same request form was answered from the version the
-    stream serves now, the stream needs no Redis read now (``Store.in_memory``), and the
+    stream serves now, the stream needs no Redis read now (``SummaryCache.in_memory``), and the
     request carries a key with the ``read`` scope. Otherwise :meth:`answer` says False and
     the request goes the full way untouched, so errors (400, 401, 403, 404, 422) keep
     their one source. Called by the app before its middleware stack
@@ -145,7 +146,7 @@ class FastAnswers:
         started = time.perf_counter()
         state = self.state
         hit = state.answer_cache.sent(scope["path"], scope["query_string"])
-        if hit is None or not self._current(state.store, hit):
+        if hit is None or not self._current(state.store.summaries, hit):
             return False
         host, authorization, cookie, gzip_ok = _headers(scope)
         if not (self.any_host or host.split(":")[0] in self.hosts):
@@ -161,9 +162,9 @@ class FastAnswers:
         return True
 
     @staticmethod
-    def _current(store, hit: _Sent) -> bool:
+    def _current(summaries: Served, hit: _Sent) -> bool:
         """Would the query route answer from ``hit.versions`` now, without Redis?"""
-        return store.served_versions(hit.name) == hit.versions and store.in_memory(hit.name)
+        return summaries.served_versions(hit.name) == hit.versions and summaries.in_memory(hit.name)
 
     @staticmethod
     async def _send(hit: _Sent, gzip_ok: bool, send: Send) -> None:

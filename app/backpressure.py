@@ -48,7 +48,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from tidemark import keys
+from tidemark.wire import keys, scripts
 from tidemark.ingest_log import ZERO, id_tuple, partition_count
 
 __all__ = ["LogLag", "LagReader", "decide", "Refusal", "read_positions", "TARGET", "CEILING", "FLOOR_CAPACITY"]
@@ -58,16 +58,6 @@ CEILING = 0.8  # of max_wait: beyond it nothing is taken
 FLOOR_CAPACITY = 20_000.0  # events/s assumed before the worker has shown its own
 FLOOR_CHUNKS = 500.0  # chunks (group updates)/s assumed likewise
 CEILING_CAPACITY = 1_000_000.0  # events/s never assumed beyond (one stream does 600 K/s here)
-
-# KEYS: log partition; ARGV: '(' .. the last entry read. The id and stream of the oldest
-# entry not yet read, without sending its chunk over the wire.
-_OLDEST = """
-local e = redis.call('XRANGE', KEYS[1], ARGV[1], '+', 'COUNT', 1)
-if not e[1] then return false end
-local f = e[1][2]
-for i = 1, #f, 2 do if f[i] == 's' then return {e[1][1], f[i + 1]} end end
-return {e[1][1], ''}
-"""
 
 
 @dataclass
@@ -179,7 +169,7 @@ class LagReader:
 
     def __init__(self, r, log_partitions: int, max_wait: float, ttl: float = 0.1):
         self.redis, self.wanted, self.max_wait, self.ttl = r, log_partitions, max_wait, ttl
-        self.oldest = r.register_script(_OLDEST)
+        self.oldest = r.register_script(scripts.OLDEST)
         self._n: int | None = None
         self._kept: LogLag | None = None
         self._lock = threading.Lock()

@@ -118,7 +118,9 @@ async def _lifespan(app: FastAPI):
     await _check_redis(app.state.redis_url)
     engine = AlertEngine(app.state.store, app.state.alerts, app.state.redis_url,
                          settings.webhook_retry_for, settings.webhook_allow_hosts)
+    app.state.live_hub.listen(engine.heard, engine.paused)
     engine.start()
+    app.state.live_hub.start()
     app.state.alert_engine_wake = engine.wake
     # Off the start-up path: /healthz answers at once, the first queries find warm kernels.
     warming = asyncio.create_task(asyncio.to_thread(warm_answers))

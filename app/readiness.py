@@ -26,7 +26,8 @@ import redis
 
 from app.store import Store
 from app.backpressure import read_positions
-from tidemark import keys
+from tidemark.wire import keys
+from tidemark.wire.records import ShardStatus
 from tidemark.ingest_log import id_tuple
 
 __all__ = ["readiness"]
@@ -69,8 +70,8 @@ def _waiting(store: Store, since_ms: int, now_ms: int, max_wait: float) -> tuple
         received, shards = out[2 * i: 2 * i + 2]
         counted = 0
         for raw in shards:
-            status = json.loads(raw)
-            counted += status["events"] + status["late_dropped"] + status.get("failed_events", 0)
+            status = ShardStatus.decode(raw)
+            counted += status.events + status.late_dropped + status.failed_events
         waiting = int(received or 0) - counted
         if waiting > 0 and (worst is None or age > worst[2]):
             worst = (s, waiting, age)

@@ -7,7 +7,8 @@ from __future__ import annotations
 import logging
 
 from app.answers import QUERY_KINDS, answer
-from app.store import _status
+from app.stream_status import _status
+from tidemark.wire.records import ShardStatus
 
 __all__ = ["warm_answers"]
 
@@ -20,7 +21,7 @@ def warm_answers() -> int:
     from tidemark.summary import warm_up
 
     config, summary = warm_up()  # the worker's tiny warm-up stream, its kernels loaded too
-    status = _status({0: {"version": 1, "events": 3, "late_dropped": 0, "clock": 2.5, "updated_at": 0.0}}, {})
+    status = _status({0: ShardStatus(version=1, events=3, late_dropped=0, clock=2.5, updated_at=0.0)}, {})
     params = {"window": "30", "key": "a", "q": "0.5", "phi": "0.1", "alpha": "1.5", "lo": "0", "hi": "5",
               "value": "1"}
     answered = 0

@@ -37,6 +37,7 @@ sys.path.insert(1, str(Path(__file__).resolve().parent))
 from app.store import Store  # noqa: E402
 from tidemark.hash_secret import HashSecret  # noqa: E402
 from tidemark.redis_server import EmbeddedRedis, free_port  # noqa: E402
+from tidemark.wire import keys  # noqa: E402
 from _common import run_dir  # noqa: E402
 from tidemark.streams import StreamConfig  # noqa: E402
 from workers.job import build_spark, start  # noqa: E402
@@ -115,7 +116,7 @@ def run(spark, declared: int, active: int, seconds: float, rate: float) -> dict:
         base = f"http://127.0.0.1:{port}"
         store = Store(server.url, SECRET)
         names = [f"s{i:05d}" for i in range(declared)]
-        store.redis.hset("tm:streams", mapping={n: CONFIG.model_dump_json() for n in names})
+        store.redis.hset(keys.STREAMS, mapping={n: CONFIG.model_dump_json() for n in names})
         while True:
             try:
                 if httpx.get(base + "/healthz").status_code == 200:

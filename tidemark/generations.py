@@ -17,42 +17,7 @@ the generation it belongs to, and each layer keeps only the current one —
 A generation is Redis' clock in microseconds, bumped past the last one handed out: it
 grows even across a Redis flush (a counter would restart at 1 and could meet an old
 generation still held in Spark's state store).
+
+The Lua that hands out and looks up generations, and every script using it, is in
+``tidemark.wire.scripts`` (``NEXT_GENERATION``, ``CURRENT_GENERATION``).
 """
-
-from __future__ import annotations
-
-from tidemark import keys
-
-__all__ = ["NEXT_GENERATION_LUA", "CURRENT_GENERATION_LUA", "lua"]
-
-# Lua: sets the (declared) local `gen` to a new generation. Reads Redis' clock, which a
-# script may since Redis 5 (effects are replicated, not the script).
-NEXT_GENERATION_LUA = """
-do
-  local t = redis.call('TIME')
-  local g = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  local last = tonumber(redis.call('GET', '""" + keys.GENERATION_LAST + """') or '0')
-  if g <= last then g = last + 1 end
-  gen = string.format('%d', g)
-  redis.call('SET', '""" + keys.GENERATION_LAST + """', gen)
-end
-"""
-
-# Lua: local `gen` := the current generation of a declared stream (one is created for a
-# stream declared before generations existed), or false when the stream is not declared.
-# Placeholders: KEYS_GEN (generations hash), KEYS_STREAMS (declarations), ARGV_NAME.
-CURRENT_GENERATION_LUA = """
-local gen = redis.call('HGET', KEYS_GEN, ARGV_NAME)
-if not gen and redis.call('HEXISTS', KEYS_STREAMS, ARGV_NAME) == 1 then
-""" + NEXT_GENERATION_LUA + """
-  redis.call('HSET', KEYS_GEN, ARGV_NAME, gen)
-end
-"""
-
-
-def lua(snippet: str, **names: str) -> str:
-    """``snippet`` with its placeholders (``KEYS_GEN``, ``ARGV_NAME``, ``KEYS_STREAMS``)
-    replaced by the caller's KEYS/ARGV references."""
-    for placeholder, ref in names.items():
-        snippet = snippet.replace(placeholder, ref)
-    return snippet

@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import zlib
 
-from tidemark import keys
+from tidemark.wire import keys
+from tidemark.wire.records import id_tuple
 
 __all__ = ["partition_of", "partition_count", "initial_offset", "is_legacy", "positions",
            "id_tuple", "ZERO"]
@@ -39,11 +40,6 @@ def partition_count(r, wanted: int) -> int:
     """The run's number of log partitions: the stored one, else ``wanted`` (now stored)."""
     r.set(keys.LOG_PARTITIONS, int(wanted), nx=True)
     return int(r.get(keys.LOG_PARTITIONS) or wanted)
-
-
-def id_tuple(entry_id: str) -> tuple[int, int]:
-    ms, seq = entry_id.split("-")
-    return int(ms), int(seq)
 
 
 def initial_offset(partitions: int) -> dict:

@@ -21,7 +21,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-__all__ = ["Service", "Supervisor", "GiveUp", "describe_exit", "read_state"]
+__all__ = ["Service", "Supervisor", "GiveUp", "describe_exit", "read_state", "STATE_FILE"]
+
+# The supervisor's state file in a run directory: `tidemark up` writes it, /metrics reads it.
+STATE_FILE = "supervisor.json"
 
 
 class GiveUp(RuntimeError):

@@ -172,7 +172,7 @@ def run_up(args, demo: bool = False) -> None:
     from tidemark.console import Console, Watch
     from tidemark.credentials import ensure_api_keys
     from tidemark.hash_secret import load_or_create
-    from tidemark.supervisor import GiveUp, Supervisor
+    from tidemark.supervisor import STATE_FILE, GiveUp, Supervisor
 
     settings = Settings()
     keys, generated = ensure_api_keys(settings)
@@ -199,7 +199,7 @@ def run_up(args, demo: bool = False) -> None:
                 + ("" if args.verbose else f"; the engine's output goes to {logs}/ (--verbose shows it)"))
     services, redis_url, slot = _services(args, settings, run_dir, env, streams, say)
     supervisor = Supervisor(services, settings.max_restarts, settings.restart_window,
-                            state_file=run_dir / "supervisor.json", log=say)
+                            state_file=run_dir / STATE_FILE, log=say)
     stopping = False
 
     def stop(*_):

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 
 from tidemark.hash_secret import HashSecret, load_or_create
 from tidemark.streams import StreamConfig
+from tidemark.wire.records import ShardStatus, id_tuple
 
 if TYPE_CHECKING:
     import pandas as pd  # the driver starts Spark first; executors import pandas anyway
@@ -59,20 +60,15 @@ def _publisher(redis_url: str):
     return _PUBLISHERS[redis_url]
 
 
-def _entry_key(entry: str) -> tuple[int, int]:
-    ms, seq = entry.split("-")
-    return int(ms), int(seq)
-
-
 def _now() -> str:
     return dt.datetime.now(dt.timezone.utc).isoformat()
 
 
-def shard_status(state: dict, sizes: dict | None = None) -> dict:
-    return {"generation": state["generation"], "version": state["version"], "events": state["events"],
-            "late_dropped": state["late_dropped"], "clock": state["clock"],
-            "updated_at": _now(), "sizes": sizes or {}, "failed": state["failed"] or None,
-            "failed_events": state["failed_events"]}
+def shard_status(state: dict, sizes: dict | None = None) -> ShardStatus:
+    return ShardStatus(generation=state["generation"], version=state["version"], events=state["events"],
+                       late_dropped=state["late_dropped"], clock=state["clock"],
+                       updated_at=_now(), sizes=sizes or {}, failed=state["failed"] or None,
+                       failed_events=state["failed_events"])
 
 
 def sort_out_generations(previous: dict | None, rows: pd.DataFrame):
@@ -180,7 +176,7 @@ def apply_chunks(stream: str, previous: dict | None, rows: pd.DataFrame, secret:
             return None
         state["config"] = declared[0].model_dump_json()
         state["generation"] = declared[1]
-    rows = rows.iloc[sorted(range(len(rows)), key=lambda i: _entry_key(rows["entry"].iloc[i]))]
+    rows = rows.iloc[sorted(range(len(rows)), key=lambda i: id_tuple(rows["entry"].iloc[i]))]
     chunks = [Chunk(bytes(p), float(c)) for p, c in zip(rows["payload"], rows["clock_before"])]
     before = state["blob"]
     if decoded is not None:

@@ -26,23 +26,14 @@ import json
 import logging
 import os
 
-from tidemark import keys
+from tidemark.wire import keys, scripts
+from tidemark.wire.records import LogEntry, decode_legacy_entry
 from tidemark.ingest_log import id_tuple, is_legacy, partition_of
 
 __all__ = ["migrate_legacy_queues", "committed_offset"]
 
 log = logging.getLogger("tidemark.worker")
 
-# KEYS: legacy queue, log partition, its stats; ARGV: entry id, events, then the new
-# entry's fields and values
-_MOVE = """
-if redis.call('XDEL', KEYS[1], ARGV[1]) == 0 then return 0 end
-local id = redis.call('XADD', KEYS[2], '*', unpack(ARGV, 3))
-redis.call('HSET', KEYS[3], 'last', id)
-redis.call('HINCRBY', KEYS[3], 'events', ARGV[2])
-redis.call('HINCRBY', KEYS[3], 'chunks', 1)
-return 1
-"""
 _PAGE = 256
 
 
@@ -90,7 +81,7 @@ def migrate_legacy_queues(r, spark_checkpoint: str, partitions: int) -> int:
             "written by an API of an earlier version after this checkpoint moved to the "
             "partitioned log: stop the old API, then remove those keys or ingest again")
     committed = committed or {}
-    move = r.register_script(_MOVE)
+    move = r.register_script(scripts.MOVE)
     moved = dropped = 0
     for stream in streams:
         queue = keys.ingest(stream)
@@ -107,14 +98,10 @@ def migrate_legacy_queues(r, spark_checkpoint: str, partitions: int) -> int:
                 if floor and id_tuple(eid) <= id_tuple(floor):
                     dropped += r.xdel(queue, eid)
                     continue
-                generation = fields.get(b"g", b"0")
-                if b"t" in fields:
-                    args = [eid, 0, "t", "1", "g", generation, "s", stream, "k", fields.get(b"s", b"1")]
-                else:
-                    events = fields.get(b"n", b"0")
-                    args = [eid, events, "d", fields[b"d"], "n", events, "c", fields.get(b"c", b""),
-                            "s", stream, "g", generation]
-                moved += move(keys=[queue, keys.log_partition(part), keys.log_stats(part)], args=args)
+                entry = decode_legacy_entry(fields, stream)
+                events = entry.events if isinstance(entry, LogEntry) else 0
+                moved += move(keys=[queue, keys.log_partition(part), keys.log_stats(part)],
+                              args=[eid, events, *entry.encode()])
         if r.xlen(queue) == 0:
             r.delete(queue)
     log.warning("moved %d pending ingest chunks of %d streams from the per-stream queues into "

@@ -12,49 +12,30 @@ republishes every shard from Spark's state store (``workers.job.republish_all``)
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import socket
 import time
 
-from tidemark import keys, segments
-from tidemark.generations import CURRENT_GENERATION_LUA, lua
+from tidemark import segments
+from tidemark.wire import keys, scripts
+from tidemark.wire.records import ShardStatus, read_config
 from tidemark.streams import StreamConfig
 from workers.redis_client import worker_redis
 
 __all__ = ["Publisher", "ShardStatus"]
 
-# Publishes one shard only for the stream's current generation (``tidemark.generations``)
-# and only when its version is newer than the one Redis holds of that generation, as its
-# segments and a manifest written last (``tidemark.segments.PUBLISH_LUA``).
-# A stream with no generation was deleted (the generation it ended is in the deleted hash:
-# anything of it or older is refused) or lost in a Redis flush (the shard brings its
-# declaration and generation back, as the republish after a flush needs).
-_PUBLISH = segments.PUBLISH_LUA
-
-# The current generation of a stream, declaring it with ARGV[2] if it is not (benches and
-# tests that publish summaries without Spark). KEYS: declarations, generations.
-_ENSURE = """
-redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2])
-""" + lua(CURRENT_GENERATION_LUA, KEYS_GEN="KEYS[2]", KEYS_STREAMS="KEYS[1]", ARGV_NAME="ARGV[1]") + """
-return gen
-"""
-
-
-class ShardStatus(dict):
-    """What the API needs to know of one shard: version, events, late_dropped, clock,
-    updated_at, sizes, and ``failed`` (the reason, when its last update failed)."""
-
 
 class Publisher:
     def __init__(self, redis_url: str):
         self.redis = worker_redis(redis_url)  # rides out a Redis restart
-        self._publish = self.redis.register_script(_PUBLISH)
-        self._ensure = self.redis.register_script(_ENSURE)
+        self._publish = self.redis.register_script(scripts.PUBLISH)
+        self._ensure = self.redis.register_script(scripts.ENSURE)
 
     def config(self, name: str) -> StreamConfig | None:
         raw = self.redis.hget(keys.STREAMS, name)
-        return None if raw is None else StreamConfig.model_validate_json(raw)
+        return None if raw is None else read_config(raw)
 
     def declaration(self, name: str) -> tuple[StreamConfig, int] | None:
         """The stream's settings and current generation, read together (None: not declared)."""
@@ -64,30 +45,34 @@ class Publisher:
             raw, gen = p.execute()
         if raw is None:
             return None
-        return StreamConfig.model_validate_json(raw), int(gen) if gen is not None else 0
+        return read_config(raw), int(gen) if gen is not None else 0
 
     def current_generation(self, name: str, config: dict) -> int:
         """The stream's current generation (declared with ``config`` if it is not)."""
         return int(self._ensure(keys=[keys.STREAMS, keys.GENERATIONS], args=[name, json.dumps(config)]))
 
-    def publish(self, name: str, shard: int, status: ShardStatus, blob: bytes, config: dict) -> bool:
+    def publish(self, name: str, shard: int, status: ShardStatus | dict, blob: bytes,
+                config: dict) -> bool:
         """True when Redis took it (False: it already had this version or a newer one of
         the generation, or the generation is not the stream's current one). A status
         without a generation is published as of the current one (declaring the stream with
-        ``config`` if it is not: benches and tests that publish without Spark)."""
-        if status.get("generation") is None:
-            status = {**status, "generation": self.current_generation(name, config)}
+        ``config`` if it is not: benches and tests that publish without Spark, which may
+        hand the status's fields as a dict)."""
+        if not isinstance(status, ShardStatus):
+            status = ShardStatus(**status)
+        if status.generation is None:
+            status = dataclasses.replace(status, generation=self.current_generation(name, config))
         parts = segments.split(blob) if blob else []
-        status = {**status, "segments": [[name, segments.digest(b)] for name, b in parts]}
+        status = dataclasses.replace(status, segments=[[name, segments.digest(b)] for name, b in parts])
         stored = self._stored_digests(name, shard)
         for attempt in (0, 1):
-            sent = [x for (_, d), (_, b) in zip(status["segments"], parts)
+            sent = [x for (_, d), (_, b) in zip(status.segments, parts)
                     if attempt or d not in stored for x in (d, b)]
             done = int(self._publish(
                 keys=[keys.shard_status(name), keys.shard_segments(name), keys.STREAMS,
                       keys.GENERATIONS, keys.DELETED],
-                args=[shard, status["version"], json.dumps(status), name, json.dumps(config),
-                      keys.ANNOUNCE, int(status["generation"]), *sent],
+                args=[shard, status.version, status.encode(), name, json.dumps(config),
+                      keys.ANNOUNCE, int(status.generation), *sent],
             ))
             if done >= 0:
                 return bool(done)
@@ -98,8 +83,8 @@ class Publisher:
         should one be collected meanwhile, the script says so and all are sent)."""
         raw = self.redis.hget(keys.shard_status(name), shard)
         try:
-            return {d for _, d in json.loads(raw).get("segments") or []} if raw else set()
-        except (ValueError, TypeError):
+            return {d for _, d in ShardStatus.decode(raw).segments} if raw else set()
+        except (ValueError, TypeError, KeyError):
             return set()
 
     def publish_summary(self, name: str, summary, version: int, events: int,

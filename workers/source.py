@@ -32,7 +32,6 @@ such a batch reads nothing (its entries were either counted or moved).
 
 from __future__ import annotations
 
-import json
 import zlib
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
@@ -82,18 +81,10 @@ class RedisChunkSource(DataSource):
         return _Reader(self.options)
 
 
-def _shards(raw: bytes | None) -> int:
-    if not raw:
-        return 1  # not declared (any more): one shard; the update says why it fails
-    try:
-        return int(json.loads(raw).get("shards", 1))
-    except (ValueError, TypeError, AttributeError):
-        return 1
-
-
 def read_range(r, part: int, start: str, end: str):
     """The rows of entries ``(start, end]`` of partition ``part``, in log order."""
-    from tidemark import keys
+    from tidemark.wire import keys
+    from tidemark.wire.records import Tombstone, declared_shards, decode_entry
 
     shards: dict[str, int] = {}
     cursor = start
@@ -101,22 +92,20 @@ def read_range(r, part: int, start: str, end: str):
         entries = r.xrange(keys.log_partition(part), min=f"({cursor}", max=end, count=_PAGE)
         if not entries:
             return
-        streams = {f[b"s"].decode() for _, f in entries if b"t" not in f} - shards.keys()
+        entries = [(entry_id.decode(), decode_entry(fields)) for entry_id, fields in entries]
+        streams = {e.stream for _, e in entries if not isinstance(e, Tombstone)} - shards.keys()
         if streams:
             names = sorted(streams)
-            shards.update(zip(names, map(_shards, r.hmget(keys.STREAMS, names))))
-        for entry_id, fields in entries:
-            eid = entry_id.decode()
-            stream = fields[b"s"].decode()
-            generation = int(fields.get(b"g", b"0"))
+            shards.update(zip(names, map(declared_shards, r.hmget(keys.STREAMS, names))))
+        for eid, entry in entries:
             cursor = eid
-            if b"t" in fields:  # a DELETE's tombstone: every shard of the stream hears it
-                for shard in range(int(fields.get(b"k", b"1"))):
-                    yield (stream, shard, eid, float("-inf"), b"", generation, True)
+            if isinstance(entry, Tombstone):  # a DELETE's: every shard of the stream hears it
+                for shard in range(entry.shards):
+                    yield (entry.stream, shard, eid, float("-inf"), b"", entry.generation, True)
                 continue
-            clock = fields.get(b"c", b"")
-            yield (stream, shard_of(eid, shards[stream]), eid,
-                   float(clock) if clock else float("-inf"), fields[b"d"], generation, False)
+            clock = float("-inf") if entry.clock_before is None else entry.clock_before
+            yield (entry.stream, shard_of(eid, shards[entry.stream]), eid, clock, entry.payload,
+                   entry.generation, False)
 
 
 class _Reader(DataSourceStreamReader):
@@ -147,7 +136,7 @@ class _Reader(DataSourceStreamReader):
     def latestOffset(self, start: dict | None = None, limit=None) -> dict:
         """Each partition's last entry (with its counts), from the stats hashes the
         append writes atomically with the entry."""
-        from tidemark import keys
+        from tidemark.wire import keys
         from tidemark.ingest_log import id_tuple, positions
 
         n = self.partitions_n
@@ -175,7 +164,7 @@ class _Reader(DataSourceStreamReader):
 
     def commit(self, end: dict) -> None:
         """Spark has durably committed every batch up to ``end``: those entries can go."""
-        from tidemark import keys
+        from tidemark.wire import keys
         from tidemark.ingest_log import ZERO, id_tuple, is_legacy, positions
 
         if is_legacy(end):

@@ -1,6 +1,7 @@
 """Alert evaluation and webhook delivery, as background tasks of the API.
 
-Evaluation runs on every announced sketch version of a stream, with the same answer code
+Evaluation runs on every announced sketch version of a stream (``app.live_hub.LiveHub``,
+the process's one subscriber, hands each announcement over), with the same answer code
 the query endpoints use: announcements that arrive while an evaluation runs are gathered
 into the next one, and rules asking the same query of the same stream share one answer
 (one decoded summary, one query per distinct stream, kind and parameters). Rules are
@@ -26,7 +27,7 @@ from app.alerts.rules import AlertRule, crossed
 from app.alerts.store import RULES, UNREADABLE, AlertStore
 from app.alerts.webhooks import PinnedTransport, WebhookRefused
 from app.answers import QueryError, answer_from_store, lookup, streams_of
-from app.store import Store, StreamNotFound, announcements
+from app.store import Store, StreamNotFound
 
 __all__ = ["AlertEngine", "sign", "evaluate"]
 
@@ -203,8 +204,7 @@ class AlertEngine:
 
     def start(self) -> None:
         self._loop = asyncio.get_running_loop()
-        self._tasks = [asyncio.create_task(self._listen_loop()),
-                       asyncio.create_task(self._evaluate_loop()),
+        self._tasks = [asyncio.create_task(self._evaluate_loop()),
                        asyncio.create_task(self._deliver_loop())]
 
     async def stop(self) -> None:
@@ -232,25 +232,24 @@ class AlertEngine:
         found = [f for f in found if f]
         return self.alerts.record(found) if found else 0
 
-    async def _listen_loop(self) -> None:
-        while True:
-            try:
-                async for note in announcements(self.redis_url):
-                    if note and note.get("deleted"):
-                        # Deleted through another API process: nothing of it is served here
-                        # from now (the alert loop listens in every process, always).
-                        self.store.forget(note["stream"])
-                    elif note:
-                        self.store.forget_reads(note["stream"])
-                        self._announced.add(note["stream"])
-                        self._announce.set()
-            except asyncio.CancelledError:
-                raise
-            except Exception as e:  # Redis restarting: listen again shortly, then look at all
-                log.warning("alert evaluation paused: %s", type(e).__name__)
-                self._evaluate_all = True
-                self._announce.set()
-                await asyncio.sleep(1.0)
+    def heard(self, note: dict) -> None:
+        """A publish announcement (``app.live_hub.LiveHub``, the process's one subscriber,
+        hands each one over as it arrives)."""
+        if note.get("deleted"):
+            # Deleted through another API process: nothing of it is served here
+            # from now (the hub listens in every process, always).
+            self.store.forget(note["stream"])
+        else:
+            self.store.forget_reads(note["stream"])
+            self._announced.add(note["stream"])
+            self._announce.set()
+
+    def paused(self) -> None:
+        """The subscription broke (Redis restarting): some announcements were missed, so
+        the next evaluation looks at every rule."""
+        log.warning("alert evaluation paused: the announcements' subscription broke")
+        self._evaluate_all = True
+        self._announce.set()
 
     async def _evaluate_loop(self) -> None:
         """Evaluate the streams announced meanwhile: publishes that arrive during an

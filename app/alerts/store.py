@@ -21,24 +21,13 @@ import redis
 
 from app.alerts.rules import AlertRule
 from app.alerts.secrets import SecretBox
-from tidemark.keys import PREFIX
+from tidemark.wire import keys
 
 __all__ = ["AlertStore", "AlertNotFound"]
 
-RULES = PREFIX + "alerts"  # hash id -> rule json
-DUE = PREFIX + "alerts:due"  # zset delivery id -> due time
-
-
-def _state_key(alert_id: str) -> str:
-    return f"{PREFIX}alert-state:{alert_id}"
-
-
-def _attempts_key(alert_id: str) -> str:
-    return f"{PREFIX}alert-attempts:{alert_id}"
-
-
-def _delivery_key(delivery_id: str) -> str:
-    return f"{PREFIX}delivery:{delivery_id}"
+RULES = keys.ALERT_RULES
+DUE = keys.ALERTS_DUE
+_state_key, _attempts_key, _delivery_key = keys.alert_state, keys.alert_attempts, keys.delivery
 
 
 class AlertNotFound(LookupError):

@@ -13,7 +13,7 @@ from app.deps import READ, MetricsDep, SettingsDep, StoreDep
 from app.readiness import readiness
 from app.store import StreamNotFound
 from app.security import principal_of, visible
-from tidemark.supervisor import read_state
+from tidemark.supervisor import STATE_FILE, read_state
 
 router = APIRouter(tags=["health"])
 
@@ -44,7 +44,7 @@ def _age_seconds(iso: str | None) -> float | None:
 def metrics(store: StoreDep, metrics: MetricsDep, settings: SettingsDep, request: Request) -> PlainTextResponse:
     """Prometheus text; a key limited to some streams gets the per-stream series of those
     only (and every series without a stream label)."""
-    supervised = read_state(settings.run_path / "supervisor.json")  # under `tidemark up`
+    supervised = read_state(settings.run_path / STATE_FILE)  # under `tidemark up`
     for part, state in (supervised or {}).get("parts", {}).items():
         metrics.part_restarts.labels(part).set(state.get("restarts", 0))
     principal = principal_of(request)

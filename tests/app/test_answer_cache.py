@@ -26,7 +26,7 @@ import pytest
 import app.routes.queries as queries_route
 from app.store import Store
 from tests.conftest import KEYS, TEST_SECRET
-from tidemark import keys as redis_keys
+from tidemark.wire import keys as redis_keys
 from tidemark.chunks import decode_chunk, encode_chunk
 from tidemark.streams import StreamConfig
 from tidemark.summary import StreamSummary
@@ -211,14 +211,15 @@ def test_a_read_due_again_runs_in_the_background_while_the_decoded_version_answe
         assert time.monotonic() < deadline, "the background read never decoded the new version"
         time.sleep(0.02)
     # A read kept longer than revalidate_within: the query goes the full way.
-    store._reads[name] = (-1e9, store._reads[name][1])
-    store._read_at[name] = -1e9
+    store.summaries._reads[name] = (-1e9, store.summaries._reads[name][1])
+    store.summaries._read_at[name] = -1e9
     assert not store.in_memory(name)
     # A stream declared no more (a Redis flush): the background read drops what was decoded.
     store.summary(name)
     store.redis.hdel(redis_keys.STREAMS, name)
     store.forget_reads(name)
-    store._configs[name] = (time.monotonic() - store.config_ttl - 0.01, store._configs[name][1])
+    kept = store.declarations._configs
+    kept[name] = (time.monotonic() - store.declarations.config_ttl - 0.01, kept[name][1])
     assert store.in_memory(name)
     deadline = time.monotonic() + 10
     while store.served_versions(name) is not None:

@@ -10,7 +10,7 @@ import redis
 
 from app.backpressure import CEILING, TARGET, LogLag, decide
 from app.store import Backpressure, Store
-from tidemark import keys
+from tidemark.wire import keys
 from tidemark.redis_server import EmbeddedRedis
 from tidemark.streams import StreamConfig
 from workers.job import log_progress

@@ -11,7 +11,7 @@ import time
 import redis
 
 from tests.conftest import TEST_SECRET
-from tidemark import keys
+from tidemark.wire import keys
 from tidemark.ingest_log import partition_of
 from tidemark.streams import StreamConfig
 from tidemark.summary import StreamSummary

@@ -119,16 +119,16 @@ def test_a_new_version_decodes_off_the_request_path_and_the_status_agrees(redis_
     publisher.publish_summary(name, one, version=1, events=10)
     summary, status = store.summary(name)  # nothing decoded yet: waits for it
     assert status["events"] == 10 and answer("count", name, config, summary, status, {})["estimate"] == 10
-    store.read_ttl = 0.0  # see the new version at once
+    store.summaries.read_ttl = 0.0  # see the new version at once
     decoded = []
-    original = store._decode
+    original = store.summaries._decode
 
     def slow_decode(*args):  # this store's decodes only (an API in the same process has its own)
         time.sleep(2.0)  # far longer than any answer takes, even on a busy machine
         decoded.append(1)
         return original(*args)
 
-    monkeypatch.setattr(store, "_decode", slow_decode)
+    monkeypatch.setattr(store.summaries, "_decode", slow_decode)
     publisher.publish_summary(name, two, version=2, events=25)
     started = time.monotonic()
     summary, status = store.summary(name)

@@ -19,7 +19,8 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 
 from app.store import Store
 from tests.conftest import TEST_SECRET
-from tidemark import keys, segments
+from tidemark import segments
+from tidemark.wire import keys
 from tidemark.streams import StreamConfig
 from tidemark.summary import StreamSummary
 from workers.publish import Publisher

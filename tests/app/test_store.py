@@ -11,7 +11,8 @@ from hypothesis import HealthCheck, given, settings
 
 from app.store import Backpressure, Store, StreamConflict, StreamNotFound
 from tests import strategies as S
-from tidemark import keys, segments
+from tidemark import segments
+from tidemark.wire import keys
 from tidemark.streams import StreamConfig
 from workers.publish import Publisher
 
@@ -77,7 +78,7 @@ def test_a_summary_is_decoded_once_per_version_and_merged_once_per_set(store, pu
     assert merged is not first and status["sketch_version"] == 3
     # Only the segments of shard 1's new version that this process lacked were read
     # (shard 0's were held; the head and the parts whose bytes changed come new).
-    held_before = set(store._segments[name])
+    held_before = set(store.summaries._segments[name])
     changed = [b for _, b in segments.split(newest.to_bytes())]
     assert store.read_stats["bytes_read"] - before["bytes_read"] <= sum(len(b) for b in changed)
     assert store.read_stats["decodes"] == before["decodes"] + 1
@@ -103,8 +104,8 @@ def test_the_cache_holds_at_most_cached_streams(redis_url, publisher):
         case = S.Case(config, [1.0], ["a"], [1.0], [1.0], [0])
         _publish_case(publisher, name, case)
         assert small.summary(name)[0] is not None
-    assert list(small._merged) == names[-1:]
-    assert set(small._segments) == {names[-1]}
+    assert list(small.summaries._merged) == names[-1:]
+    assert set(small.summaries._segments) == {names[-1]}
 
 
 def test_declarations_are_kept_and_never_changed(store):
@@ -137,7 +138,7 @@ def test_an_append_with_a_seen_idempotency_key_stores_nothing_and_returns_the_fi
 
 
 def _stats_key(name):
-    from tidemark import keys
+    from tidemark.wire import keys
 
     return keys.ingest_stats(name)
 

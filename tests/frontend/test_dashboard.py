@@ -662,7 +662,7 @@ def test_hundreds_of_streams_and_an_empty_one(own_api, dashboard):
 def test_live_updates_resume_after_the_api_restarts(own_api, dashboard):
     import redis
 
-    from tidemark import keys
+    from tidemark.wire import keys
 
     server = own_api()
     with httpx.Client(base_url=server.url, timeout=30, headers=auth("admin")) as c:

@@ -23,7 +23,7 @@ import pyarrow.ipc as ipc
 import pytest
 
 from tests.conftest import TEST_SECRET, ApiServer
-from tidemark import keys
+from tidemark.wire import keys
 from tidemark.redis_server import EmbeddedRedis
 from tidemark.streams import StreamConfig
 from workers.job import start

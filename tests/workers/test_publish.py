@@ -12,7 +12,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tidemark import keys, segments
+from tidemark import segments
+from tidemark.wire import keys
 from tidemark.streams import StreamConfig
 from workers.publish import Publisher, ShardStatus
 

@@ -14,7 +14,7 @@ import pytest
 import redis
 
 from app.store import Store
-from tidemark import keys
+from tidemark.wire import keys
 from tidemark.ingest_log import initial_offset, partition_count, partition_of
 from tidemark.redis_server import EmbeddedRedis
 from tidemark.streams import StreamConfig
@@ -38,7 +38,7 @@ def _append_many(store, chunks):
     with store.redis.pipeline(transaction=False) as p:
         for name, chunk, events, max_ts in chunks:
             part = partition_of(name, n)
-            store._append(keys=[keys.log_partition(part), keys.log_stats(part),
+            store.ingest._append(keys=[keys.log_partition(part), keys.log_stats(part),
                                 keys.ingest_stats(name), keys.ACTIVE, "", keys.GENERATIONS,
                                 keys.STREAMS],
                           args=[chunk, events, 0, repr(max_ts), "{}", 60, name], client=p)
@@ -220,7 +220,7 @@ def test_a_lifecycle_queue_moves_with_its_generations_and_tombstone(log_redis, t
     part = partition_of("old", 2)
     moved = [f for _, f in r.xrange(keys.log_partition(part))]
     assert moved == [{b"d": b"old:0", b"n": b"2", b"c": b"", b"s": b"old", b"g": b"0"},
-                     {b"d": b"old:1", b"n": b"3", b"c": b"0", b"s": b"old", b"g": b"7"},
+                     {b"d": b"old:1", b"n": b"3", b"c": b"0.0", b"s": b"old", b"g": b"7"},
                      {b"t": b"1", b"g": b"7", b"s": b"old", b"k": b"4"}]
     assert r.hmget(keys.log_stats(part), "events", "chunks") == [b"5", b"3"]
     reader = _Reader({"redis_url": log_redis, "log_partitions": "2"})
