@@ -52,6 +52,9 @@ def test_a_killed_or_stuck_ingest_process_loses_and_hangs_nothing(server):
         r = _post(c, name, _body() + b'\n{"ts": "soon"}')  # through the process, a reject named
         assert r.status_code == 202 and r.json()["accepted"] == N, r.text
         assert r.json()["rejected"][0]["index"] == N
+        r = _post(c, name, b"not arrow", "application/vnd.apache.arrow.stream")
+        assert r.status_code == 400 and "Arrow" in r.json()["detail"], r.text  # its BodyError, in words
+        assert pool.pids() == first  # a refused body is no crash
         stored = N
 
         # Killed between requests: the next one is told nothing was stored.

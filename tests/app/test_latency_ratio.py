@@ -1,21 +1,30 @@
-"""The API's tail latency while new versions are published stays within a ratio of its
-tail when nothing is published, measured in the same run (so a loaded machine moves both).
+"""The API's tail latency while data moves stays within a ratio of its tail when nothing
+moves, measured in the same run (so a loaded machine moves both): a regression test of
+the p99 that does not depend on the machine's speed.
 
-The API runs in its own process (``tidemark api``); a publisher process publishes a new
-version of a stream of 100 K events (a blob of ~700 KB) every 0.25 s — four times the
-worker's pace — while four kept-alive clients query it, and fails when the p99 while
-publishing passes 3x the quiet one (3 ms at least): a guard against gross regressions
-of the tail while versions move. Measured on a shared 2-core machine it did not tell
-apart a decode in a thread of the API process (the GIL changes hands every 5 ms), nor
-even queries waiting for each decode, from the decoder process: ratios 1.1-1.9 for all
-three with four clients. ``TIDEMARK_LATENCY_SRC`` runs it against another source
-tree's API and publisher.
+The API runs in its own process (``tidemark api``). Moving: a publisher process publishes a
+new version of a stream of 100 K events (a ~700 KB blob) every 0.25 s, four times the
+worker's pace, and a poster process posts 20 K events of NDJSON (~1 MB) every 0.25 s.
+Four kept-alive clients query the stream back to back. Quiet and moving phases alternate
+twice (publisher and poster stopped with SIGSTOP in the quiet ones), so a change of
+machine load during the run meets both; the test fails when the p99 of the moving phases
+passes ``RATIO`` x the quiet one (``FLOOR`` at least).
+
+It must tell a regression apart: work of a few ms per post or publish on the event loop
+or holding the API's GIL makes several % of the queries wait, which is what a p99 sees
+(one slow answer per publish does not: 4 of ~4,000 a second). Measured on the shared
+2-core machine: this tree passes with ratios about 1-2; a variant validating the posts on
+the event loop fails (ratio ~10; see the report of issue 23). ``TIDEMARK_LATENCY_SRC``
+runs it against another source tree's API and publisher.
 """
 
 from __future__ import annotations
 
 import os
 import pickle
+import re
+import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -33,8 +42,11 @@ from tidemark.streams import StreamConfig
 from tidemark.summary import StreamSummary
 
 SRC = os.environ.get("TIDEMARK_LATENCY_SRC", str(Path(__file__).resolve().parents[2]))
-RATIO, FLOOR = 3.0, 0.003  # p99 publishing <= RATIO x max(p99 quiet, FLOOR seconds)
-PHASE = 4.0  # seconds of each phase
+RATIO, FLOOR = 3.0, 0.003  # p99 moving <= RATIO x max(p99 quiet, FLOOR seconds)
+PHASE = 3.0  # seconds of each of the four phases
+WARM = 3.0  # seconds of load before them, not counted
+RATE, CLIENTS = 200, 4  # queries a second offered, by that many clients
+POST_EVENTS = 20_000  # every 0.25 s
 CONFIG = StreamConfig(max_window=3600.0, value_min=0.0, value_max=1000.0)
 QUERIES = ["count?window=600", "sum?window=600", "frequency?window=600&key=k1",
            "quantiles?window=600&q=0.5,0.99", "heavy-hitters?window=600&phi=0.01"]
@@ -55,6 +67,25 @@ while True:
 """
 
 
+_POST = """
+import json, sys, time
+import httpx
+import numpy as np
+base, key, name, n = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+rng = np.random.default_rng(2)
+bodies = ["\\n".join(json.dumps({"ts": 1e9 + 3600 + rng.uniform(0, 1), "key": f"k{k}", "value": 5.0})
+                     for k in rng.integers(0, 100, n)).encode() for _ in range(2)]
+with httpx.Client(base_url=base, timeout=60, headers={"Authorization": f"Bearer {key}",
+                                                      "content-type": "application/x-ndjson"}) as c:
+    i = 0
+    while True:
+        r = c.post(f"/v1/streams/{name}/events", content=bodies[i % 2])
+        assert r.status_code in (202, 429), r.text
+        i += 1
+        time.sleep(0.25)
+"""
+
+
 def _blobs(path: Path) -> None:
     rng = np.random.default_rng(1)
     out = []
@@ -70,27 +101,66 @@ def _blobs(path: Path) -> None:
                                    "blobs": out}))
 
 
-def _p99(base: str, name: str, seconds: float) -> tuple[float, int]:
-    """p99 of queries sent back to back by four kept-alive clients for ``seconds``."""
+class _Connection:
+    """A kept-alive HTTP/1.1 connection on a plain socket: a GET costs the client ~0.1 ms
+    of CPU, not httpx's ~1 ms, so the clients do not crowd the API on a 2-core machine."""
+
+    def __init__(self, base: str, key: str):
+        host, port = base.removeprefix("http://").split(":")
+        self.sock = socket.create_connection((host, int(port)))
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.head = f"HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {key}\r\n\r\n"
+
+    def get(self, path: str) -> tuple[int, bytes]:
+        self.sock.sendall(f"GET {path} {self.head}".encode())
+        data = b""
+        while b"\r\n\r\n" not in data:
+            data += self._recv()
+        head, body = data.split(b"\r\n\r\n", 1)
+        length = int(re.search(rb"(?i)\r\ncontent-length: *(\d+)", head).group(1))
+        while len(body) < length:
+            body += self._recv()
+        return int(head.split(b" ", 2)[1]), body
+
+    def _recv(self) -> bytes:
+        part = self.sock.recv(65536)
+        if not part:
+            raise ConnectionError("closed")
+        return part
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def _latencies(base: str, name: str, seconds: float) -> list[float]:
+    """Latencies of ``RATE`` queries a second from ``CLIENTS`` kept-alive clients for
+    ``seconds``, each client on a fixed schedule (open loop), a latency counted from the
+    scheduled send: while the API is stalled every query due meanwhile waits, so the
+    share of slow answers is the share of time stalled (back-to-back clients would send
+    only one query each into a stall, and a p99 would not see it)."""
     latencies: list[float] = []
+    period = CLIENTS / RATE
 
-    def client(offset: int):
-        with httpx.Client(base_url=base, headers={"Authorization": f"Bearer {KEYS['read']}"},
-                          timeout=30) as c:
-            end, i = time.monotonic() + seconds, offset
-            while time.monotonic() < end:
-                t = time.perf_counter()
-                r = c.get(f"/v1/streams/{name}/{QUERIES[i % len(QUERIES)]}")
-                latencies.append(time.perf_counter() - t)
-                assert r.status_code == 200, r.text
-                i += 1
+    def client(k: int):
+        c = _Connection(base, KEYS["read"])
+        try:
+            start = time.perf_counter() + k * period / CLIENTS
+            for i in range(int(seconds / period)):
+                due = start + i * period
+                if (wait := due - time.perf_counter()) > 0:
+                    time.sleep(wait)
+                status, body = c.get(f"/v1/streams/{name}/{QUERIES[(i + k) % len(QUERIES)]}")
+                latencies.append(time.perf_counter() - due)
+                assert status == 200, body
+        finally:
+            c.close()
 
-    threads = [threading.Thread(target=client, args=(k,)) for k in range(4)]
+    threads = [threading.Thread(target=client, args=(k,)) for k in range(CLIENTS)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    return float(np.percentile(latencies, 99)), len(latencies)
+    return latencies
 
 
 @pytest.fixture
@@ -117,33 +187,55 @@ def api_process(redis_url, tmp_path):
     proc.wait(30)
 
 
-def test_p99_while_publishing_stays_within_a_ratio_of_the_quiet_p99(api_process, redis_url, tmp_path):
+def test_p99_while_publishing_and_posting_stays_within_a_ratio_of_the_quiet_p99(api_process, redis_url,
+                                                                                 tmp_path):
     base, env = api_process
     name = f"latency-{os.getpid()}-{time.monotonic_ns()}"
-    with httpx.Client(base_url=base, headers={"Authorization": f"Bearer {KEYS['admin']}"}) as c:
+    with httpx.Client(base_url=base, headers={"Authorization": f"Bearer {KEYS['admin']}"},
+                      timeout=60) as c:
         assert c.put(f"/v1/streams/{name}", json=CONFIG.model_dump(mode="json")).status_code == 201
     _blobs(tmp_path / "blobs.pickle")
-    publisher = subprocess.Popen([sys.executable, "-c", _PUBLISH, redis_url, str(tmp_path / "blobs.pickle"), name],
-                                 env=env)
+    movers = [subprocess.Popen([sys.executable, "-c", _PUBLISH, redis_url, str(tmp_path / "blobs.pickle"), name],
+                               env=env)]
+
+    def signal_movers(sig):
+        for mover in movers:
+            assert mover.poll() is None, "a publisher or poster stopped"
+            mover.send_signal(sig)
+
     try:
         deadline = time.monotonic() + 60
-        with httpx.Client(base_url=base, headers={"Authorization": f"Bearer {KEYS['read']}"}) as c:
+        with httpx.Client(base_url=base, headers={"Authorization": f"Bearer {KEYS['read']}"},
+                          timeout=30) as c:
             while c.get(f"/v1/streams/{name}/count?window=600").json()["as_of"]["sketch_version"] < 2:
                 assert time.monotonic() < deadline, "nothing was published"
                 time.sleep(0.1)
             for q in QUERIES:  # the first read of each (the only one that may wait)
                 c.get(f"/v1/streams/{name}/{q}")
-        time.sleep(2.0)  # the decoder processes start in the background
-        publisher.send_signal(__import__("signal").SIGSTOP)  # quiet: nothing published
-        time.sleep(0.5)
-        quiet, n_quiet = _p99(base, name, PHASE)
-        publisher.send_signal(__import__("signal").SIGCONT)
-        busy, n_busy = _p99(base, name, PHASE)
+        movers.append(subprocess.Popen([sys.executable, "-c", _POST, base, KEYS["ingest"], name,
+                                        str(POST_EVENTS)], env=env))
+        # Not counted: the decoder and ingest processes start in the background, and the
+        # API's first seconds load its kernels.
+        _latencies(base, name, WARM)
+        quiet: list[float] = []
+        moving: list[float] = []
+        for _ in range(2):
+            signal_movers(signal.SIGSTOP)
+            time.sleep(0.3)
+            still = _latencies(base, name, PHASE)
+            signal_movers(signal.SIGCONT)
+            busy = _latencies(base, name, PHASE)
+            print(f"phase p99 quiet {np.percentile(still, 99) * 1000:.1f} ms (max {max(still) * 1000:.0f}), "
+                  f"moving {np.percentile(busy, 99) * 1000:.1f} ms (max {max(busy) * 1000:.0f})")
+            quiet, moving = quiet + still, moving + busy
     finally:
-        publisher.kill()
-        publisher.wait()
-    print(f"p99 quiet {quiet * 1000:.1f} ms ({n_quiet}), publishing {busy * 1000:.1f} ms ({n_busy})")
-    assert n_quiet > 50 and n_busy > 50
-    assert busy <= RATIO * max(quiet, FLOOR), (
-        f"p99 {busy * 1000:.1f} ms while publishing, {quiet * 1000:.1f} ms quiet "
-        f"({n_busy} and {n_quiet} queries)")
+        for mover in movers:
+            mover.kill()
+            mover.wait()
+    p_quiet, p_moving = float(np.percentile(quiet, 99)), float(np.percentile(moving, 99))
+    print(f"p99 quiet {p_quiet * 1000:.1f} ms ({len(quiet)}), publishing and posting "
+          f"{p_moving * 1000:.1f} ms ({len(moving)}): ratio {p_moving / p_quiet:.1f}")
+    assert len(quiet) > 100 and len(moving) > 100
+    assert p_moving <= RATIO * max(p_quiet, FLOOR), (
+        f"p99 {p_moving * 1000:.1f} ms while publishing and posting, {p_quiet * 1000:.1f} ms quiet "
+        f"({len(moving)} and {len(quiet)} queries)")
