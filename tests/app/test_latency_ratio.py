@@ -8,11 +8,12 @@ worker's pace, and a poster process posts 50 K events of NDJSON (~2.7 MB) every 
 Three kept-alive clients send 150 queries a second on a fixed schedule (open loop: a
 query due while the API is stalled waits, and its latency counts from when it was due,
 so the share of slow answers is the share of time stalled; back-to-back clients send one
-query each into a stall, and a p99 does not see it). Quiet (publisher and poster stopped
-with SIGSTOP) and moving phases alternate in two pairs; the test fails when in both pairs
-the p99 moving passes ``RATIO`` x the quiet one (``FLOOR`` at least): a burst of other
-work on a shared machine spoils one phase, seldom the moving phase of both pairs, while a
-regression shows in every pair.
+query each into a stall, and a p99 does not see it). Quiet phases (the publisher stopped
+with SIGSTOP, the poster paused between posts, so no post is still being taken in) and
+moving ones alternate in two pairs; the test fails when in both pairs the p99 moving
+passes ``RATIO`` x the quiet one (``FLOOR`` at least): a burst of other work on a shared
+machine spoils one phase, seldom the moving phase of both pairs, while a regression shows
+in every pair.
 
 What it catches: work of tens of ms per post or publish on the event loop, or holding the
 API's GIL, makes a few % of the queries wait that long. Measured on the shared 2-core
@@ -72,21 +73,25 @@ while True:
 
 
 _POST = """
-import json, sys, time
+import json, os, sys, time
 import httpx
 import numpy as np
-base, key, name, n = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+base, key, name, n, every, pause = sys.argv[1:]
 rng = np.random.default_rng(2)
 bodies = ["\\n".join(json.dumps({"ts": 1e9 + 3600 + rng.uniform(0, 1), "key": f"k{k}", "value": 5.0})
-                     for k in rng.integers(0, 100, n)).encode() for _ in range(2)]
+                     for k in rng.integers(0, 100, int(n))).encode() for _ in range(2)]
 with httpx.Client(base_url=base, timeout=60, headers={"Authorization": f"Bearer {key}",
                                                       "content-type": "application/x-ndjson"}) as c:
     i = 0
     while True:
+        if os.path.exists(pause):  # paused between posts: none is in flight (say so)
+            open(pause + ".ack", "w").close()
+            time.sleep(0.01)
+            continue
         r = c.post(f"/v1/streams/{name}/events", content=bodies[i % 2])
         assert r.status_code in (202, 429), r.text
         i += 1
-        time.sleep(float(sys.argv[5]))
+        time.sleep(float(every))
 """
 
 
@@ -202,10 +207,23 @@ def test_p99_while_publishing_and_posting_stays_within_a_ratio_of_the_quiet_p99(
     movers = [subprocess.Popen([sys.executable, "-c", _PUBLISH, redis_url, str(tmp_path / "blobs.pickle"), name],
                                env=env)]
 
-    def signal_movers(sig):
+    pause = tmp_path / "pause"
+
+    def move(on: bool):
+        """Start or stop the publisher (SIGCONT, SIGSTOP) and the poster (between posts, so
+        no post is still being taken in when a quiet phase starts)."""
         for mover in movers:
             assert mover.poll() is None, "a publisher or poster stopped"
-            mover.send_signal(sig)
+        movers[0].send_signal(signal.SIGCONT if on else signal.SIGSTOP)
+        if on:
+            pause.unlink()
+            Path(f"{pause}.ack").unlink()
+            return
+        pause.touch()
+        deadline = time.monotonic() + 60
+        while not Path(f"{pause}.ack").exists():
+            assert time.monotonic() < deadline and movers[1].poll() is None, "the poster did not pause"
+            time.sleep(0.01)
 
     try:
         deadline = time.monotonic() + 60
@@ -217,16 +235,16 @@ def test_p99_while_publishing_and_posting_stays_within_a_ratio_of_the_quiet_p99(
             for q in QUERIES:  # the first read of each (the only one that may wait)
                 c.get(f"/v1/streams/{name}/{q}")
         movers.append(subprocess.Popen([sys.executable, "-c", _POST, base, KEYS["ingest"], name,
-                                        str(POST_EVENTS), str(POST_EVERY)], env=env))
+                                        str(POST_EVENTS), str(POST_EVERY), str(pause)], env=env))
         # Not counted: the decoder and ingest processes start in the background, and the
         # API's first seconds load its kernels.
         _latencies(base, name, WARM)
         ratios = []
         for _ in range(2):
-            signal_movers(signal.SIGSTOP)
-            time.sleep(0.3)
+            move(False)
+            time.sleep(0.2)
             quiet = float(np.percentile(_latencies(base, name, PHASE), 99))
-            signal_movers(signal.SIGCONT)
+            move(True)
             moving = float(np.percentile(_latencies(base, name, PHASE), 99))
             ratios.append((moving / max(quiet, FLOOR), moving, quiet))
             print(f"p99 quiet {quiet * 1000:.1f} ms, publishing and posting {moving * 1000:.1f} ms")
