@@ -20,10 +20,11 @@ API's GIL, makes a few % of the queries wait that long. Measured on the shared 2
 machine (per-pair p99 ratios, moving / quiet): a variant validating the posts on the
 event loop failed both runs at load average ~5.7 (120 and 3.8; 38 and 50; at load 13.5
 it passed, 5.5 and 2.1); the posts validated in a thread of the API (before issue 23)
-failed one run of two (3.9 and 31; then 1.8 and 1.9); this tree passed five of five at load 3.5-12.5, the closer pair
-0.8-2.5 (single pairs reached 4.8-7.6 while others' work ran: hence two). Under a load
-average far above the two cores every phase is slow and the test tells little either
-way. ``TIDEMARK_LATENCY_SRC`` runs it against another source tree's API and publisher.
+failed one run of two (3.9 and 31; then 1.8 and 1.9); this tree passed five of five at
+load 3.5-12.5, the closer pair 0.8-2.5 (single pairs reached 4.8-7.6 while others' work
+ran: hence two pairs). Under a load average far above the two cores every phase is slow
+and the test tells little either way. ``TIDEMARK_LATENCY_SRC`` runs it against another
+source tree's API and publisher.
 """
 
 from __future__ import annotations
