@@ -21,6 +21,7 @@ from app.alerts.secrets import SecretBox
 from app.alerts.store import AlertNotFound, AlertStore
 from app.answer_cache import AnswerCache, FastAnswers
 from app.answers import QueryError
+from app.ingest_pool import IngestPool
 from app.live_hub import LiveHub
 from app.metrics import Metrics
 from app.routes import alerts, health, history, ingest, live, prometheus, queries, streams
@@ -125,7 +126,9 @@ async def _lifespan(app: FastAPI):
     # Off the start-up path: /healthz answers at once, the first queries find warm kernels.
     warming = asyncio.create_task(asyncio.to_thread(warm_answers))
     decoder = asyncio.create_task(asyncio.to_thread(app.state.store.decoder.start))
+    app.state.ingest_pool.start()  # in the background; posts validate in a thread until then
     yield
+    app.state.ingest_pool.close()
     warming.cancel()
     decoder.cancel()
     app.state.store.decoder.close()
@@ -163,6 +166,7 @@ def create_app(settings: Settings, redis_url: str) -> FastAPI:
     secret = load_or_create(settings.checkpoint, settings.hash_secret)
     app.state.store = Store(redis_url, secret, settings.max_pending_chunks, settings.max_pending_events,
                             log_partitions=settings.log_partitions, max_wait=settings.ready_max_wait)
+    app.state.ingest_pool = IngestPool(settings.ingest_processes)
     app.state.alerts = AlertStore(redis_url, SecretBox(secret_key(settings)))
     app.state.alert_engine_wake = lambda: None
     app.state.metrics = Metrics()

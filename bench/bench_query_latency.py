@@ -7,9 +7,11 @@ the tree under test (``bench/_publish_loop.py``). Scenarios (``--scenario``): (a
 stream of an hour (200 K events) publishing every second while 5 K events/s are posted
 through the API; (b) 100 streams (20 K events each) publishing every second, queries
 spread over them; (c) (b) with 1,000 alert rules. Reported per run: p50/p99/max, the CPU
-of the API process and of its decoder processes, the bytes Redis sent per publish (INFO
-``total_net_output_bytes``: the API's reads) against the size of a whole blob, and the
-decoder CPU per publish. The load is open-loop: each of
+of the API process and of its child processes (decoder; ingest, where the tree has them),
+the bytes Redis sent per publish (INFO ``total_net_output_bytes``: the API's reads)
+against the size of a whole blob, the child-process CPU per publish (decoding, and
+validating posts where ingest processes do it), the events posted a second, and the
+machine's load average as the run started. The load is open-loop: each of
 ``--clients`` kept-alive connections sends its share of ``--rate`` on a fixed schedule,
 cycling through count, sum, frequency, quantiles and heavy-hitters; latency runs from the
 scheduled send (a late send counts its wait, so a saturated API cannot hide it). Alone
@@ -206,7 +208,7 @@ def _published(count_file: str) -> int:
 
 
 def _own_cpu(pid: int) -> float:
-    """CPU seconds of the process itself (not its decoder processes)."""
+    """CPU seconds of the process itself (not its decoder or ingest processes)."""
     fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
@@ -280,6 +282,15 @@ def run(src: str, workers: int, args, scenario: str, versions: list[StreamSummar
             stop(api)
 
 
+def _commit(src: str) -> str:
+    """The tree's commit (and ``+`` when it has changes not committed): what a row measured."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", src, *args], capture_output=True, text=True).stdout.strip()
+
+    head = git("rev-parse", "--short", "HEAD") or "?"
+    return head + ("+" if git("status", "--porcelain", "--untracked-files=no") else "")
+
+
 def _redis_out(url: str) -> int:
     """Bytes Redis has sent its clients so far (the API's reads, mostly)."""
     import redis as redis_py
@@ -305,6 +316,7 @@ def main() -> None:
     many = summaries(MANY_EVENTS)
     sources = []
     for label, src in [("this tree", str(ROOT))] + [(s, s) for s in args.src]:
+        label = f"{label} @ {_commit(src)}"
         for w in args.workers or [1]:
             if w == 1 or _supports_workers(src):
                 sources.append((label if w == 1 else f"{label}, {w} workers", src, w))
@@ -312,6 +324,7 @@ def main() -> None:
     for i in range(args.runs):
         for scenario in args.scenario or ["a"]:
             for label, src, workers in sources:
+                load = os.getloadavg()[0]
                 r = run(src, workers, args, scenario, versions, many,
                         profile_path(args.profile, f"{label}-{scenario}", i))
                 total = sum(len(v) for v in r["results"].values())
@@ -323,7 +336,8 @@ def main() -> None:
                     f"{every.max() * 1000:.0f} ms | {r['own_cpu'] / r['elapsed']:.2f} + "
                     f"{(r['cpu'] - r['own_cpu']) / r['elapsed']:.2f} | {r['published']} | "
                     f"{r['redis_out'] / per / 1024:.0f} KB ({r['redis_out'] / per / r['blob'] * 100:.0f} %) | "
-                    f"{(r['cpu'] - r['own_cpu']) / per * 1000:.1f} ms | {len(r['errors'])} |")
+                    f"{(r['cpu'] - r['own_cpu']) / per * 1000:.1f} ms | {len(r['errors'])} | "
+                    f"{r['posted'] / r['elapsed'] / 1000:.1f} K/s | {load:.1f} |")
                 print(f"\n{label} ({scenario}): {total / r['elapsed']:.0f} queries/s answered of "
                       f"{args.rate:.0f} offered, {args.clients} clients, {r['elapsed']:.1f} s; "
                       f"{len(r['errors'])} errors; {r['published']} publishes, {r['posted']} events posted",
@@ -338,9 +352,14 @@ def main() -> None:
                         print(f"| {kind} | {r['single'][kind] * 1000:.1f} ms | {r['single'][kind + ' new'] * 1000:.1f} ms | "
                               f"{np.percentile(lat, 50) * 1000:.1f} ms | "
                               f"{np.percentile(lat, 99) * 1000:.1f} ms | {lat.size} |", flush=True)
-    print("\n| scenario, tree | answered / offered q/s | p50 | p99 | max | API CPU (cores: API + decoder) "
-          "| publishes | read from Redis per publish (of the blob) | decoder CPU per publish | errors |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print(f"\n{' '.join(sys.argv)}\n(a): one stream publishing every second, 5 K events/s posted as NDJSON "
+          "unless --no-ingest/--quiet; (b) 100 streams; (c) (b) with 1,000 alert rules. Latency from the "
+          "scheduled send; 'load' is the machine's 1-minute load average as the run started (2 cores: "
+          "above ~2, other work shares them).")
+    print("\n| scenario, tree @ commit | answered / offered q/s | p50 | p99 | max | API CPU (cores: API + "
+          "decoder and ingest processes) | publishes | read from Redis per publish (of the blob) "
+          "| child-process CPU per publish | errors | posted | load |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     print("\n".join(rows), flush=True)
 
 

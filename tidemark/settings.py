@@ -58,6 +58,9 @@ class Settings(BaseSettings):
     api_workers: int = Field(
         default=1, ge=1, le=64, description="API processes answering on the one port "
         "(uvicorn workers; each decodes and caches on its own, alerts are shared through Redis)")
+    ingest_processes: int = Field(
+        default=1, ge=0, le=64, description="processes per API process that validate and "
+        "encode posted events, off the API's GIL (0: in a thread of the API process)")
     spark_master: str | None = None
     checkpoint: str = Field(default=".run/checkpoint", description="pyarrow.fs URI of worker state")
     state_partitions: int = Field(

@@ -184,7 +184,7 @@ def _decayed_quantile(summary, config, window, params):
     """φ-quantile of the values weighted by f(age) over every kept event up to ``at``
     (ages in whole ticks), bracketed per bucket age range (see
     ``WindowedQuantiles.decayed_quantile``). Events count once each: ``weight`` is not held."""
-    at_tick = math.floor(window.at / config.resolution)
+    at_tick = window.now  # exactly floor(at / res): a float quotient can round up a tick
     f = _weights(params, config.resolution)
     b = summary["values"].decayed_quantile(params["phi"], f, at_tick)
     if b is None:

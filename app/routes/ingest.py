@@ -8,11 +8,10 @@ from typing import Annotated
 from fastapi import APIRouter, Header, HTTPException, Request, Response
 
 from app.deps import INGEST, MetricsDep, SettingsDep, StoreDep
+from app.ingest_pool import IngestPool, IngestUnavailable, Prepared
 from app.routes.streams import StreamName
 from app.security import principal_of
-from tidemark.chunks import encode_chunk
-from tidemark.events import (ARROW_STREAM, BodyError, EventBatch, parse_body, validate_arrow,
-                             validate_events, validate_ndjson_fast)
+from tidemark.events import ARROW_STREAM, BodyError
 
 router = APIRouter(prefix="/v1/streams", tags=["ingest"])
 
@@ -20,38 +19,22 @@ router = APIRouter(prefix="/v1/streams", tags=["ingest"])
 BODY_TYPES = ("application/json", "application/x-ndjson", ARROW_STREAM)
 
 
-def _validate(body: bytes, config, max_future: float, media: str) -> EventBatch:
-    if media == ARROW_STREAM:  # the fast path: columns in, columns checked
-        try:
-            return validate_arrow(body, config, max_future)
-        except BodyError as e:
-            raise HTTPException(400, str(e)) from None
-    batch = validate_ndjson_fast(body, config, max_future)
-    if batch is not None:
-        return batch
-    # Irregular NDJSON or a JSON array: event by event, naming each bad one.
-    try:
-        items = parse_body(body, None)
-    except (BodyError, UnicodeDecodeError) as e:
-        raise HTTPException(400, str(e)) from None
-    return validate_events(items, config, max_future)
-
-
-def _ingest(name: str, body: bytes, store, max_future: float, media: str,
+def _ingest(name: str, body: bytes, store, pool: IngestPool, max_future: float, media: str,
             idempotency_key: str | None, tenant: str | None = None,
-            tenant_rate: int = 0) -> tuple[EventBatch, dict]:
-    batch = _validate(body, store.config(name), max_future, media)
-    if tenant is not None and len(batch):  # one tenant's flood never starves the others
-        store.take_rate(tenant, len(batch), tenant_rate)
-    chunk = encode_chunk(batch.ts, batch.key, batch.value, batch.weight) if len(batch) else None
-    receipt = {
-        "accepted": len(batch),
-        "rejected": [{"index": r.index, "error": r.error} for r in batch.rejects],
-    }
-    max_ts = float(batch.ts.max()) if len(batch) else None
-    first = store.append(name, chunk, len(batch), len(batch.rejects), max_ts, receipt,
-                         idempotency_key)
-    return batch, first
+            tenant_rate: int = 0) -> tuple[Prepared, dict]:
+    """Validate and encode in an ingest process (``app.ingest_pool``), then store here."""
+    try:
+        prepared = pool.prepare(body, store.config(name), max_future, media)
+    except BodyError as e:
+        raise HTTPException(400, str(e)) from None
+    except IngestUnavailable as e:
+        raise HTTPException(503, f"not stored: {e}", headers={"Retry-After": "1"}) from None
+    if tenant is not None and prepared.accepted:  # one tenant's flood never starves the others
+        store.take_rate(tenant, prepared.accepted, tenant_rate)
+    receipt = {"accepted": prepared.accepted, "rejected": prepared.rejects}
+    first = store.append(name, prepared.chunk, prepared.accepted, len(prepared.rejects),
+                         prepared.max_ts, receipt, idempotency_key)
+    return prepared, first
 
 
 def _media_type(request: Request) -> str:
@@ -93,14 +76,15 @@ async def ingest(name: StreamName, request: Request, response: Response, store: 
                      "answered with the first answer and stores nothing again")] = None) -> dict:
     media = _media_type(request)
     body = await read_body(request, settings.max_body_bytes)
-    # Validation and encoding are CPU work: off the event loop.
+    # Validation and encoding are CPU work: off the event loop and off its GIL (an ingest
+    # process); the thread waits for them, then stores.
     principal = principal_of(request)
-    batch, receipt = await asyncio.to_thread(_ingest, name, body, store, settings.max_future,
-                                             media, idempotency_key, principal.tenant,
-                                             settings.tenant_max_events_per_second)
+    prepared, receipt = await asyncio.to_thread(
+        _ingest, name, body, store, request.app.state.ingest_pool, settings.max_future, media,
+        idempotency_key, principal.tenant, settings.tenant_max_events_per_second)
     if receipt.pop("replayed", False):
         response.headers["Idempotent-Replayed"] = "true"
     else:
-        metrics.events_accepted.labels(name).inc(len(batch))
-        metrics.events_rejected.labels(name).inc(len(batch.rejects))
+        metrics.events_accepted.labels(name).inc(prepared.accepted)
+        metrics.events_rejected.labels(name).inc(len(prepared.rejects))
     return receipt

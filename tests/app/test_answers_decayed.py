@@ -218,3 +218,19 @@ def test_relative_is_refused_where_no_small_summary_gives_it():
     case = _case(config, [1.0], [1.0])
     with pytest.raises(QueryError, match="Theorem 4.1"):
         ask(case, S.summarize(case), "decayed-sum", decay="sliding", window=5, guarantee="relative")
+
+
+def test_decayed_quantile_ticks_at_exactly():
+    """``at`` = 1.0 s at a 0.1 s resolution is in tick 9 (10 × the float 0.1 is above 1.0),
+    but the float quotient 1.0 / 0.1 rounds to 10: read that way, an event of tick 10, after
+    ``at``, counted in the decayed quantile (the maximum came out 900, not 10)."""
+    config = StreamConfig(max_window=60, epsilon=0.1, delta=0.1, value_min=0, value_max=1000,
+                          resolution=0.1)
+    at = 1.0
+    assert math.floor(at / config.resolution) == 10  # the float quotient crosses the integer
+    case = _case(config, [0.5, math.nextafter(at, math.inf)], [10.0, 900.0])
+    summary = S.summarize(case)
+    for phi in (0.5, 1.0):
+        r = ask(case, summary, "decayed-quantile", decay="none", phi=phi, at=at, window=1.0)
+        assert r["bound"]["lower"] <= 10.0 <= r["bound"]["upper"], (phi, r["bound"])
+        assert r["bound"]["upper"] < 100.0, (phi, r["bound"])  # the event after at is not held

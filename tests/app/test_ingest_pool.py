@@ -1,0 +1,117 @@
+"""Ingest processes (``app.ingest_pool``): a body is validated and encoded in one, and an
+ingest process that is killed — between requests or while it holds one — or that sticks
+loses nothing accepted and hangs nothing: the request it held is answered 503 *not
+stored* (and nothing of it is stored), the pool starts again, and posts are accepted
+again at once (in the request's thread until the new processes are up)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+
+import pytest
+
+from tests.conftest import ApiServer
+
+N = 100
+
+
+def _body(n: int = N, start: float = 1.7e9) -> bytes:
+    return "\n".join(json.dumps({"ts": start + i, "key": f"k{i % 7}"}) for i in range(n)).encode()
+
+
+def _wait_ready(pool, deadline: float = 60.0) -> list[int]:
+    end = time.monotonic() + deadline
+    while not (pool.ready and pool.pids()):
+        assert time.monotonic() < end, "the ingest processes did not start"
+        time.sleep(0.05)
+    return pool.pids()
+
+
+@pytest.fixture
+def server(redis_url):
+    s = ApiServer(redis_url, ingest_processes=1).start()
+    yield s
+    s.stop()
+
+
+def _post(c, name: str, body: bytes, media: str = "application/x-ndjson", **headers):
+    return c.post(f"/v1/streams/{name}/events", content=body,
+                  headers={"content-type": media, **headers})
+
+
+def test_a_killed_or_stuck_ingest_process_loses_and_hangs_nothing(server):
+    pool, store = server.app.state.ingest_pool, server.app.state.store
+    name = f"ingest-pool-{os.getpid()}"
+    with server.client(timeout=60) as c:
+        assert c.put(f"/v1/streams/{name}", json={"max_window": 600}).status_code == 201
+        first = _wait_ready(pool)
+        r = _post(c, name, _body() + b'\n{"ts": "soon"}')  # through the process, a reject named
+        assert r.status_code == 202 and r.json()["accepted"] == N, r.text
+        assert r.json()["rejected"][0]["index"] == N
+        r = _post(c, name, b"not arrow", "application/vnd.apache.arrow.stream")
+        assert r.status_code == 400 and "Arrow" in r.json()["detail"], r.text  # its BodyError, in words
+        assert pool.pids() == first  # a refused body is no crash
+        stored = N
+
+        # Killed between requests: the next one is told nothing was stored.
+        os.kill(first[0], signal.SIGKILL)
+        time.sleep(0.2)
+        r = _post(c, name, _body(), **{"Idempotency-Key": "after-kill"})
+        assert r.status_code == 503 and "not stored" in r.json()["detail"], r.text
+        assert r.headers["Retry-After"] == "1"
+        assert store.pending(name) == stored
+        r = _post(c, name, _body(), **{"Idempotency-Key": "after-kill"})  # the retry is stored once
+        assert r.status_code == 202 and r.json()["accepted"] == N, r.text
+        stored += N
+        second = _wait_ready(pool)
+        assert set(second).isdisjoint(first)
+
+        # Killed while it validates a body (a JSON array of 200 K events takes it ~1 s).
+        big = json.dumps([{"ts": 1.7e9 + i} for i in range(200_000)]).encode()
+        answer = {}
+        started = time.monotonic()
+        sender = threading.Thread(target=lambda: answer.update(r=_post(c, name, big, "application/json")))
+        sender.start()
+        time.sleep(0.3)
+        os.kill(second[0], signal.SIGKILL)
+        sender.join(30)
+        assert not sender.is_alive(), "the request held by the killed process hangs"
+        assert answer["r"].status_code == 503, answer["r"].text
+        assert time.monotonic() - started < 10
+        assert store.pending(name) == stored
+        third = _wait_ready(pool)
+        r = _post(c, name, _body())
+        assert r.status_code == 202 and r.json()["accepted"] == N, r.text
+        stored += N
+
+        # Stuck (stopped): answered 503 after the pool's timeout, the stuck process killed.
+        pool.timeout = 1.0
+        os.kill(third[0], signal.SIGSTOP)
+        r = _post(c, name, _body())
+        assert r.status_code == 503 and "not stored" in r.json()["detail"], r.text
+        deadline = time.monotonic() + 10
+        while os.path.exists(f"/proc/{third[0]}") and open(f"/proc/{third[0]}/stat").read().split()[2] != "Z":
+            assert time.monotonic() < deadline, "the stuck ingest process was not stopped"
+            time.sleep(0.05)
+        assert set(_wait_ready(pool)).isdisjoint(third)
+        r = _post(c, name, _body())
+        assert r.status_code == 202, r.text
+        stored += N
+        assert store.pending(name) == stored
+
+
+def test_without_ingest_processes_the_thread_validates(redis_url):
+    s = ApiServer(redis_url, ingest_processes=0).start()
+    try:
+        name = f"ingest-thread-{os.getpid()}"
+        with s.client() as c:
+            assert c.put(f"/v1/streams/{name}", json={"max_window": 600}).status_code == 201
+            r = _post(c, name, _body())
+            assert r.status_code == 202 and r.json()["accepted"] == N, r.text
+        assert s.app.state.ingest_pool.pids() == [] and not s.app.state.ingest_pool.ready
+    finally:
+        s.stop()
