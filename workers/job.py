@@ -87,6 +87,9 @@ def sort_out_generations(previous: dict | None, rows: pd.DataFrame):
     Entries from before generations (0) belong to the state's generation."""
     if "generation" not in rows:  # rows built by hand (tests): no generation, no tombstone
         rows = rows.assign(generation=0, tombstone=False)
+    quick = _same_generation(previous, rows)
+    if quick is not None:
+        return quick
     tombstones = rows[rows["tombstone"]]
     dead = int(tombstones["generation"].max()) if len(tombstones) else None
     held = int(previous["generation"] or 0) if previous else None
@@ -103,6 +106,25 @@ def sort_out_generations(previous: dict | None, rows: pd.DataFrame):
     if target is not None:  # (entries from before generations precede any delete)
         chunks = chunks[((gens == target) | (gens == 0)).to_numpy()]
     return previous, chunks, target
+
+
+def _same_generation(previous: dict | None, rows: pd.DataFrame):
+    """``sort_out_generations``' answer without pandas filtering for the common batch (no
+    tombstone, every chunk of the state's generation, or of one generation for a new
+    shard): what it would return, else None (a frame filter costs ~0.4 ms, a tenth of a
+    small stream's whole update)."""
+    tombstone = rows["tombstone"].to_numpy()
+    if len(rows) == 0 or tombstone.any():
+        return None
+    gens = rows["generation"].to_numpy().astype("int64")
+    newest = int(gens.max())
+    held = int(previous["generation"] or 0) if previous else None
+    if held is not None and newest > held:
+        return None  # a new declaration: the general path starts afresh
+    target = held if held is not None else (newest or None)
+    if target is not None and not ((gens == target) | (gens == 0)).all():
+        return None
+    return previous, rows, target
 
 
 class DecodedShards:
