@@ -68,11 +68,12 @@ async def _run(conf: dict) -> dict:
              for s in streams]
     lengths = [f"Content-Length: {len(b)}\r\n\r\n".encode() for b, _, _ in bodies]
     queue: asyncio.Queue = asyncio.Queue()
-    out = {"requests": 0, "offered_events": 0, "accepted": 0, "refused": 0, "errors": 0,
+    out = {"requests": 0, "offered_events": 0, "held_back": 0, "accepted": 0, "refused": 0, "errors": 0,
            "other": {}, "accepted_by_second": [0] * (int(conf["seconds"]) + 30),
            "accepts": {s: [] for s in streams if s in sample}, "late_sends": [], "latency": [],
            "retry_after": {}}
     totals = {s: 0 for s in streams}
+    blocked = [0.0] * len(streams)  # until when each stream was told to wait (Retry-After)
     loop = asyncio.get_running_loop()
     done = asyncio.Event()
 
@@ -89,8 +90,11 @@ async def _run(conf: dict) -> dict:
                 wait = due - time.time()
                 if wait > 0.001:
                     await asyncio.sleep(wait)
-                out["requests"] += 1
                 out["offered_events"] += size
+                if blocked[i] > due:  # told to wait: its retry is queued, this send held back
+                    out["held_back"] += size
+                    continue
+                out["requests"] += 1
                 queue.put_nowait((i, due))
             k += 1
 
@@ -147,7 +151,9 @@ async def _run(conf: dict) -> dict:
                 out["refused"] += 1
                 after = float(fields.get("retry-after", 1))
                 out["retry_after"][str(int(after))] = out["retry_after"].get(str(int(after)), 0) + 1
+                blocked[i] = answered + after
                 if answered + after < end:  # the same events again, when told
+                    out["requests"] += 1
                     loop.call_later(after, queue.put_nowait, (i, answered + after))
             else:
                 out["other"][str(status)] = out["other"].get(str(status), 0) + 1

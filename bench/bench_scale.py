@@ -113,11 +113,12 @@ def _tree(pid: int) -> list[int]:
     return out
 
 
-def cpu_of(pids: list[int]) -> float:
-    """CPU seconds (user + system) used so far by ``pids`` and their descendants."""
+def cpu_of(pids: list[int], alone: bool = False) -> float:
+    """CPU seconds (user + system) used so far by ``pids`` and their descendants (``alone``:
+    not their descendants)."""
     tick, total = os.sysconf("SC_CLK_TCK"), 0.0
     for root in pids:
-        for p in _tree(root):
+        for p in ([root] if alone else _tree(root)):
             try:
                 fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
             except OSError:
@@ -151,13 +152,14 @@ def gather(procs: list[subprocess.Popen]) -> dict:
     """The loaders' results added up (accepts of the sampled streams kept per stream)."""
     import json
 
-    total: dict = {"requests": 0, "offered_events": 0, "accepted": 0, "refused": 0, "errors": 0,
+    total: dict = {"requests": 0, "offered_events": 0, "held_back": 0, "accepted": 0, "refused": 0, "errors": 0,
                    "unsent": 0, "cpu_seconds": 0.0, "accepts": {}, "other": {}, "retry_after": {},
                    "accepted_by_second": None, "late_send_p95": 0.0, "latency_p50": 0.0,
                    "latency_p95": 0.0}
     for p in procs:
         out = json.loads(p.communicate()[0])
-        for k in ("requests", "offered_events", "accepted", "refused", "errors", "unsent", "cpu_seconds"):
+        for k in ("requests", "offered_events", "held_back", "accepted", "refused", "errors", "unsent",
+                  "cpu_seconds"):
             total[k] += out[k]
         for k in ("late_send_p95", "latency_p50", "latency_p95"):
             total[k] = max(total[k], out[k])  # the worst loader's
@@ -291,12 +293,14 @@ def run(spark, declared: int, active: int, seconds: float, rate: float, size: in
         pids = {"loaders": [p.pid for p in procs], "api": [api.pid], "redis": [server.process.pid],
                 "spark": [jvm_pid() or os.getpid()], "driver": []}
         cpu0 = {k: cpu_of(v) for k, v in pids.items()}
+        jvm0 = cpu_of(pids["spark"], alone=True)
         driver_cpu0 = time.process_time()
         visible0, at0 = sum(visible_of(store.redis, active_names).values()), time.time()
         load0 = os.getloadavg()[0]
         time.sleep(max(0.0, t0 + seconds - time.time()))
         steady = time.time() - (t0 + warm)
         cores = {k: (cpu_of(v) - cpu0[k]) / steady for k, v in pids.items()}
+        cores["jvm"] = (cpu_of(pids["spark"], alone=True) - jvm0) / steady  # of "spark": the JVM alone
         cores["driver"] = (time.process_time() - driver_cpu0) / steady  # this process: Spark's driver (Python)
         visible1, at1 = sum(visible_of(store.redis, active_names).values()), time.time()
         load1 = os.getloadavg()[0]
@@ -348,10 +352,15 @@ def run(spark, declared: int, active: int, seconds: float, rate: float, size: in
             "retry_after": out_load["retry_after"], "other": out_load["other"], "errors": out_load["errors"],
             "visible_per_s": (visible1 - visible0) / max(1e-9, at1 - at0),
             "visible_total": visible_final, "drained_s": drained,
-            "offered_per_s": rate, "sent_per_s": out_load["offered_events"] / seconds,
+            "offered_per_s": rate, "held_back_per_s": out_load["held_back"] / seconds,
             "late_send_p95": out_load["late_send_p95"], "latency_p50": out_load["latency_p50"],
             "latency_p95": out_load["latency_p95"], "cores": cores,
             "load_avg": (load0 + load1) / 2,
+            # per-unit CPU, for the capacity model: the API's per answered request, Spark's
+            # (JVM and its Python workers) per chunk counted
+            "api_ms_per_request": 1000 * cores["api"] / max(
+                1e-9, (out_load["accepted"] / size + out_load["refused"]) / seconds),
+            "spark_ms_per_chunk": 1000 * cores["spark"] / max(1e-9, (visible1 - visible0) / size / max(1e-9, at1 - at0)),
             "bytes_per_active_stream": statistics.median(sizes) if sizes else 0,
         }
         driver.stop_event.set()
@@ -362,22 +371,24 @@ def run(spark, declared: int, active: int, seconds: float, rate: float, size: in
 
 
 HEADER = ("| tree | declared | active | events / request | requests/s | offered/s | accepted/s | "
-          "visible/s | 429s | freshness p50 | p95 | max | > 10 s | drained | batch p50 | p95 | "
+          "visible/s | held back/s | 429s | freshness p50 | p95 | max | > 10 s | drained | batch p50 | p95 | "
           "read tasks / batch | offset bytes | state rows / batch | RocksDB bytes / batch | "
-          "driver RSS (Python / JVM) | cores: load gen / API / Redis / Spark / driver | "
-          "answer p95 | load avg |")
+          "driver RSS (Python / JVM) | cores: load gen / API / Redis / Spark (of it JVM) / driver | "
+          "API CPU ms / request | Spark CPU ms / chunk | answer p95 | load avg |")
 
 
 def row(tree: str, r: dict) -> str:
     c = r["cores"]
     return (f"| {tree} | {r['declared']:,} | {r['active']:,} | {r['size']:,} | {r['requests_per_s']:,.0f} | "
             f"{r['offered_per_s']:,.0f} | {r['accepted_per_s']:,.0f} | {r['visible_per_s']:,.0f} | "
-            f"{r['refused']:,} | {r['fresh_p50']:.2f} s | {r['fresh_p95']:.2f} s | {r['fresh_max']:.2f} s | "
+            f"{r['held_back_per_s']:,.0f} | {r['refused']:,} | {r['fresh_p50']:.2f} s | {r['fresh_p95']:.2f} s | {r['fresh_max']:.2f} s | "
             f"{r['fresh_over_10s']} of {r['fresh_n']} | {r['drained_s']:.1f} s | "
             f"{r['batch_p50']:.2f} s | {r['batch_p95']:.2f} s | {r['read_tasks']:.1f} | "
             f"{r['offset_bytes']:,} | {r['rows_per_batch']:.0f} | {r['bytes_written_per_batch']:,.0f} | "
             f"{r['driver_rss_mb']:.0f} MB / {r['jvm_rss_mb']:.0f} MB | "
-            f"{c['loaders']:.2f} / {c['api']:.2f} / {c['redis']:.2f} / {c['spark']:.2f} / {c['driver']:.2f} | "
+            f"{c['loaders']:.2f} / {c['api']:.2f} / {c['redis']:.2f} / {c['spark']:.2f} ({c['jvm']:.2f}) / "
+            f"{c['driver']:.2f} | "
+            f"{r['api_ms_per_request']:.2f} | {r['spark_ms_per_chunk']:.1f} | "
             f"{r['latency_p95']:.3f} s | {r['load_avg']:.1f} |")
 
 
