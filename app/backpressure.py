@@ -126,8 +126,11 @@ class LogLag:
         waiting. The rest is a recent slow batch less what it has run, but at least what
         it has run (a batch already slower than the recent ones is taken to need as long
         again: the first batch of a thousand new streams may take ten times the last)."""
-        running = self.running_for
-        rest = max(self.batch_seconds - running, running)
+        if self.pending_chunks:
+            running = self.running_for
+            rest = max(self.batch_seconds - running, running)
+        else:  # nothing waits: at most a batch finishing (else an idle worker would refuse for good)
+            rest = max(0.0, self.batch_seconds - self.batch_elapsed)
         return (rest + self.fixed_seconds
                 + (self.pending_events + more) * self.per_event
                 + (self.pending_chunks + chunks) * self.per_chunk)

@@ -75,6 +75,10 @@ def test_a_batch_running_longer_than_the_recent_ones_is_taken_to_need_as_long_ag
     idle.batch_elapsed = 60.0  # idle for a minute, then a request came: the batch is new
     assert idle.running_for == 0.2 and idle.wait_estimate() < 1.0
     assert _decide(idle, stream_pending=0) is None
+    slow = _lag(pending=0, oldest=0.0, batch=20.0)  # the last batches were slow, then all was read
+    slow.partitions[0]["pending_chunks"] = 0
+    slow.batch_elapsed = 30.0
+    assert slow.running_for == 0.0 and _decide(slow, stream_pending=0) is None  # never stuck
 
 
 def test_nothing_is_taken_past_the_ceiling_or_once_an_entry_waited_that_long():
