@@ -56,7 +56,7 @@ __all__ = ["LogLag", "LagReader", "decide", "Refusal", "read_positions", "TARGET
 TARGET = 0.3  # of max_wait: the estimated wait every stream may add to
 CEILING = 0.8  # of max_wait: beyond it nothing is taken
 FLOOR_CAPACITY = 20_000.0  # events/s assumed before the worker has shown its own
-FLOOR_CHUNKS = 100.0  # chunks (group updates)/s assumed likewise (bench_scale: 10-20 ms of Spark CPU each)
+FLOOR_CHUNKS = 50.0  # chunks (group updates)/s assumed likewise (bench_scale: 11-25 ms of Spark CPU each)
 CEILING_CAPACITY = 1_000_000.0  # events/s never assumed beyond (one stream does 600 K/s here)
 
 # KEYS: log partition; ARGV: '(' .. the last entry read. The id and stream of the oldest
