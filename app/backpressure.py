@@ -14,8 +14,8 @@ from two pipelined round trips, kept for ``ttl`` (0.1 s) per API process: an ing
 request costs one more round trip, for its own stream's waiting events, whatever the
 number of streams or partitions.
 
-An event accepted now waits for the batch under way, then for one that takes everything
-waiting (``LogLag.wait_estimate``: the worker fits a batch's fixed seconds, its seconds per
+An event accepted now waits for the batch under way (at least as long again as it has run
+already), then for one that takes everything waiting (``LogLag.wait_estimate``: the worker fits a batch's fixed seconds, its seconds per
 chunk and per event to its recent batches, since many small streams cost per chunk and a
 busy one per event). ``decide`` refuses with 429 before that
 passes ``TIDEMARK_READY_MAX_WAIT``, fairly:
@@ -56,7 +56,7 @@ __all__ = ["LogLag", "LagReader", "decide", "Refusal", "read_positions", "TARGET
 TARGET = 0.3  # of max_wait: the estimated wait every stream may add to
 CEILING = 0.8  # of max_wait: beyond it nothing is taken
 FLOOR_CAPACITY = 20_000.0  # events/s assumed before the worker has shown its own
-FLOOR_CHUNKS = 500.0  # chunks (group updates)/s assumed likewise
+FLOOR_CHUNKS = 50.0  # chunks (group updates)/s assumed likewise (bench_scale: 11-25 ms of Spark CPU each)
 CEILING_CAPACITY = 1_000_000.0  # events/s never assumed beyond (one stream does 600 K/s here)
 
 
@@ -101,11 +101,27 @@ class LogLag:
     def per_chunk(self) -> float:
         return self.seconds_per_chunk or 1 / FLOOR_CHUNKS
 
+    @property
+    def running_for(self) -> float:
+        """Seconds the batch under way has run: none without entries waiting; else since
+        the last batch ended, or since the oldest waiting entry came if it came later (the
+        worker was idle until then)."""
+        if not self.pending_chunks:
+            return 0.0
+        return min(self.batch_elapsed, self.oldest_age)
+
     def wait_estimate(self, more: int = 0, chunks: int = 0) -> float:
         """Seconds a request appended now (``more`` events in ``chunks`` chunks) would wait
-        to be counted: the rest of the batch under way (a typical batch less the time since
-        the last one ended), then one that takes everything waiting."""
-        return (max(0.0, self.batch_seconds - self.batch_elapsed) + self.fixed_seconds
+        to be counted: the rest of the batch under way, then one that takes everything
+        waiting. The rest is a recent slow batch less what it has run, but at least what
+        it has run (a batch already slower than the recent ones is taken to need as long
+        again: the first batch of a thousand new streams may take ten times the last)."""
+        if self.pending_chunks:
+            running = self.running_for
+            rest = max(self.batch_seconds - running, running)
+        else:  # nothing waits: at most a batch finishing (else an idle worker would refuse for good)
+            rest = max(0.0, self.batch_seconds - self.batch_elapsed)
+        return (rest + self.fixed_seconds
                 + (self.pending_events + more) * self.per_event
                 + (self.pending_chunks + chunks) * self.per_chunk)
 

@@ -32,6 +32,10 @@ class Publisher:
         self.redis = worker_redis(redis_url)  # rides out a Redis restart
         self._publish = self.redis.register_script(scripts.PUBLISH)
         self._ensure = self.redis.register_script(scripts.ENSURE)
+        # The digests this process last published per (stream, shard): what Redis most
+        # likely holds, so a publish needs no read first. A wrong guess costs one retry
+        # (the script refuses a manifest naming a segment it lacks: -1), never a bad write.
+        self._published: dict[tuple[str, int], set[str]] = {}
 
     def config(self, name: str) -> StreamConfig | None:
         raw = self.redis.hget(keys.STREAMS, name)
@@ -64,7 +68,9 @@ class Publisher:
             status = dataclasses.replace(status, generation=self.current_generation(name, config))
         parts = segments.split(blob) if blob else []
         status = dataclasses.replace(status, segments=[[name, segments.digest(b)] for name, b in parts])
-        stored = self._stored_digests(name, shard)
+        stored = self._published.pop((name, shard), None)
+        if stored is None:
+            stored = self._stored_digests(name, shard)
         for attempt in (0, 1):
             sent = [x for (_, d), (_, b) in zip(status.segments, parts)
                     if attempt or d not in stored for x in (d, b)]
@@ -75,6 +81,10 @@ class Publisher:
                       keys.ANNOUNCE, int(status.generation), *sent],
             ))
             if done >= 0:
+                if done:
+                    while len(self._published) >= 8192:  # bounded: oldest first out
+                        self._published.pop(next(iter(self._published)))
+                    self._published[(name, shard)] = {d for _, d in status.segments}
                 return bool(done)
         raise RuntimeError("publish script refused every segment it was sent")  # cannot happen
 

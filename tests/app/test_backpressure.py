@@ -59,6 +59,28 @@ def test_many_small_streams_are_judged_by_their_chunks_not_only_their_events():
     assert _decide(lag, stream_pending=0, incoming=10) is None
 
 
+def test_a_batch_running_longer_than_the_recent_ones_is_taken_to_need_as_long_again():
+    """The first batch of a thousand new streams ran 11 s after batches of 1 s (bench_scale,
+    10,000:1,000): requests taken while it ran waited 25 s. A batch under way for longer
+    than the recent ones counts as needing that long again."""
+    lag = _lag(pending=1_000, oldest=2.0, batch=1.0)
+    lag.batch_elapsed = 2.0  # entries wait since before the last batch ended: it runs since
+    assert lag.running_for == 2.0
+    assert lag.wait_estimate() == pytest.approx(2.0 + 1_000 * 1e-5 + 10 * 1e-4)
+    lag.batch_elapsed = lag.partitions[0]["oldest_age"] = 5.0
+    assert _decide(lag, stream_pending=0, incoming=100) is None  # 5 s: a fair share still
+    lag.batch_elapsed = lag.partitions[0]["oldest_age"] = 7.995
+    assert _decide(lag, stream_pending=0, incoming=100) is not None  # about 8 s more: past 8 s (its age alone is not)
+    idle = _lag(pending=1_000, oldest=0.2, batch=1.0)
+    idle.batch_elapsed = 60.0  # idle for a minute, then a request came: the batch is new
+    assert idle.running_for == 0.2 and idle.wait_estimate() < 1.0
+    assert _decide(idle, stream_pending=0) is None
+    slow = _lag(pending=0, oldest=0.0, batch=20.0)  # the last batches were slow, then all was read
+    slow.partitions[0]["pending_chunks"] = 0
+    slow.batch_elapsed = 30.0
+    assert slow.running_for == 0.0 and _decide(slow, stream_pending=0) is None  # never stuck
+
+
 def test_nothing_is_taken_past_the_ceiling_or_once_an_entry_waited_that_long():
     assert _decide(_lag(pending=900_000), stream_pending=0) is not None  # 9.5 s > 8 s
     stalled = _decide(_lag(pending=10, oldest=MAX_WAIT + 0.1), stream_pending=0)
@@ -94,6 +116,7 @@ def test_the_worker_measures_its_costs_from_the_batches_it_ran():
     assert out["seconds_per_chunk"] == pytest.approx(0.01, rel=1e-3)
     assert out["seconds_per_event"] == pytest.approx(1e-5, rel=1e-3)
     assert out["capacity"] == pytest.approx(100_000, rel=1e-3)
+    assert out["batch_seconds"] == pytest.approx(1.3)  # the slowest recent one, not a typical one
     assert log_progress([progress(0, None, a, 9000)], first_batch=0)["batch_seconds"] == 0.0
     assert log_progress([{"sources": [{"startOffset": None, "endOffset": '{"s": "1-0"}'}],
                           "durationMs": {"triggerExecution": 5}}]) is None  # a legacy offset

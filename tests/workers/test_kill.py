@@ -1,4 +1,5 @@
-"""kill -9 of a real worker process mid-stream: after a restart every event counts once."""
+"""kill -9 of a real worker process under many streams' load: after a restart every event
+counts once."""
 
 from __future__ import annotations
 
@@ -6,12 +7,15 @@ import os
 import signal
 import subprocess
 import sys
+import json
 import time
 
 import pytest
 
 from tests.conftest import TEST_SECRET, ApiServer
+from tidemark.wire import keys
 from tidemark.redis_server import EmbeddedRedis
+from tidemark.streams import StreamConfig
 
 pytestmark = pytest.mark.spark
 T0 = 1_700_000_000.0
@@ -26,47 +30,65 @@ def _worker(redis_url: str, checkpoint: str, log) -> subprocess.Popen:
     )
 
 
-def _events(c) -> int:
-    r = c.get("/v1/streams/k")
-    return r.json()["status"]["events"] if r.status_code == 200 else 0
+STREAMS = [f"k{i:03d}" for i in range(200)]  # many streams posting at once, as users run it
 
 
-def _post(c, first: int, n: int = 1000) -> int:
-    """Events accepted (a 429 while the worker catches up accepts none)."""
-    r = c.post("/v1/streams/k/events", json=[{"ts": T0 + (first + i) * 0.001} for i in range(n)])
-    return r.json()["accepted"] if r.status_code == 202 else 0
+def _counted(r) -> dict[str, int]:
+    """Events each stream's published shards count (one pipelined read)."""
+    with r.pipeline(transaction=False) as p:
+        for n in STREAMS:
+            p.hvals(keys.shard_status(n))
+        raw = p.execute()
+    return {n: sum(json.loads(v)["events"] for v in vals) for n, vals in zip(STREAMS, raw)}
 
 
-def test_kill_9_mid_stream_then_restart_counts_every_event_once(tmp_path):
+def _round(c, sent: dict[str, int], n: int = 20) -> None:
+    """Each stream posts ``n`` events; what is accepted is added to ``sent`` (a 429 while
+    the worker is down or catching up accepts none)."""
+    for name in STREAMS:
+        first = sent[name]
+        r = c.post(f"/v1/streams/{name}/events",
+                   json=[{"ts": T0 + (first + i) * 0.001, "key": f"k{i % 5}"} for i in range(n)])
+        assert r.status_code in (202, 429), r.text
+        if r.status_code == 202:
+            sent[name] += r.json()["accepted"]
+
+
+def test_kill_9_under_many_streams_then_restart_counts_every_event_once(tmp_path):
     log = tmp_path / "worker.log"
     with EmbeddedRedis(tmp_path / "redis") as server:
         api = ApiServer(server.url).start()
+        r = api.app.state.store.redis
         checkpoint = str(tmp_path / "checkpoint")
         worker = _worker(server.url, checkpoint, log)
-        sent = 0
+        sent = {name: 0 for name in STREAMS}
         try:
+            r.hset(keys.STREAMS, mapping={n: StreamConfig(max_window="1h").model_dump_json()
+                                           for n in STREAMS})
             with api.client() as c:
-                c.put("/v1/streams/k", json={"max_window": "1h"})
                 deadline = time.monotonic() + 420
-                # Keep sending until the worker has published some, then kill it mid-stream.
-                while _events(c) == 0 or sent < 20_000:
+                rounds = 0
+                # Keep posting until the worker has published some, then kill it mid-load.
+                while sum(_counted(r).values()) == 0 or rounds < 3:
                     assert time.monotonic() < deadline, log.read_text()[-3000:]
-                    sent += _post(c, sent)
-                    time.sleep(0.05)
-                for _ in range(5):  # kill while it is working on these
-                    sent += _post(c, sent)
+                    _round(c, sent)
+                    rounds += 1
+                _round(c, sent)  # kill while it is working on these
                 os.killpg(worker.pid, signal.SIGKILL)
                 worker.wait()
-                for _ in range(5):
-                    sent += _post(c, sent)
+                _round(c, sent)
                 worker = _worker(server.url, checkpoint, log)
+                _round(c, sent)
                 deadline = time.monotonic() + 420
-                while _events(c) < sent:
-                    assert time.monotonic() < deadline, f"{_events(c)} of {sent}: " + log.read_text()[-3000:]
+                while (counted := _counted(r)) != sent:
+                    assert all(counted[n] <= sent[n] for n in STREAMS), "counted twice"
+                    assert time.monotonic() < deadline, (
+                        f"{sum(counted.values())} of {sum(sent.values())}: " + log.read_text()[-3000:])
                     time.sleep(0.5)
-                time.sleep(2)
-                status = c.get("/v1/streams/k").json()["status"]
-                assert status["events"] == sent and status["late_dropped"] == 0
+                time.sleep(2)  # nothing more arrives: every stream exactly once
+                assert _counted(r) == sent and min(sent.values()) >= 60
+                status = c.get(f"/v1/streams/{STREAMS[7]}").json()["status"]
+                assert status["events"] == sent[STREAMS[7]] and status["late_dropped"] == 0
         finally:
             try:
                 os.killpg(worker.pid, signal.SIGKILL)

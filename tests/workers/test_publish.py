@@ -82,6 +82,35 @@ def test_only_a_publish_that_lands_is_announced(redis_url):
     assert [g for g in got if g["stream"] == name] == [{"stream": name, "shard": 3, "version": 2}]
 
 
+def test_a_publisher_that_remembers_segments_redis_lost_sends_them_again(redis_url):
+    """The publisher skips the read of what Redis holds and sends only the segments it did
+    not publish itself last time; another publisher (an executor the shard moved to) or a
+    flush may have changed that, and the script's refusal makes it send them all."""
+    from tidemark.summary import StreamSummary
+    from tests.conftest import TEST_SECRET
+
+    name = next(_names)
+    import numpy as np
+
+    from tidemark.chunks import decode_chunk, encode_chunk
+
+    summary = StreamSummary.create(StreamConfig(max_window=60.0), TEST_SECRET)
+    ts = 1000.0 + np.arange(20.0)
+    summary.update_table(decode_chunk(encode_chunk(ts, [f"k{i % 3}" for i in range(20)],
+                                                   np.full(20, 2.0), np.ones(20))))
+    blob, _ = summary.encode()  # as the worker writes it: head and parts
+    here, there = Publisher(redis_url), Publisher(redis_url)
+    assert here.publish(name, 0, _status(1), blob, CONFIG)
+    assert len(segments.split(blob)) > 1  # more than one segment: some are skipped below
+    p = here.redis
+    p.delete(keys.shard_segments(name))  # lost meanwhile: this publisher does not know
+    assert here.publish(name, 0, _status(2), blob, CONFIG)
+    assert _held(here, name, 0) == (2, blob)
+    assert there.publish(name, 0, _status(3), blob, CONFIG)  # reads what Redis holds
+    assert here.publish(name, 0, _status(4), blob, CONFIG)
+    assert _held(here, name, 0) == (4, blob)
+
+
 def test_republish_is_needed_after_redis_loses_the_mark(redis_url):
     p = Publisher(redis_url)
     p.mark_published()
