@@ -177,8 +177,6 @@ def visible_of(r, names: list[str]) -> dict[str, int]:
     """Events each stream's published shards count now (one pipelined read)."""
     import json
 
-    from tidemark.wire import keys
-
     with r.pipeline(transaction=False) as p:
         for n in names:
             p.hvals(keys.shard_status(n))
@@ -263,7 +261,7 @@ def run(spark, declared: int, active: int, seconds: float, rate: float, size: in
         # The load starts once the worker has run a batch (a deployment's steady state, not
         # Spark's start, which back-pressure cannot judge before the worker's first progress).
         warmup = "warm-up"
-        store.redis.hset("tm:streams", warmup, CONFIG.model_dump_json())
+        store.redis.hset(keys.STREAMS, warmup, CONFIG.model_dump_json())
         httpx.post(f"{base}/v1/streams/{warmup}/events", json=[{"ts": time.time()}],
                    headers={"Authorization": f"Bearer {KEY}"}).raise_for_status()
         deadline = time.time() + 300
