@@ -42,7 +42,7 @@ class Declarations:
         since published sketches were sized from the old ones (delete it first)."""
         new, raw = self._declare(
             keys=[keys.STREAMS, keys.GENERATIONS, keys.DELETED, keys.ingest_stats(name),
-                  keys.shard_segments(name), keys.shard_status(name)],
+                  keys.shard_segments(name), keys.shard_status(name), keys.SHARDS_MAX],
             args=[name, write_config(config)])
         if new:
             self.forget(name)

@@ -151,6 +151,8 @@ async def _run(conf: dict) -> dict:
                 out["refused"] += 1
                 after = float(fields.get("retry-after", 1))
                 out["retry_after"][str(int(after))] = out["retry_after"].get(str(int(after)), 0) + 1
+                reason = json.loads(answer).get("detail", "")[:60] if answer else ""
+                out.setdefault("reasons", {})[reason] = out.setdefault("reasons", {}).get(reason, 0) + 1
                 blocked[i] = answered + after
                 if answered + after < end:  # the same events again, when told
                     out["requests"] += 1

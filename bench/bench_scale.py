@@ -154,7 +154,7 @@ def gather(procs: list[subprocess.Popen]) -> dict:
     import json
 
     total: dict = {"requests": 0, "offered_events": 0, "held_back": 0, "accepted": 0, "refused": 0, "errors": 0,
-                   "unsent": 0, "cpu_seconds": 0.0, "accepts": {}, "other": {}, "retry_after": {},
+                   "unsent": 0, "cpu_seconds": 0.0, "accepts": {}, "other": {}, "retry_after": {}, "reasons": {},
                    "accepted_by_second": None, "late_send_p95": 0.0, "latency_p50": 0.0,
                    "latency_p95": 0.0}
     for p in procs:
@@ -165,8 +165,8 @@ def gather(procs: list[subprocess.Popen]) -> dict:
         for k in ("late_send_p95", "latency_p50", "latency_p95"):
             total[k] = max(total[k], out[k])  # the worst loader's
         total["accepts"].update(out["accepts"])
-        for k in ("other", "retry_after"):
-            for code, n in out[k].items():
+        for k in ("other", "retry_after", "reasons"):
+            for code, n in out.get(k, {}).items():
                 total[k][code] = total[k].get(code, 0) + n
         by = np.array(out["accepted_by_second"])
         total["accepted_by_second"] = by if total["accepted_by_second"] is None else total["accepted_by_second"] + by
@@ -250,6 +250,7 @@ def run(spark, declared: int, active: int, seconds: float, rate: float, size: in
         store = Store(server.url, SECRET)
         names = [f"s{i:05d}" for i in range(declared)]
         store.redis.hset(keys.STREAMS, mapping={n: CONFIG.model_dump_json() for n in names})
+        store.redis.set(keys.SHARDS_MAX, CONFIG.shards)  # as the declare script keeps it
         while True:
             try:
                 if httpx.get(base + "/healthz").status_code == 200:
@@ -296,7 +297,13 @@ def run(spark, declared: int, active: int, seconds: float, rate: float, size: in
         driver_cpu0 = time.process_time()
         visible0, at0 = sum(visible_of(store.redis, active_names).values()), time.time()
         load0 = os.getloadavg()[0]
-        time.sleep(max(0.0, t0 + seconds - time.time()))
+        lags = []  # what back-pressure judged from, every 2 s (GET /readyz)
+        while time.time() < t0 + seconds:
+            try:
+                lags.append(httpx.get(base + "/readyz", timeout=5).json().get("lag"))
+            except (httpx.HTTPError, ValueError):
+                pass
+            time.sleep(min(2.0, max(0.0, t0 + seconds - time.time())))
         steady = time.time() - (t0 + warm)
         cores = {k: (cpu_of(v) - cpu0[k]) / steady for k, v in pids.items()}
         cores["jvm"] = (cpu_of(pids["spark"], alone=True) - jvm0) / steady  # of "spark": the JVM alone
@@ -348,7 +355,7 @@ def run(spark, declared: int, active: int, seconds: float, rate: float, size: in
             "fresh_over_10s": sum(1 for f in fresh if f > 10.0),
             "accepted_per_s": float(by[int(warm) + 1:int(seconds)].mean()) if seconds > warm + 2 else out_load["accepted"] / seconds,
             "accepted_total": out_load["accepted"], "refused": out_load["refused"],
-            "retry_after": out_load["retry_after"], "other": out_load["other"], "errors": out_load["errors"],
+            "retry_after": out_load["retry_after"], "reasons": out_load.get("reasons", {}), "lags": lags, "other": out_load["other"], "errors": out_load["errors"],
             "visible_per_s": (visible1 - visible0) / max(1e-9, at1 - at0),
             "visible_total": visible_final, "drained_s": drained,
             "offered_per_s": rate, "held_back_per_s": out_load["held_back"] / seconds,

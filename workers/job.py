@@ -465,9 +465,10 @@ def log_progress(recent: list, first_batch: int | None = None) -> dict | None:
     recent batches cost, for back-pressure and readiness (``app.backpressure``); None
     before any batch of the partitioned log finished.
 
-    A batch costs a fixed part (planning, tasks, state commits) plus a part per chunk (one
-    group update each: what many small streams cost) and a part per event (what a busy
-    stream costs): ``fixed_seconds``, ``seconds_per_chunk`` and ``seconds_per_event`` are a
+    A batch costs a fixed part (planning, tasks, state commits) plus a part per group update
+    (one per (stream, shard) that had chunks, however many: what many small streams cost;
+    the state operator's updated and removed rows) and a part per event (what a busy
+    stream costs): ``fixed_seconds``, ``seconds_per_group`` and ``seconds_per_event`` are a
     non-negative least-squares fit of the recent batches that read something
     (``fit_batch_costs``). The run's first batch (``first_batch``) counts for ``read`` only:
     it pays the start of the Python workers. ``batch_seconds`` is the slowest of the last
@@ -495,30 +496,44 @@ def log_progress(recent: list, first_batch: int | None = None) -> dict | None:
         events = sum(e[1] for e in end["log"]) - sum(b[1] for b in before)
         chunks = sum(e[2] for e in end["log"]) - sum(b[2] for b in before)
         if chunks > 0:
-            batches.append((seconds, max(0, events), chunks))
+            batches.append((seconds, max(0, events), _group_updates(progress, chunks)))
     if read is None:
         return None
     out = {"read": json.dumps(read), "batch_ended": round(ended, 3), "fixed_seconds": 0.0,
            "seconds_per_event": 0.0,
-           "seconds_per_chunk": 0.0, "capacity": 0.0, "batch_seconds": 0.0}
+           "seconds_per_group": 0.0, "capacity": 0.0, "batch_seconds": 0.0}
     if batches:
         # The slowest of the last few, not a typical one: an event taken now waits for the
         # batch under way and the next, and on a shared machine one slow batch is what
         # breaks the 202 promise (bench_scale: p95 2.7x the median with other load).
         out["batch_seconds"] = round(max(b[0] for b in batches[-5:]), 3)
     if len(batches) >= 3:
-        fixed, per_chunk, per_event = fit_batch_costs(batches[-30:])
-        out.update(fixed_seconds=round(fixed, 4), seconds_per_chunk=per_chunk,
+        fixed, per_group, per_event = fit_batch_costs(batches[-30:])
+        out.update(fixed_seconds=round(fixed, 4), seconds_per_group=per_group,
                    seconds_per_event=per_event,
                    capacity=round(1 / per_event, 1) if per_event > 0 else 0.0)
     return out
 
 
+def _group_updates(progress: dict, chunks: int) -> int:
+    """The batch's group updates: the state operator's updated and removed rows (a group
+    whose update failed keeps its state, so at most the chunks), else its chunks."""
+    try:
+        op = progress["stateOperators"][0]
+        groups = int(op.get("numRowsUpdated", 0)) + int(op.get("numRowsRemoved", 0))
+    except (KeyError, IndexError, TypeError, ValueError):
+        return chunks
+    return min(chunks, groups) if groups > 0 else chunks
+
+
 def fit_batch_costs(batches: list[tuple[float, int, int]]) -> tuple[float, float, float]:
-    """``(fixed, per chunk, per event)`` seconds, all >= 0, that best explain
-    ``seconds ≈ fixed + per_chunk × chunks + per_event × events`` over ``batches`` of
-    ``(seconds, events, chunks)``: least squares over each subset of the three terms,
-    keeping the best fit whose terms are all non-negative (three unknowns: exhaustive)."""
+    """``(fixed, per group, per event)`` seconds, all >= 0, that best explain
+    ``seconds ≈ fixed + per_group × groups + per_event × events`` over ``batches`` of
+    ``(seconds, events, groups)``: least squares over each subset of the three terms,
+    keeping the best fit whose terms are all non-negative (three unknowns: exhaustive; of
+    equal fits the one with fewer terms, the group term before the event term, wins: with
+    requests of one size events and groups rise together, and a group costs the same
+    whatever it holds)."""
     import itertools
 
     import numpy as np

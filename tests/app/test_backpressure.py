@@ -23,7 +23,7 @@ def _lag(pending: int, capacity: float = 100_000.0, oldest: float = 0.5, active:
          batch: float = 0.5, seen: bool = True) -> LogLag:
     return LogLag(partitions=[{"partition": 0, "pending_events": pending, "pending_chunks": 10,
                                "oldest_age": oldest, "oldest_stream": "x"}],
-                  capacity=capacity, seconds_per_event=1 / capacity, seconds_per_chunk=1e-4,
+                  capacity=capacity, seconds_per_event=1 / capacity, seconds_per_group=1e-4,
                   batch_seconds=batch, active_streams=active, worker_seen=seen)
 
 
@@ -49,7 +49,7 @@ def test_past_the_target_a_flood_is_refused_and_trickles_beside_it_are_not():
 def test_many_small_streams_are_judged_by_their_chunks_not_only_their_events():
     lag = _lag(pending=10_000)  # 0.6 s of events...
     lag.partitions[0]["pending_chunks"] = 2_000
-    lag.seconds_per_chunk = 0.004  # ...but 2,000 group updates of 4 ms each
+    lag.seconds_per_group = 0.004  # ...but 2,000 group updates of 4 ms each
     assert lag.wait_estimate(10, 1) == pytest.approx(0.5 + 10_010 * 1e-5 + 2_001 * 0.004)
     assert _decide(lag, stream_pending=0, incoming=10) is not None  # 8.5 s: past 8 s
     lag.partitions[0]["pending_chunks"] = 1_000  # 4.5 s: past 3 s, within its share
@@ -96,6 +96,48 @@ def test_without_a_worker_ever_seen_only_the_caps_apply():
     assert capped and "TIDEMARK_MAX_PENDING_EVENTS" in capped.reason
 
 
+def test_waiting_chunks_cost_one_group_update_per_stream_and_shard():
+    lag = _lag(pending=100_000, batch=1.0)
+    lag.partitions[0]["pending_chunks"] = 400  # 100 streams, 4 chunks each...
+    lag.seconds_per_group = 0.02
+    unknown = lag.wait_estimate()
+    assert unknown == pytest.approx(1.0 + 100_000 * 1e-5 + 400 * 0.02)  # shards unknown: each a group
+    lag.streams_waiting, lag.shards_max = 100, 1  # ...of one shard: 100 group updates
+    assert lag.pending_groups == 100
+    assert lag.wait_estimate() == pytest.approx(1.0 + 100_000 * 1e-5 + 100 * 0.02)
+    assert _decide(lag, stream_pending=1_000) is None  # 4 s: within its share of 8 s
+    lag.shards_max = 8  # a stream of 8 shards was declared: up to 400 again
+    assert lag.pending_groups == 400 and lag.wait_estimate() == pytest.approx(unknown)
+    lag.taken_chunks = 3  # taken by this process since the read: each may be a new group
+    assert lag.pending_groups == 403
+
+
+def test_a_fit_that_puts_no_cost_on_events_is_not_an_unknown_one():
+    lag = _lag(pending=100_000, batch=1.0)
+    lag.seconds_per_event, lag.seconds_per_group, lag.fixed_seconds = 0.0, 0.014, 0.7
+    assert lag.per_event == pytest.approx(1e-6)  # the floor of a fit, not 1/FLOOR_CAPACITY
+    lag.seconds_per_group = lag.fixed_seconds = 0.0  # no fit yet: the assumed floor
+    assert lag.per_event == pytest.approx(1 / 20_000)
+
+
+def test_the_fit_counts_group_updates_not_chunks():
+    def progress(batch, start, end, ms, groups):
+        return {"batchId": batch, "durationMs": {"triggerExecution": ms},
+                "sources": [{"startOffset": json.dumps({"log": start}) if start else None,
+                             "endOffset": json.dumps({"log": end})}],
+                "stateOperators": [{"numRowsUpdated": groups, "numRowsRemoved": 0}]}
+    logs = [[["0-0", 0, 0]], [["1-0", 1_000, 10]], [["2-0", 3_000, 30]], [["3-0", 7_000, 70]],
+            [["4-0", 8_000, 80]]]
+    # 10 streams: 10, 20, 40, 10 chunks, always 10 group updates of 50 ms, 0.3 s fixed.
+    recent = [progress(i, logs[i - 1] if i else None, logs[i], 800, 10) for i in range(1, 5)]
+    out = log_progress(recent)
+    assert out["seconds_per_event"] == 0.0 and out["seconds_per_group"] == 0.0
+    assert out["fixed_seconds"] == pytest.approx(0.8)  # the same cost whatever the chunks
+    recent = [progress(i, logs[i - 1], logs[i], 300 + 50 * g, g) for i, g in zip(range(1, 5), (4, 8, 10, 2))]
+    out = log_progress(recent)
+    assert out["seconds_per_group"] == pytest.approx(0.05) and out["fixed_seconds"] == pytest.approx(0.3)
+
+
 def test_the_worker_measures_its_costs_from_the_batches_it_ran():
     def progress(batch, start, end, ms):
         return {"batchId": batch, "sources": [{"startOffset": json.dumps({"log": start}) if start else None,
@@ -113,7 +155,7 @@ def test_the_worker_measures_its_costs_from_the_batches_it_ran():
     out = log_progress(recent, first_batch=0)  # the run's first batch (9 s of start) is left out
     assert json.loads(out["read"]) == e
     assert out["fixed_seconds"] == pytest.approx(0.2, abs=1e-3)
-    assert out["seconds_per_chunk"] == pytest.approx(0.01, rel=1e-3)
+    assert out["seconds_per_group"] == pytest.approx(0.01, rel=1e-3)
     assert out["seconds_per_event"] == pytest.approx(1e-5, rel=1e-3)
     assert out["capacity"] == pytest.approx(100_000, rel=1e-3)
     assert out["batch_seconds"] == pytest.approx(1.3)  # the slowest recent one, not a typical one
@@ -138,7 +180,7 @@ def test_the_lag_is_read_per_partition_and_refuses_before_the_promise_breaks(tmp
                  int(r.hget(keys.log_stats(p), "events") or 0), int(r.hget(keys.log_stats(p), "chunks") or 0)]
                 for p in range(2)]
         Publisher(server.url).log_progress({"read": json.dumps(read), "capacity": 1000.0,
-                                            "seconds_per_event": 0.001, "seconds_per_chunk": 1e-4,
+                                            "seconds_per_event": 0.001, "seconds_per_group": 1e-4,
                                             "fixed_seconds": 0.0, "batch_seconds": 0.2})
         lag = store.lag()
         assert lag.worker_seen and lag.pending_events == 0 and lag.oldest_age == 0.0
@@ -151,5 +193,7 @@ def test_the_lag_is_read_per_partition_and_refuses_before_the_promise_breaks(tmp
         lag = store.lag()
         assert lag.pending_events == 2_605 and lag.active_streams == 2
         assert lag.partitions[store.partition("flood")]["pending_chunks"] == 2
+        # 3 chunks of 2 streams of one shard each: 2 group updates at most.
+        assert lag.shards_max == 1 and lag.streams_waiting == 2 and lag.pending_groups == 2
         time.sleep(0.05)
         assert lag.oldest_age >= 0.0 and store.lag().oldest_age > 0.0

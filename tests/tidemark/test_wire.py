@@ -91,9 +91,10 @@ def r(own_redis):
 def _declare(r, name: str, config: StreamConfig) -> int:
     new, raw = r.register_script(scripts.DECLARE)(
         keys=[keys.STREAMS, keys.GENERATIONS, keys.DELETED, keys.ingest_stats(name),
-              keys.shard_segments(name), keys.shard_status(name)],
+              keys.shard_segments(name), keys.shard_status(name), keys.SHARDS_MAX],
         args=[name, write_config(config)])
     assert new == 1 and read_config(raw) == config
+    assert int(r.get(keys.SHARDS_MAX)) >= config.shards  # back-pressure's bound per waiting stream
     return int(r.hget(keys.GENERATIONS, name))
 
 

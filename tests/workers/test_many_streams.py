@@ -37,6 +37,7 @@ def _declare_many(api: ApiServer, names: list[str]) -> None:
     """Declared as PUT would (the API's own store), in one round trip for thousands."""
     store = api.app.state.store
     store.redis.hset(keys.STREAMS, mapping={n: CONFIG for n in names})
+    store.redis.set(keys.SHARDS_MAX, 1)  # as the declare script keeps it (back-pressure reads it)
 
 
 def _counted(c: httpx.Client, names: list[str]) -> dict[str, int]:

@@ -62,6 +62,7 @@ PUBLISHED = PREFIX + "worker:published"  # set by the driver; absent after a flu
 GENERATIONS = PREFIX + "generations"  # hash: name -> generation of its current declaration
 DELETED = PREFIX + "deleted"  # hash: name -> the generation its last DELETE ended
 GENERATION_LAST = PREFIX + "generation:last"  # the last generation handed out
+SHARDS_MAX = PREFIX + "shards:max"  # the largest `shards` a declaration had (back-pressure: group updates per waiting stream)
 
 
 def idempotency_pattern(stream: str) -> str:

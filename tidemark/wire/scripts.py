@@ -85,8 +85,10 @@ return '0' .. ARGV[5]
 
 # Declares a stream: a new name gets its settings and a fresh generation (and any status a
 # stale publish left is cleared); an existing one returns its settings for comparison.
-# KEYS: declarations, generations, deleted, ingest stats, shard sketches, shard statuses
-# ARGV: name, settings JSON.  Returns {1 (new) | 0, settings JSON}.
+# The largest shard count ever declared is kept too: back-pressure bounds the group updates
+# a waiting stream can cost the worker by it.
+# KEYS: declarations, generations, deleted, ingest stats, shard sketches, shard statuses,
+#       largest shard count.  ARGV: name, settings JSON.  Returns {1 (new) | 0, settings JSON}.
 DECLARE = """
 local current = redis.call('HGET', KEYS[1], ARGV[1])
 if current then return {0, current} end
@@ -96,6 +98,8 @@ redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
 redis.call('HSET', KEYS[2], ARGV[1], gen)
 redis.call('HDEL', KEYS[3], ARGV[1])
 redis.call('DEL', KEYS[4], KEYS[5], KEYS[6])
+local shards = tonumber(cjson.decode(ARGV[2])['shards']) or 1
+if shards > (tonumber(redis.call('GET', KEYS[7])) or 0) then redis.call('SET', KEYS[7], shards) end
 return {1, ARGV[2]}
 """
 
