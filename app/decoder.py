@@ -16,12 +16,14 @@ a decoder process that dies is replaced and the decode tried once more.
 from __future__ import annotations
 
 import multiprocessing
+import os
 import threading
 import time
 from collections import OrderedDict
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 
+from app.child_process import exit_with_parent
 from tidemark.hash_secret import HashSecret
 from tidemark.summary import StreamSummary
 
@@ -32,11 +34,12 @@ _kept: OrderedDict = OrderedDict()  # the shard's segment digests -> its decoded
 _KEEP = 512
 
 
-def _start(secret: HashSecret) -> None:
+def _start(secret: HashSecret, parent: int) -> None:
     # No warm-up run here: it would load the update kernels too, a CPU burst beside the
     # API's at start; a decode loads the few kernels it needs from Numba's cache.
     global _secret
     _secret = secret
+    exit_with_parent(parent)
 
 
 def _ready() -> bool:
@@ -98,7 +101,7 @@ class Decoder:
             if self._pool is None:
                 self._pool = ProcessPoolExecutor(
                     self.processes, mp_context=multiprocessing.get_context("spawn"),
-                    initializer=_start, initargs=(self.secret,))
+                    initializer=_start, initargs=(self.secret, os.getpid()))
             return self._pool
 
     def start(self) -> None:

@@ -21,12 +21,14 @@ a post never waits for a process to start.
 from __future__ import annotations
 
 import multiprocessing
+import os
 import threading
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 
+from app.child_process import exit_with_parent
 from tidemark.chunks import encode_chunk
 from tidemark.events import (ARROW_STREAM, BodyError, parse_body, validate_arrow, validate_events,
                              validate_ndjson_fast)
@@ -69,7 +71,8 @@ def prepare(body: bytes, config: StreamConfig, max_future: float, media: str) ->
                     float(batch.ts.max()) if n else None)
 
 
-def _warm() -> None:
+def _warm(parent: int) -> None:
+    exit_with_parent(parent)
     # Loads Arrow's JSON reader and IPC writer before the first body (the pool is ready
     # only then, so no post pays for it).
     config = StreamConfig(max_window=60.0)
@@ -96,7 +99,8 @@ class IngestPool:
         ``start``)."""
         with self._lock:
             pool = self._pool = ProcessPoolExecutor(
-                self.processes, mp_context=multiprocessing.get_context("spawn"), initializer=_warm)
+                self.processes, mp_context=multiprocessing.get_context("spawn"), initializer=_warm,
+                initargs=(os.getpid(),))
         try:
             for future in [pool.submit(_ready) for _ in range(self.processes)]:
                 future.result()
