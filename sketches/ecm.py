@@ -116,6 +116,17 @@ class TimeBucketed(Sketch):
     def _not_expired(self, lo: int) -> None:
         not_expired(lo, None if self._tb.clock == NO_CLOCK else int(self._tb.clock), self.window)
 
+    def _classified(self, lo, hi):
+        """``(hi, inside, straddling)`` bucket masks of ``[lo, hi]`` (ticks), or None when
+        the range or the sketch is empty; a ``lo`` the window has passed is refused."""
+        lo, hi = tick_bounds(lo, hi)
+        if hi < lo:
+            return None
+        self._not_expired(lo)
+        if self.is_empty:
+            return None
+        return (hi, *self._tb.classify(lo, hi))
+
 
 def write_buckets(wr: Writer, tb: TimeBuckets) -> None:
     """The (non-empty) buckets of ``tb``, column by column, as drawn in :class:`CellSketch`."""
@@ -216,13 +227,10 @@ class CellSketch(TimeBucketed):
     def _range(self, lo, hi):
         """Masks of buckets inside / straddling ``[lo, hi]``, their total weights and the
         factor ``k`` (1 when ``hi >= clock``: only the lower end can be straddled)."""
-        lo, hi = tick_bounds(lo, hi)
-        if hi < lo:
+        classified = self._classified(lo, hi)
+        if classified is None:
             return None
-        self._not_expired(lo)
-        if self.is_empty:
-            return None
-        inside, strad = self._tb.classify(lo, hi)
+        hi, inside, strad = classified
         low = float(self._tb.m[inside].sum())
         high = low + float(self._tb.m[strad].sum())
         if high == 0:

@@ -19,7 +19,7 @@ import numpy as np
 
 from sketches._bytes import Reader, Writer
 from sketches._ecm_kernels import NO_CLOCK, TICK_LIMIT, TimeBuckets
-from sketches.base import CorruptSketchError, Family, SketchError, tick_bounds, unit_interval, window_ticks
+from sketches.base import CorruptSketchError, Family, SketchError, unit_interval, window_ticks
 from sketches.ecm import FORMAT, TimeBucketed, as_batch, read_buckets, write_buckets
 from sketches.hashing import hash_keys
 
@@ -199,14 +199,11 @@ class KeyDictionary(TimeBucketed):
     def candidates(self, lo: int, hi: int) -> Candidates:
         """Ids (and keys) that may weigh more than ``threshold`` in ``[lo, hi]``, heaviest
         upper bound first."""
-        lo, hi = tick_bounds(lo, hi)
         empty = Candidates(np.zeros(0, np.uint64), [], np.zeros(0), np.zeros(0), 0.0)
-        if hi < lo:
+        classified = self._classified(lo, hi)
+        if classified is None:
             return empty
-        self._not_expired(lo)
-        if self.is_empty:
-            return empty
-        inside, strad = self._tb.classify(lo, hi)
+        _, inside, strad = classified
         touch = inside | strad
         err = (self._tb.m - self._cnt.sum(axis=1)) / (self.capacity + 1)
         err = np.maximum(err, 0.0)

@@ -70,6 +70,21 @@ API_KEYS = [{"key": key, "scopes": [scope]} for scope, key in KEYS.items()]
 RUN_DIR = tempfile.mkdtemp(prefix="tidemark-test-run-")
 
 
+def wait_for_api(base: str, proc, what: str = "the API", ready=lambda: True, seconds: float = 60) -> None:
+    """Until ``tidemark api`` (``proc``, a Popen with stderr piped) answers /healthz at ``base``
+    and ``ready()`` holds; fails with its stderr if it exits first."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            if httpx.get(f"{base}/healthz").status_code == 200 and ready():
+                return
+        except httpx.HTTPError:
+            pass
+        assert proc.poll() is None, proc.stderr.read().decode()[-2000:] if proc.stderr else "exited"
+        assert time.monotonic() < deadline, f"{what} did not start"
+        time.sleep(0.2)
+
+
 def auth(scope: str = "admin") -> dict:
     """Headers carrying the test key of ``scope``."""
     return {"Authorization": f"Bearer {KEYS[scope]}"}

@@ -191,6 +191,18 @@ def arrival_order(draw, rng, n: int, span: int,
     return ticks
 
 
+def seeded_cases(rng, config: StreamConfig, count: int, n: int, start: float, end: float,
+                 key_of, shards: int):
+    """``count`` random unit-weight cases of ``n`` events in ``[start, end)`` (keys drawn
+    by ``key_of(rng)``, events dealt round-robin to ``shards``), each with its summary made
+    with its own hash seed: independent trials for a probabilistic bound's rate."""
+    for seed in range(count):
+        ts = np.sort(rng.uniform(start, end, n)).tolist()
+        keys = [key_of(rng) for _ in range(n)]
+        case = Case(config, ts, keys, [math.nan] * n, [1.0] * n, [i % shards for i in range(n)])
+        yield case, summarize(case, seed=seed + 1)
+
+
 def binom_upper(n: int, p: float, alpha: float = 1e-4) -> int:
     """Smallest c with P(Binomial(n, p) > c) <= alpha: how many of ``n`` independent runs
     may miss a bound of failure probability ``p`` before the test says it is broken."""

@@ -32,13 +32,20 @@ def _float(raw: str) -> float | None:
         return None
 
 
+def _seconds(raw: str, name: str, what: str) -> float | None:
+    """``raw`` as a number of seconds (None if it is not a number), refused when it is not
+    finite or its milliseconds are out of range."""
+    x = _float(raw)
+    if x is not None and (not math.isfinite(x) or abs(x) * 1000 >= _MAX_MS):
+        raise BadParameter(f'invalid parameter "{name}": cannot parse "{raw}" to a valid {what}')
+    return x
+
+
 def parse_time(raw: str, name: str = "time") -> int:
     """Milliseconds since the epoch from Unix seconds or RFC 3339 (rounded to the ms)."""
     raw = raw.strip()
-    x = _float(raw)
+    x = _seconds(raw, name, "timestamp")
     if x is not None:
-        if not math.isfinite(x) or abs(x) * 1000 >= _MAX_MS:
-            raise BadParameter(f'invalid parameter "{name}": cannot parse "{raw}" to a valid timestamp')
         whole = math.floor(x)
         return whole * 1000 + round((x - whole) * 1000)
     try:
@@ -54,10 +61,8 @@ def parse_time(raw: str, name: str = "time") -> int:
 def parse_duration(raw: str, name: str = "step") -> int:
     """Milliseconds from seconds (``"15"``, ``"0.5"``) or a Prometheus duration (``"1h30m"``)."""
     raw = raw.strip()
-    x = _float(raw)
+    x = _seconds(raw, name, "duration")
     if x is not None:
-        if not math.isfinite(x) or abs(x) * 1000 >= _MAX_MS:
-            raise BadParameter(f'invalid parameter "{name}": cannot parse "{raw}" to a valid duration')
         return round(x * 1000)
     m = _DURATION.match(raw)
     if not raw or not m:

@@ -99,12 +99,8 @@ def test_probabilistic_bounds_fail_at_most_at_their_rate():
     rng = np.random.default_rng(7)
     config = StreamConfig(max_window=30.0, epsilon=0.1, delta=0.1, resolution=0.25)
     trials = failures = 0
-    for seed in range(40):
-        n = 300
-        ts = np.sort(rng.uniform(1000, 1030, n)).tolist()
-        keys = [S.KEYS[int(min(rng.integers(0, 10), rng.integers(0, 10)))] for _ in range(n)]
-        case = S.Case(config, ts, keys, [math.nan] * n, [1.0] * n, [i % 3 for i in range(n)])
-        summary = S.summarize(case, seed=seed + 1)
+    skewed = lambda rng: S.KEYS[int(min(rng.integers(0, 10), rng.integers(0, 10)))]  # noqa: E731
+    for case, summary in S.seeded_cases(rng, config, 40, 300, 1000, 1030, skewed, shards=3):
         w, at = float(rng.uniform(0.1, 30.0)), case.clock - float(rng.uniform(0, 0.01))
         w = min(w, 30.0 - (case.clock - at))
         m = S.in_window(case, w, at)

@@ -16,7 +16,7 @@ import httpx
 import numpy as np
 import pytest
 
-from tests.conftest import API_KEYS, KEYS
+from tests.conftest import API_KEYS, KEYS, wait_for_api
 from tidemark.chunks import decode_chunk, encode_chunk
 from tidemark.hash_secret import HashSecret, load_or_create
 from tidemark.redis_server import free_port
@@ -55,16 +55,7 @@ def two_workers(redis_url, tmp_path):
                              "--workers", "2"], env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(f"{base}/healthz").status_code == 200 and len(_children(proc.pid)) >= 2:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
-            assert time.monotonic() < deadline, "the API with two workers did not start"
-            time.sleep(0.2)
+        wait_for_api(base, proc, "the API with two workers", ready=lambda: len(_children(proc.pid)) >= 2)
         yield proc, base, tmp_path
     finally:
         proc.terminate()  # uvicorn's parent stops its workers and waits for them

@@ -48,12 +48,8 @@ def test_many_keys_before_the_clock_hold_with_the_stated_confidence():
     rng = np.random.default_rng(3)
     config = StreamConfig(max_window=300, epsilon=0.2, delta=0.05, resolution=1)
     trials = failures = 0
-    for seed in range(12):
-        n = 3000
-        ts = np.sort(rng.uniform(1000, 1300, n)).tolist()
-        keys = [f"k{int(rng.integers(0, 2000))}" for _ in range(n)]
-        case = S.Case(config, ts, keys, [math.nan] * n, [1.0] * n, [i % 2 for i in range(n)])
-        summary = S.summarize(case, seed=seed + 1)
+    for case, summary in S.seeded_cases(rng, config, 12, 3000, 1000, 1300,
+                                        lambda rng: f"k{int(rng.integers(0, 2000))}", shards=2):
         w, at = 60.0, 1200.0
         truth = len(S.frequencies(case, S.in_window(case, w, at)))
         b = answer("distinct", "s", config, summary, S.status(case), {"window": "60", "at": "1200"})["bound"]

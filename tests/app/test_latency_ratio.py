@@ -45,7 +45,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from tests.conftest import API_KEYS, KEYS, TEST_SECRET
+from tests.conftest import API_KEYS, KEYS, TEST_SECRET, wait_for_api
 from tidemark.redis_server import free_port
 from tidemark.streams import StreamConfig
 from tidemark.summary import StreamSummary
@@ -185,16 +185,7 @@ def api_process(redis_url, tmp_path):
                              "--port", str(port)], env=env, cwd=SRC,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            if httpx.get(f"{base}/healthz").status_code == 200:
-                break
-        except httpx.HTTPError:
-            pass
-        assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
-        assert time.monotonic() < deadline, "the API did not start"
-        time.sleep(0.2)
+    wait_for_api(base, proc)
     yield base, env
     proc.terminate()
     proc.wait(30)

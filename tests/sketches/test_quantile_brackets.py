@@ -15,15 +15,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sketches.windowed_quantiles import WindowedQuantiles
+from tests.sketches.test_windowed_quantiles import check_bracket, true_quantile
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 QS = [0.0, 0.001, 0.1, 0.5, 0.9, 0.99, 0.999, 1.0, 0.1234567890123456]  # last: a big denominator
-
-
-def true_quantile(values: np.ndarray, q: float) -> float:
-    """Contract §6: the smallest v with at least max(q·n, 1) events of value ≤ v."""
-    v = np.sort(values)
-    return float(v[max(math.ceil(Fraction(repr(q)) * v.size), 1) - 1])
 
 
 def old_bracket(table, q: float) -> tuple[int, int]:
@@ -108,18 +103,13 @@ def draw_range(data, sk, window):
 
 def check_against_truth(sk, ticks, values, lo, hi, inner, truth_mask):
     """Every bracket holds the truth, lies inside the old one, and shares bracket F."""
-    vals = values[truth_mask]
     if hi < lo:
         return
-    table = sk.rank_table(lo, hi, inner)
-    brackets = sk.quantiles(QS, lo, hi, inner)
-    if vals.size == 0:
-        assert table.n_lower == 0
+    checked = check_bracket(sk, ticks, values, lo, hi, QS, inner, vals=values[truth_mask])
+    if checked is None:  # no event in the window
         return
-    assert table.n_lower <= vals.size <= table.n_upper
+    brackets, table, vals = checked
     for q, b in zip(QS, brackets):
-        truth = true_quantile(vals, q)
-        assert b.lower <= truth <= b.upper, (q, truth, b)
         j_lo, j_hi = old_bracket(table, q)
         assert b.lower >= np.nextafter(table.lo_edge[j_lo], -np.inf)
         assert b.upper <= np.nextafter(table.hi_edge[j_hi], np.inf)
@@ -134,27 +124,21 @@ def check_against_truth(sk, ticks, values, lo, hi, inner, truth_mask):
             assert high[j] <= min(1.0, np.nextafter(table.cu[j] / table.n_lower, np.inf)) * (1 + 1e-15)
 
 
-@SETTINGS
-@given(adversarial(), st.data())
-def test_brackets_hold_on_adversarial_streams_and_edges(stream, data):
+@settings(SETTINGS, max_examples=2 * SETTINGS.max_examples)
+@given(adversarial(), st.data(), st.sampled_from([None, 0.0, 0.5, 1.0]))
+def test_brackets_hold_on_adversarial_streams_and_any_share_of_the_edge_ticks(stream, data, edge_share):
+    """Adversarial streams and edges; with an ``edge_share``, a window whose edges cut
+    ticks: any subset of the edge ticks' events is in it."""
     window, ticks, values, shards, eps, rng = stream
     sk = build(window, ticks, values, shards, eps, rng)
     lo, hi = draw_range(data, sk, window)
-    truth = (ticks >= lo) & (ticks <= hi)
-    check_against_truth(sk, ticks, values, lo, hi, None, truth)
-
-
-@SETTINGS
-@given(adversarial(), st.data())
-def test_brackets_hold_for_any_share_of_the_edge_ticks(stream, data):
-    """A window whose edges cut ticks: any subset of the edge ticks' events is in it."""
-    window, ticks, values, shards, eps, rng = stream
-    sk = build(window, ticks, values, shards, eps, rng)
-    lo, hi = draw_range(data, sk, window)
+    if edge_share is None:
+        check_against_truth(sk, ticks, values, lo, hi, None, (ticks >= lo) & (ticks <= hi))
+        return
     if hi < lo + 1:
         return
     inner = (lo + 1, hi - 1) if hi - 1 >= lo + 1 else (1, 0)
-    keep_edge = rng.random(ticks.size) < data.draw(st.sampled_from([0.0, 0.5, 1.0]))
+    keep_edge = rng.random(ticks.size) < edge_share
     edge = (ticks == lo) | (ticks == hi)
     truth = (ticks > lo) & (ticks < hi) | (edge & keep_edge)
     check_against_truth(sk, ticks, values, lo, hi, inner, truth)

@@ -67,8 +67,10 @@ def live_events(ticks, values, lo, hi):
     return values[m]
 
 
-def check_bracket(sk, ticks, values, lo, hi, qs, inner=None):
-    vals = live_events(ticks, values, lo, hi)
+def check_bracket(sk, ticks, values, lo, hi, qs, inner=None, vals=None):
+    """Every bracket (and every key's rank bracket) holds the truth of ``vals``, the
+    window's events (by default every event with a tick in ``[lo, hi]``)."""
+    vals = live_events(ticks, values, lo, hi) if vals is None else vals
     brackets = sk.quantiles(qs, lo, hi, inner)
     table = sk.rank_table(lo, hi, inner)
     if vals.size == 0:

@@ -133,3 +133,16 @@ export function bandTraces(x, lower, upper, color, name, legendgroup) {
       fillcolor: rgba(color, 0.18), hoverinfo: 'skip', showlegend: false, legendgroup, name: `${name} bound` },
   ];
 }
+
+/* Adds an answer to a chart's points, kept sorted by `at` with one answer per `at` (the
+ * one from the newest sketch version wins), at most `max` of them (the oldest go). */
+export function keepAnswer(list, point, max) {
+  let i = list.length;
+  while (i > 0 && list[i - 1].at > point.at) i -= 1;
+  if (i > 0 && list[i - 1].at === point.at) {
+    if ((list[i - 1].version ?? -1) <= (point.version ?? -1)) list[i - 1] = point;
+  } else {
+    list.splice(i, 0, point);
+  }
+  if (list.length > max) list.splice(0, list.length - max);
+}

@@ -2,7 +2,7 @@
  * bracket as a band. Opened with the history route (the answers at instants across
  * max_window, one request), then each live answer of the quantile panel is added. */
 import { askHistory } from './api.js';
-import { bandTraces, baseLayout, draw, emptyPlot, showChart } from './charts.js';
+import { bandTraces, baseLayout, draw, emptyPlot, keepAnswer, showChart } from './charts.js';
 import { $ } from './dom.js';
 import { fmtDuration, fmtExact, isoUtc } from './format.js';
 import { current, state } from './state.js';
@@ -25,15 +25,7 @@ function addAnswer(answer) {
   for (const it of answer.items || []) if (it.bound) items[it.q] = it;
   if (!OVER_TIME.some(([q]) => items[q])) return;
   const point = { at: answer.at, version: answer.as_of ? answer.as_of.sketch_version : null, items };
-  const list = kept.points;
-  let i = list.length;  // sorted by `at`, one answer per `at` (the newest sketch wins)
-  while (i > 0 && list[i - 1].at > point.at) i -= 1;
-  if (i > 0 && list[i - 1].at === point.at) {
-    if ((list[i - 1].version ?? -1) <= (point.version ?? -1)) list[i - 1] = point;
-  } else {
-    list.splice(i, 0, point);
-  }
-  if (list.length > KEEP) list.splice(0, list.length - KEEP);
+  keepAnswer(kept.points, point, KEEP);
 }
 
 function render() {

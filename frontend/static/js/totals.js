@@ -3,7 +3,7 @@
  * max_window, one request) and then adds each live answer. Distinct and self-join tiles
  * are drawn here too. */
 import { api, ask, askHistory, problemText } from './api.js';
-import { bandTraces, baseLayout, draw, emptyPlot, loadPlotlyAfterPaint } from './charts.js';
+import { bandTraces, baseLayout, draw, emptyPlot, keepAnswer, loadPlotlyAfterPaint } from './charts.js';
 import { $, el, setBanner } from './dom.js';
 import { enc, finite, fmtDuration, fmtExact, fmtGuarantee, fmtInt, fmtInterval, fmtShort, isoUtc } from './format.js';
 import { renderPickerSoon } from './picker.js';
@@ -49,15 +49,7 @@ function addPoint(query, answer) {
   const b = answer.bound || {};
   const point = { at: answer.at, estimate: answer.estimate, lower: b.lower, upper: b.upper, bound: b,
     version: answer.as_of ? answer.as_of.sketch_version : null, events: answer.as_of ? answer.as_of.events : null };
-  // Sorted by `at`; one answer per `at` (the one from the newest sketch wins).
-  let i = list.length;
-  while (i > 0 && list[i - 1].at > point.at) i -= 1;
-  if (i > 0 && list[i - 1].at === point.at) {
-    if ((list[i - 1].version ?? -1) <= (point.version ?? -1)) list[i - 1] = point;
-  } else {
-    list.splice(i, 0, point);
-  }
-  if (list.length > HISTORY_MAX) list.splice(0, list.length - HISTORY_MAX);
+  keepAnswer(list, point, HISTORY_MAX);
 }
 
 function renderHistory(query) {
