@@ -15,6 +15,7 @@ import time
 import pytest
 
 from tests.conftest import ApiServer
+from tidemark.wire import keys
 
 N = 100
 
@@ -36,6 +37,18 @@ def server(redis_url):
     s = ApiServer(redis_url, ingest_processes=1).start()
     yield s
     s.stop()
+
+
+def _received(store, name: str) -> int:
+    """Events the API stored for ``name`` (not ``pending``: a worker on the shared Redis,
+    started by another test, may already have counted them)."""
+    return int(store.redis.hget(keys.ingest_stats(name), "received") or 0)
+
+
+def _cpu_ticks(pid: int) -> int:
+    """User + system CPU of a process, in clock ticks (1/100 s)."""
+    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])
 
 
 def _post(c, name: str, body: bytes, media: str = "application/x-ndjson", **headers):
@@ -63,7 +76,7 @@ def test_a_killed_or_stuck_ingest_process_loses_and_hangs_nothing(server):
         r = _post(c, name, _body(), **{"Idempotency-Key": "after-kill"})
         assert r.status_code == 503 and "not stored" in r.json()["detail"], r.text
         assert r.headers["Retry-After"] == "1"
-        assert store.pending(name) == stored
+        assert _received(store, name) == stored
         r = _post(c, name, _body(), **{"Idempotency-Key": "after-kill"})  # the retry is stored once
         assert r.status_code == 202 and r.json()["accepted"] == N, r.text
         stored += N
@@ -75,14 +88,18 @@ def test_a_killed_or_stuck_ingest_process_loses_and_hangs_nothing(server):
         answer = {}
         started = time.monotonic()
         sender = threading.Thread(target=lambda: answer.update(r=_post(c, name, big, "application/json")))
+        busy_from = _cpu_ticks(second[0])
         sender.start()
-        time.sleep(0.3)
+        deadline = time.monotonic() + 20  # killed once it is working on the body, not before
+        while _cpu_ticks(second[0]) < busy_from + 10:  # 0.1 s of CPU: it holds the body
+            assert time.monotonic() < deadline, "the ingest process never took the body"
+            time.sleep(0.01)
         os.kill(second[0], signal.SIGKILL)
         sender.join(30)
         assert not sender.is_alive(), "the request held by the killed process hangs"
         assert answer["r"].status_code == 503, answer["r"].text
         assert time.monotonic() - started < 10
-        assert store.pending(name) == stored
+        assert _received(store, name) == stored
         third = _wait_ready(pool)
         r = _post(c, name, _body())
         assert r.status_code == 202 and r.json()["accepted"] == N, r.text
@@ -101,7 +118,7 @@ def test_a_killed_or_stuck_ingest_process_loses_and_hangs_nothing(server):
         r = _post(c, name, _body())
         assert r.status_code == 202, r.text
         stored += N
-        assert store.pending(name) == stored
+        assert _received(store, name) == stored
 
 
 def test_without_ingest_processes_the_thread_validates(redis_url):
