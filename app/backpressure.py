@@ -20,8 +20,8 @@ fits a batch's fixed seconds, its seconds per group update and per event to its 
 batches, since many small streams cost per group and a busy one per event). A batch makes
 one group update per (stream, shard) that has chunks waiting, however many: so the groups
 waiting are at most the chunks waiting, and at most the streams that appended since the
-oldest unread position times the largest shard count declared (``keys.SHARDS_MAX``; all
-chunks when it is unknown). Counting each chunk as a group instead refused 87 % of
+oldest unread position times the largest shard count declared (``keys.SHARDS_MAX``, kept
+by every declaration, computed from all of them once if a Redis lacks it). Counting each chunk as a group instead refused 87 % of
 100 streams' 100 K events/s while the worker idled half its cores (bench_scale). ``decide`` refuses with 429 before that
 passes ``TIDEMARK_READY_MAX_WAIT``, fairly:
 
@@ -213,6 +213,7 @@ class LagReader:
     def __init__(self, r, log_partitions: int, max_wait: float, ttl: float = 0.1):
         self.redis, self.wanted, self.max_wait, self.ttl = r, log_partitions, max_wait, ttl
         self.oldest = r.register_script(scripts.OLDEST)
+        self._shards_max = r.register_script(scripts.SHARDS_MAX)
         self._n: int | None = None
         self._kept: LogLag | None = None
         self._lock = threading.Lock()
@@ -262,7 +263,7 @@ class LagReader:
                      batch_seconds=num(b"batch_seconds"), fixed_seconds=num(b"fixed_seconds"),
                      seconds_per_event=num(b"seconds_per_event"),
                      seconds_per_group=num(b"seconds_per_group"),
-                     shards_max=int(shards_max or 0))
+                     shards_max=int(shards_max) if shards_max else self._first_shards_max())
         if num(b"batch_ended"):
             lag.batch_elapsed = max(0.0, now_ms / 1000 - num(b"batch_ended"))
         unread = []
@@ -293,6 +294,12 @@ class LagReader:
                 age = max(0.0, (now_ms - id_tuple(entry.decode())[0]) / 1000)
                 lag.partitions[part].update(oldest_age=age, oldest_stream=stream.decode() or None)
         return lag
+
+
+    def _first_shards_max(self) -> int:
+        """The largest shard count declared, when no declaration has kept it yet (once per
+        Redis: the script computes it from every declaration and keeps it)."""
+        return int(self._shards_max(keys=[keys.STREAMS, keys.SHARDS_MAX]))
 
 
 def read_positions(r, n: int) -> list[tuple[str, int, int]]:

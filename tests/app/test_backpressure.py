@@ -195,5 +195,10 @@ def test_the_lag_is_read_per_partition_and_refuses_before_the_promise_breaks(tmp
         assert lag.partitions[store.partition("flood")]["pending_chunks"] == 2
         # 3 chunks of 2 streams of one shard each: 2 group updates at most.
         assert lag.shards_max == 1 and lag.streams_waiting == 2 and lag.pending_groups == 2
+        # A Redis whose declarations came before the kept count: computed from them, once.
+        r.delete(keys.SHARDS_MAX)
+        r.hset(keys.STREAMS, "old-sharded", StreamConfig(max_window=60.0, shards=4).model_dump_json())
+        r.hset(keys.STREAMS, "not-json", "{")
+        assert store.lag().shards_max == 4 and int(r.get(keys.SHARDS_MAX)) == 4
         time.sleep(0.05)
         assert lag.oldest_age >= 0.0 and store.lag().oldest_age > 0.0

@@ -12,7 +12,7 @@ from __future__ import annotations
 from tidemark.wire import keys
 
 __all__ = ["NEXT_GENERATION", "CURRENT_GENERATION", "lua", "APPEND", "DECLARE", "DELETE",
-           "PUBLISH", "READ", "ENSURE", "MOVE", "OLDEST"]
+           "PUBLISH", "READ", "ENSURE", "MOVE", "OLDEST", "SHARDS_MAX"]
 
 # -- generations (``tidemark/generations.py``) ---------------------------------------------
 # Lua: sets the (declared) local `gen` to a new generation. Reads Redis' clock, which a
@@ -235,6 +235,22 @@ redis.call('HSET', KEYS[3], 'last', id)
 redis.call('HINCRBY', KEYS[3], 'events', ARGV[2])
 redis.call('HINCRBY', KEYS[3], 'chunks', 1)
 return 1
+"""
+
+# The largest shard count declared, computed from every declaration when the key is
+# missing (a Redis a Tidemark before it wrote to) and kept; DECLARE keeps it from then on.
+# KEYS: declarations, largest shard count.  Returns it.
+SHARDS_MAX = """
+local kept = redis.call('GET', KEYS[2])
+if kept then return tonumber(kept) end
+local most = 1
+for _, decl in ipairs(redis.call('HVALS', KEYS[1])) do
+  local ok, config = pcall(cjson.decode, decl)
+  local shards = ok and type(config) == 'table' and tonumber(config['shards']) or 1
+  if shards > most then most = shards end
+end
+if redis.call('SET', KEYS[2], most, 'NX') then return most end
+return tonumber(redis.call('GET', KEYS[2]))
 """
 
 # -- back-pressure and readiness: the oldest entry not yet read (``app/backpressure.py``) ---
