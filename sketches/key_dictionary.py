@@ -44,31 +44,50 @@ class Candidates(NamedTuple):
 def _mg_rebuild(n_out, k, old_ids, old_cnt, old_dest, ev_dest, ev_ids, ev_w):
     """Misra-Gries summaries of the new buckets: every old summary and event is added to
     its destination bucket, then each bucket keeps at most ``k`` counters by subtracting
-    its (k+1)-th largest counter from all (the mergeable Misra-Gries step)."""
+    its (k+1)-th largest counter from all (the mergeable Misra-Gries step).
+
+    A new bucket fed by exactly one old bucket and no event is that bucket unchanged (its
+    at most ``k`` counters, ids ascending, as this kernel wrote them): it is copied, and
+    only the buckets a batch or a merge touched are sorted and aggregated (a batch touches
+    a few of the window's ~150 buckets)."""
+    n_src = np.zeros(n_out, np.int64)
+    fed = np.zeros(n_out, np.bool_)
+    for i in range(old_dest.shape[0]):
+        if old_dest[i] >= 0:
+            n_src[old_dest[i]] += 1
+    for i in range(ev_dest.shape[0]):
+        fed[ev_dest[i]] = True
+    out_ids = np.zeros((n_out, k), np.uint64)
+    out_cnt = np.zeros((n_out, k))
     n_old = 0
     for i in range(old_ids.shape[0]):
-        if old_dest[i] >= 0:
-            for j in range(old_ids.shape[1]):
-                if old_cnt[i, j] > 0:
-                    n_old += 1
+        r = old_dest[i]
+        if r < 0:
+            continue
+        if n_src[r] == 1 and not fed[r]:
+            out_ids[r, :] = old_ids[i, :]
+            out_cnt[r, :] = old_cnt[i, :]
+            continue
+        for j in range(old_ids.shape[1]):
+            if old_cnt[i, j] > 0:
+                n_old += 1
     tot = n_old + ev_ids.shape[0]
     d = np.empty(tot, np.int64)
     x = np.empty(tot, np.uint64)
     c = np.empty(tot)
     t = 0
     for i in range(old_ids.shape[0]):
-        if old_dest[i] >= 0:
+        r = old_dest[i]
+        if r >= 0 and (n_src[r] != 1 or fed[r]):
             for j in range(old_ids.shape[1]):
                 if old_cnt[i, j] > 0:
-                    d[t], x[t], c[t] = old_dest[i], old_ids[i, j], old_cnt[i, j]
+                    d[t], x[t], c[t] = r, old_ids[i, j], old_cnt[i, j]
                     t += 1
     for i in range(ev_ids.shape[0]):
         d[t], x[t], c[t] = ev_dest[i], ev_ids[i], ev_w[i]
         t += 1
     o = np.argsort(x, kind="mergesort")
     o = o[np.argsort(d[o], kind="mergesort")]
-    out_ids = np.zeros((n_out, k), np.uint64)
-    out_cnt = np.zeros((n_out, k))
     buf_x = np.empty(tot, np.uint64)
     buf_c = np.empty(tot)
     a = 0
@@ -176,7 +195,8 @@ class KeyDictionary(TimeBucketed):
         sel, ev_dest, old_dest, n_out = self._tb.plan_update(t, w)
         self._ids, self._cnt = _mg_rebuild(n_out, self.capacity, self._ids, self._cnt, old_dest,
                                            ev_dest, x[sel], w[sel])
-        new = np.setdiff1d(self._held(), np.fromiter(self._keys, np.uint64, len(self._keys)))
+        held = self._held()
+        new = np.setdiff1d(held, np.fromiter(self._keys, np.uint64, len(self._keys)), assume_unique=True)
         if new.shape[0]:
             first = np.unique(x[sel], return_index=True)
             pos = first[1][np.searchsorted(first[0], new)]
@@ -185,15 +205,17 @@ class KeyDictionary(TimeBucketed):
                 if not isinstance(key, str) or len(key.encode()) > 65535:
                     raise SketchError("keys must be strings of at most 65535 UTF-8 bytes")
                 self._keys[xid] = key
-        self._prune()
+        self._prune(held)
 
     def _held(self) -> np.ndarray:
         return np.unique(self._ids[self._cnt > 0])
 
-    def _prune(self) -> None:
-        held = set(self._held().tolist())
-        if len(held) != len(self._keys):
-            self._keys = {x: k for x, k in self._keys.items() if x in held}
+    def _prune(self, held: np.ndarray | None = None) -> None:
+        """Drop the strings of ids no summary holds (``held``: ``_held()``, when known)."""
+        held = self._held() if held is None else held
+        if held.shape[0] != len(self._keys):
+            kept = set(held.tolist())
+            self._keys = {x: k for x, k in self._keys.items() if x in kept}
 
     # -- queries ----------------------------------------------------------------------------
     def candidates(self, lo: int, hi: int) -> Candidates:
