@@ -173,6 +173,15 @@ class DecodedShards:
 _DECODED = DecodedShards()
 
 
+def decoded_shards() -> DecodedShards:
+    """This Python worker process's kept summaries. Spark ships the group function by value
+    (cloudpickle), and with it a copy of every module-level object the function names: a
+    function that named ``_DECODED`` got an empty copy with every task, so nothing kept
+    ever survived a batch. A module function is shipped by reference and returns the
+    object of the process's own import."""
+    return _DECODED
+
+
 def apply_chunks(stream: str, previous: dict | None, rows: pd.DataFrame, secret: HashSecret,
                  declaration_of, shard: int = 0, decoded: DecodedShards | None = None) -> dict | None:
     """One shard's new state from its previous state and this batch's rows (pure but for
@@ -286,7 +295,8 @@ def shard_updater(redis_url: str, secret: HashSecret):
         rows = frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
         previous = dict(zip(_STATE_FIELDS, group_state.get)) if group_state.exists else None
         publisher = _publisher(redis_url)
-        state = apply_chunks(stream, previous, rows, secret, publisher.declaration, shard, _DECODED)
+        state = apply_chunks(stream, previous, rows, secret, publisher.declaration, shard,
+                             decoded_shards())
         if state is None:  # its stream was deleted: the shard's bytes leave the state store
             if group_state.exists:
                 group_state.remove()

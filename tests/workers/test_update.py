@@ -323,3 +323,51 @@ def test_a_re_declared_stream_never_updates_the_old_generations_kept_summary():
     summary = StreamSummary.from_bytes(new["blob"], TEST_SECRET)
     fresh = apply_chunks("s", None, frame("3-0", [4.0], 2), TEST_SECRET, lambda name: (CONFIG, 2))
     assert new["blob"] == fresh["blob"] and summary.to_bytes() == fresh["blob"]
+
+
+class _GroupState:
+    """What ``applyInPandasWithState`` hands the group function: the state row, if any."""
+
+    def __init__(self, row=None):
+        self.row = row
+
+    @property
+    def exists(self):
+        return self.row is not None
+
+    @property
+    def get(self):
+        return self.row
+
+    def update(self, row):
+        self.row = row
+
+    def remove(self):
+        self.row = None
+
+
+def test_the_kept_summaries_survive_from_task_to_task_as_spark_ships_the_function(redis_url):
+    """Spark ships the group function to every task by value (cloudpickle), and with it a
+    copy of whatever module-level object it names: the process's kept summaries must be
+    reached by reference, or each task starts with none and every group decodes."""
+    from pyspark import cloudpickle
+    import pandas as pd
+
+    from tidemark.wire import keys
+    from workers.job import decoded_shards, shard_updater
+    import redis
+
+    name = "kept-across-tasks"
+    redis.Redis.from_url(redis_url).hset(keys.STREAMS, name, CONFIG.model_dump_json())
+    shipped = cloudpickle.dumps(shard_updater(redis_url, TEST_SECRET))
+    state = _GroupState()
+    kept = decoded_shards()
+    hits = kept.hits
+    for b in range(3):  # three batches, each a new task with a freshly unpickled function
+        chunk = _chunks([[float(10 * b + i) for i in range(5)]])[0]
+        frame = pd.DataFrame({"stream": [name], "shard": [0], "entry": [f"{b + 1}-0"],
+                              "payload": [chunk.payload], "clock_before": [float(10 * b - 1) if b else -math.inf],
+                              "generation": [0], "tombstone": [False]})
+        assert list(cloudpickle.loads(shipped)((name, 0), iter([frame]), state)) == []
+    assert kept.hits - hits == 2  # decoded once, then kept from task to task
+    assert StreamSummary.from_bytes(state.row[0], TEST_SECRET)["count"].clock is not None
