@@ -80,6 +80,9 @@ async def _run(conf: dict) -> dict:
     async def schedule():
         k = 0  # round: every stream once, in phase order
         order = sorted(range(len(streams)), key=lambda i: phases[i])
+        if not order:  # nothing to send (more loaders than streams): never a busy loop
+            done.set()
+            return
         while True:
             base = t0 + k * period
             for i in order:

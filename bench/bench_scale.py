@@ -137,6 +137,7 @@ def start_loaders(port: int, names: list[str], rate: float, size: int, t0: float
 
     per_stream = rate / len(names)
     period = size / per_stream
+    loaders = max(1, min(loaders, len(names)))  # a loader without a stream has nothing to do
     procs = []
     for i in range(loaders):
         mine = names[i::loaders]
