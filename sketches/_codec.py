@@ -155,6 +155,8 @@ def get_varint(buf, p):
     x = np.uint64(0)
     shift = 0
     size = buf.shape[0]
+    if 0 <= p < size and buf[p] < 0x80:  # one byte: the common case, always shortest
+        return np.uint64(buf[p]), p + 1
     while True:
         if p < 0 or p >= size:
             return x, E_TRUNCATED
@@ -298,7 +300,9 @@ def get_floats(buf, p, n):
                 return out, p
             if off >= room:  # off + base >= 2^53
                 return out, E_FLOAT_RANGE
-            out[i] = np.float64(np.int64(off) + base) / scale
+            out[i] = np.float64(np.int64(off) + base)
+        if d:  # x / 1.0 is x: integers need no division
+            out /= scale
         return out, p
     return out, E_FLOAT_UNKNOWN
 

@@ -41,6 +41,32 @@ class Candidates(NamedTuple):
 
 
 @nb.njit(cache=True)
+def _positions(table, ids):
+    """Index of each of ``ids`` in ``table`` (distinct, every id present), through an
+    open-addressing hash: a binary search per counter cost a third of an encode."""
+    size, bits = 2, 1
+    while size < 2 * table.shape[0]:
+        size, bits = 2 * size, bits + 1
+    slots = np.full(size, -1, np.int64)
+    shift = np.uint64(64 - bits)
+    gold = np.uint64(0x9E3779B97F4A7C15)
+    for j in range(table.shape[0]):
+        i = np.int64((table[j] * gold) >> shift) & (size - 1)
+        while slots[i] >= 0:
+            i = (i + 1) & (size - 1)
+        slots[i] = j
+    out = np.empty(ids.shape[0], np.uint64)
+    for j in range(ids.shape[0]):
+        i = np.int64((ids[j] * gold) >> shift) & (size - 1)
+        while slots[i] < 0 or table[slots[i]] != ids[j]:
+            if slots[i] < 0:
+                raise ValueError("key dictionary invariant broken: a counter's id has no string")
+            i = (i + 1) & (size - 1)
+        out[j] = slots[i]
+    return out
+
+
+@nb.njit(cache=True)
 def _place_counters(per, index, ids_of, cnt, cap, n_s):
     """``(code, ids, counts)``: the counters read from a blob placed in their ``(bucket,
     slot)`` rows (``per`` of them in each bucket, in order), with code 1 when a bucket
@@ -317,7 +343,7 @@ class KeyDictionary(TimeBucketed):
         wr.pack(self._STATE, tb.clock, self._depth, self._parts, len(tb), int(per.sum()), ids.size)
         if len(tb):
             write_buckets(wr, tb)
-            wr.uints(per.astype(np.uint64)).uints(np.searchsorted(ids, self._ids[mask]).astype(np.uint64))
+            wr.uints(per.astype(np.uint64)).uints(_positions(ids, self._ids[mask]))
             wr.floats(self._cnt[mask])
         wr.array(ids, "<u8").uints(lengths).raw(data)
         return wr.bytes()
