@@ -1,0 +1,303 @@
+"""The compiled writers and readers of the sketch blobs (issue #22) against the Python code
+they replaced: the same bytes, the same round trips, the same refusals, never a crash.
+
+The published segments are compared by digest and old blobs must still read, so the
+compiled encoders must write exactly the bytes of the former Python ones. Those are kept
+here, verbatim but for names, as the reference (``_ref_*``): float columns, splittable
+histogram intervals, time buckets, ECM cells and the key dictionary's payload.
+"""
+
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from sketches._codec import Writer, get_floats, varints, zigzag
+from sketches._ecm_kernels import read_bucket_columns, read_cells
+from sketches._randomized_wave_kernels import read_instance
+from sketches._splittable_kernels import read_interval
+from sketches.base import CorruptSketchError
+from sketches.ecm import ECMSketch
+from sketches.key_dictionary import KeyDictionary
+from sketches.splittable_histogram import SplittableHistogram, _Interval
+from tests.sketches.test_compact_bytes import _build, events, floats
+from tidemark.hash_secret import HashSecret
+from tidemark.streams import StreamConfig
+from tidemark.summary import StreamSummary
+
+SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+# -- the former Python encoders (the reference) ---------------------------------------------------
+_POW10 = [10.0**d for d in range(7)]
+
+
+def _same_bits(a, b):
+    return bool(np.array_equal(a.view(np.uint64), b.view(np.uint64)))
+
+
+def _ref_floats(v) -> bytes:
+    v = np.ascontiguousarray(v, np.float64)
+    if v.size == 0:
+        return bytes([0])
+    if _same_bits(v, np.full(v.size, v[0])):
+        return bytes([1]) + struct.pack("<d", v[0])
+    if np.all(np.isfinite(v)):
+        for d in range(7):
+            scaled = np.round(v * _POW10[d])
+            if np.abs(scaled).max() >= 2.0**53:
+                break
+            ints = scaled.astype(np.int64)
+            if _same_bits(ints.astype(np.float64) / _POW10[d], v):
+                base = int(ints.min())
+                return bytes([2, d]) + varints(np.array([zigzag(np.array([base]))[0]])) \
+                    + varints((ints - base).view(np.uint64))
+    return bytes([0]) + v.astype("<f8").tobytes()
+
+
+class _RefWriter(Writer):
+    def floats(self, v):
+        return self.raw(_ref_floats(v))
+
+
+def _ref_interval(sk: SplittableHistogram, d) -> bytes:
+    wr = _RefWriter()
+    wr.ints(np.array([d.k])).raw(bytes([d.exact, d.levels]))
+    for i in range(d.levels):
+        cnt = int(d.n[i])
+        first = max(0, cnt - sk.alpha)
+        if first == 0:
+            t_mark = int(d.T[i])
+        elif i == 0:
+            t_mark = int(d.L[0, first - 1])
+        else:
+            t_mark = int(d.L[i, first] - 1)
+        wr.uints(np.array([t_mark + 1, int(d.F[i]), cnt - first], np.uint64))
+        left = d.L[i, first:cnt]
+        if i == 0:
+            wr.sorted_ints(left)
+        else:
+            right = np.append(left[1:], sk.wp)
+            wr.array(np.log2(right - left), "u1")
+        wr.floats(d.M[i, first:cnt])
+    return wr.bytes()
+
+
+def _ref_splittable(sk: SplittableHistogram) -> bytes:
+    parts = [p for p in sk._parts if p.clock is not None]
+    wr = Writer().pack(sk._HEAD, sk.epsilon, sk.window, sk.max_total, sk.unit, len(parts))
+    for p in parts:
+        live = p.clock - sk.window + 1
+        old = p.old if p.old is not None and (p.old.k + 1) * sk.wp - 1 >= live else None
+        new = p.new if p.new is not None else _Interval(p.clock // sk.wp, 1)
+        wr.ints(np.array([p.clock])).raw(bytes([old is not None]))
+        for d in (old, new):
+            if d is not None:
+                wr.raw(_ref_interval(sk, d))
+    return wr.bytes()
+
+
+def _ref_buckets(wr, tb) -> None:
+    lvl = tb.lvl.astype(np.int64)
+    start = tb.idx << lvl
+    wr.array(lvl, "u1").ints(start[:1]).uints(np.diff(start).view(np.uint64))
+    wr.uints((tb.s - start).view(np.uint64)).uints((tb.e - tb.s).view(np.uint64)).floats(tb.m)
+
+
+def _ref_ecm(sk: ECMSketch) -> bytes:
+    tb = sk._tb
+    wr = _RefWriter().pack(sk._STATE, tb.clock, sk._events, sk._depth, sk._parts, int(sk._fractional),
+                           len(tb), sk.n_cells)
+    if len(tb):
+        _ref_buckets(wr, tb)
+        flat = np.flatnonzero(sk._counts)
+        wr.uint(flat.size)
+        wr.uints((np.diff(flat, prepend=-1) - 1).view(np.uint64)).floats(sk._counts.ravel()[flat])
+    return wr.bytes()
+
+
+def _ref_key_dictionary(kd: KeyDictionary) -> bytes:
+    tb = kd._tb
+    mask = kd._cnt > 0
+    per = mask.sum(axis=1)
+    ids = np.fromiter(sorted(kd._keys), np.uint64, len(kd._keys))
+    encoded = [kd._keys[x].encode() for x in ids.tolist()]
+    wr = _RefWriter().pack(kd._PARAMS, kd.capacity, kd.window, kd.epsilon)
+    wr.pack(kd._STATE, tb.clock, kd._depth, kd._parts, len(tb), int(per.sum()), ids.size)
+    if len(tb):
+        _ref_buckets(wr, tb)
+        wr.uints(per.astype(np.uint64)).uints(np.searchsorted(ids, kd._ids[mask]).astype(np.uint64))
+        wr.floats(kd._cnt[mask])
+    wr.array(ids, "<u8").uints(np.fromiter(map(len, encoded), np.uint64, len(encoded))).raw(b"".join(encoded))
+    return wr.bytes()
+
+
+# -- same bytes -------------------------------------------------------------------------------------
+@settings(max_examples=300, deadline=None)
+@given(st.lists(floats, max_size=40), st.sampled_from([1, 10, 1000]))
+def test_float_columns_are_the_former_bytes(xs, scale):
+    v = np.array(xs, np.float64)
+    with np.errstate(over="ignore", invalid="ignore"):
+        cols = (v, v * scale, np.round(v, 3))
+    for col in cols:
+        blob = Writer().floats(col).bytes()
+        assert blob == _ref_floats(col)
+        back, end = get_floats(np.frombuffer(blob, np.uint8), 0, col.size)
+        assert end == len(blob) and _same_bits(back, col)
+
+
+@pytest.mark.parametrize("name", ["splittable-histogram", "ecm", "key-dictionary"])
+@SETTINGS
+@given(p=events)
+def test_family_payloads_are_the_former_bytes(name, p):
+    sk = _build(name, p)
+    payload = sk._payload()
+    if name == "splittable-histogram":
+        assert payload == _ref_splittable(sk)
+    elif name == "ecm":
+        assert payload[sk._PARAMS.size:] == _ref_ecm(sk)
+    else:
+        assert payload == _ref_key_dictionary(sk)
+    assert type(sk).from_bytes(sk.to_bytes()).to_bytes() == sk.to_bytes()
+
+
+def _typical(seed: int, batches: int, shards: int = 1) -> StreamSummary:
+    """A small stream as the worker sees it: string keys, integral or decimal weights, some late
+    events, optionally shards merged (the API's case)."""
+    cfg = StreamConfig(max_window=600, epsilon=0.1, delta=0.1)
+    secret = HashSecret(b"compiled-codec-test-secret")
+    rng = np.random.default_rng(seed)
+    built = []
+    for _ in range(shards):
+        s = StreamSummary.create(cfg, secret)
+        for b in range(batches):
+            n = int(rng.integers(1, 300))
+            ts = 1.7e9 + 20 * b + np.sort(rng.random(n) * 30) - (rng.random(n) < 0.2) * rng.uniform(0, 300, n)
+            keys = [None if rng.random() < 0.1 else f"k{k}" + ("é" if k % 5 == 0 else "")
+                    for k in rng.integers(0, int(rng.integers(1, 500)), n)]
+            w = [np.ones(n), rng.integers(1, 9, n).astype(float), np.round(rng.exponential(3, n), 2)][b % 3]
+            s.update_table(pa.table({"ts": pa.array(ts), "key": pa.array(keys, pa.string()),
+                                     "value": pa.array(np.full(n, np.nan)), "weight": pa.array(w)}))
+        built.append(s)
+    for other in built[1:]:
+        built[0].merge(other)
+    return built[0]
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(0, 2**16), st.integers(1, 25), st.sampled_from([1, 2]))
+def test_summaries_read_back_to_the_same_bytes(seed, batches, shards):
+    s = _typical(seed, batches, shards)
+    blob = s.to_bytes()
+    back = StreamSummary.from_bytes(blob, s.secret)
+    assert back.to_bytes() == blob
+    for name, part in s.parts.items():
+        if name in ("count", "sum"):
+            assert part._payload() == _ref_splittable(part)
+        elif name == "keys":
+            assert part._payload()[part._PARAMS.size:] == _ref_ecm(part)
+        elif name == "key_candidates":
+            assert part._payload() == _ref_key_dictionary(part)
+
+
+# -- refusals ---------------------------------------------------------------------------------------
+def test_a_corrupt_summary_is_refused_whole():
+    s = _typical(7, 15, 2)
+    blob = s.to_bytes()
+    rng = np.random.default_rng(1)
+    for cut in list(range(0, len(blob), max(1, len(blob) // 150))) + [len(blob) - 1]:
+        with pytest.raises(CorruptSketchError):
+            StreamSummary.from_bytes(blob[:cut], s.secret)
+    for _ in range(300):
+        bad = bytearray(blob)
+        for _ in range(int(rng.integers(1, 4))):
+            i = int(rng.integers(16, len(bad)))
+            bad[i] ^= 1 << int(rng.integers(0, 8))
+        try:
+            back = StreamSummary.from_bytes(bytes(bad), s.secret)
+        except (CorruptSketchError, ValueError):  # also an IncompatibleSketchError (a SketchError)
+            continue
+        again = back.to_bytes()  # whatever loads is whole: it writes and reads back the same
+        assert StreamSummary.from_bytes(again, s.secret).to_bytes() == again
+
+
+def _garbage(rng, blob: bytes) -> list[np.ndarray]:
+    """Truncations, bit flips and random bytes around a valid piece."""
+    raw = np.frombuffer(blob, np.uint8)
+    out = [raw[:c].copy() for c in range(0, raw.size, max(1, raw.size // 60))]
+    for _ in range(120):
+        bad = raw.copy()
+        bad[rng.integers(0, bad.size, int(rng.integers(1, 4)))] ^= np.uint8(1 << int(rng.integers(0, 8)))
+        out.append(bad)
+    out += [rng.integers(0, 256, int(rng.integers(0, 64)), dtype=np.uint8) for _ in range(60)]
+    return out
+
+
+def test_compiled_readers_never_crash_on_garbage():
+    """Every compiled reader answers a code for any bytes: no crash, no endless loop, no read
+    past the buffer (the caller then refuses the blob whole)."""
+    rng = np.random.default_rng(3)
+    s = _typical(11, 12)
+    sh = s.parts["count"]
+    d = sh._parts[0].new
+    seen = set()
+    for buf in _garbage(rng, _ref_interval(sh, d)):
+        code, end, *_ = read_interval(buf, 0, d.k, sh.max_level + 1, sh.wp, sh.alpha, sh.log_w, sh.unit, True)
+        assert code != 0 or 0 < end <= buf.size
+        seen.add(code != 0)
+    ecm = s.parts["keys"]
+    tail = _ref_ecm(ecm)[ecm._STATE.size:]
+    b = len(ecm._tb)
+    for buf in _garbage(rng, tail):
+        code, end, *_ = read_bucket_columns(buf, 0, b)
+        assert code != 0 or 0 < end <= buf.size
+        code, end, _ = read_cells(buf, 0, b * ecm.n_cells)
+        assert code != 0 or 0 < end <= buf.size
+    wave = s.parts["distinct"]
+    w = wave._waves[0]
+    uk = np.sort(rng.integers(0, 2**63, 50, dtype=np.uint64))
+    ut = rng.integers(0, 1000, 50)
+    for buf in _garbage(rng, wave.to_bytes()[-200:]):
+        code, end, *_ = read_instance(buf, 0, uk, ut, wave.top + 1, wave.capacity, True, 1000,
+                                      w.a0, w.a1, w.b, wave.top)
+        assert code != 0 or 0 < end <= buf.size
+    assert seen == {True, False}
+
+
+_WARM_CHECK = """
+import numpy as np
+from sketches import _codec, _ecm_kernels, _randomized_wave_kernels, _splittable_kernels, key_dictionary
+from tests.sketches.test_compiled_codec import _typical
+from tidemark.summary import StreamSummary, warm_up
+
+warm_up()
+kernels = [_codec.put_floats, _codec.get_floats, _splittable_kernels.write_interval,
+           _splittable_kernels.read_interval, _randomized_wave_kernels.read_instance,
+           _randomized_wave_kernels.empty_buffers, _ecm_kernels.write_bucket_columns,
+           _ecm_kernels.read_bucket_columns, _ecm_kernels.check_buckets, _ecm_kernels.write_cells,
+           _ecm_kernels.read_cells, key_dictionary._positions, key_dictionary._place_counters]
+before = [len(k.signatures) for k in kernels]
+assert all(before), [k.__name__ for k, n in zip(kernels, before) if not n]
+s = _typical(5, 10, 2)
+StreamSummary.from_bytes(s.to_bytes(), s.secret)
+after = [len(k.signatures) for k in kernels]
+assert after == before, [k.__name__ for k, a, b in zip(kernels, after, before) if a != b]
+"""
+
+
+def test_warm_up_compiles_every_codec_kernel():
+    """The worker's executors load the kernels ``warm_up`` compiled: in a fresh process, a
+    typical summary's encode and decode afterwards need no new specialisation."""
+    import os
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = dict(os.environ, PYTHONPATH=root)
+    res = subprocess.run([sys.executable, "-c", _WARM_CHECK], cwd=root, env=env, capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr[-2000:]
