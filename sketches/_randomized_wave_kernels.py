@@ -25,7 +25,7 @@ import numpy as np
 from numba import njit
 from numba.typed import List
 
-from sketches._codec import get_varint
+from sketches._codec import get_varint, put_varint
 
 P61 = np.uint64((1 << 61) - 1)  # the Mersenne prime 2^61 - 1: the hash field Z_p
 _M32 = np.uint64(0xFFFFFFFF)
@@ -510,3 +510,93 @@ def read_instance(buf, p, uk, ut, levels, C, has_clock, clock, a0, a1, b, L):
     if has_clock and (counts[0] == 0 or latest0 != clock):
         return 12, p, zi, zi, zu, counts, fhas, fT, fK
     return 0, p, idx, h, emask, counts, fhas, fT, fK
+
+
+@njit(cache=True)
+def _varint_len(x):
+    n = 1
+    while x >= np.uint64(0x80):
+        x >>= np.uint64(7)
+        n += 1
+    return n
+
+
+@njit(cache=True)
+def write_entries(keys, ticks, sizes, fT, fK, fhas, clock):
+    """The wave's payload after its fixed head (layout in ``randomized_wave``): the U
+    distinct (key, tick) pairs of all instances, sorted, then per instance its floors and
+    its members as index gaps or a bitmap, whichever is shorter. ``keys``/``ticks`` are the
+    instances' entries one after the other (``sizes`` of them each, keys increasing)."""
+    total = keys.shape[0]
+    order = np.argsort(keys, kind="mergesort")
+    j = 0
+    while j < total:  # equal keys (one per instance at most): order them by tick
+        r = j + 1
+        while r < total and keys[order[r]] == keys[order[j]]:
+            r += 1
+        for a in range(j + 1, r):
+            x = order[a]
+            c = a
+            while c > j and ticks[order[c - 1]] > ticks[x]:
+                order[c] = order[c - 1]
+                c -= 1
+            order[c] = x
+        j = r
+    index = np.empty(total, np.int64)
+    uk = np.empty(total, np.uint64)
+    ut = np.empty(total, np.int64)
+    u = 0
+    for a in range(total):
+        e = order[a]
+        if u == 0 or keys[e] != uk[u - 1] or ticks[e] != ut[u - 1]:
+            uk[u], ut[u] = keys[e], ticks[e]
+            u += 1
+        index[e] = u - 1
+    inst = sizes.shape[0]
+    levels = fT.shape[1]
+    out = np.empty(10 + 20 * u + inst * (22 + 18 * levels + (u + 7) // 8) + 10 * total, np.uint8)
+    p = put_varint(out, 0, np.uint64(u))
+    if u:
+        p = put_varint(out, p, uk[0])
+        for a in range(1, u):
+            p = put_varint(out, p, uk[a] - uk[a - 1])
+        for a in range(u):
+            p = put_varint(out, p, np.uint64(clock - ut[a]))
+    start = 0
+    for i in range(inst):
+        f = 0
+        for l in range(levels):
+            if fhas[i, l]:
+                f += 1
+        p = put_varint(out, p, np.uint64(f))
+        for l in range(f):
+            p = put_varint(out, p, np.uint64(clock - fT[i, l]))
+        for l in range(f):
+            x = fK[i, l]
+            for q in range(8):
+                out[p] = np.uint8((x >> np.uint64(8 * q)) & np.uint64(0xFF))
+                p += 1
+        n = sizes[i]
+        idx = index[start : start + n]  # increasing, as the instance's keys are
+        start += n
+        p = put_varint(out, p, np.uint64(n))
+        glen = 0
+        prev = np.int64(-1)
+        for a in range(n):
+            glen += _varint_len(np.uint64(idx[a] - prev - 1))
+            prev = idx[a]
+        if glen <= (u + 7) // 8:
+            out[p] = 0
+            p += 1
+            prev = np.int64(-1)
+            for a in range(n):
+                p = put_varint(out, p, np.uint64(idx[a] - prev - 1))
+                prev = idx[a]
+        else:
+            out[p] = 1
+            nb = (u + 7) // 8
+            out[p + 1 : p + 1 + nb] = 0
+            for a in range(n):
+                out[p + 1 + (idx[a] >> 3)] |= np.uint8(1 << (idx[a] & 7))
+            p += 1 + nb
+    return out[:p]

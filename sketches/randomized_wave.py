@@ -106,9 +106,10 @@ from sketches._randomized_wave_kernels import (
     insert_events,
     read_instance,
     rebuild_table,
+    write_entries,
 )
 from sketches._bytes import HEADER_SIZE, Reader, Writer
-from sketches._codec import varint_size, varints
+from sketches._codec import varint_size
 from sketches.base import CorruptSketchError, Estimate, Family, Sketch, SketchError, seed_value, tick_bounds, window_size, window_ticks
 
 __all__ = ["RandomizedWave", "suggest_sizes", "per_instance_failure"]
@@ -485,35 +486,11 @@ class RandomizedWave(Sketch):
                 raise SketchError("randomized wave invariant broken: non-contiguous levels")
         keys = np.concatenate([e[0] for e in entries])
         ticks = np.concatenate([e[1] for e in entries])
-        # each instance's keys are increasing: a stable sort merges the runs in linear time
-        order = np.argsort(keys, kind="stable")
-        k_s, t_s = keys[order], ticks[order]
-        same = k_s[1:] == k_s[:-1]
-        if np.any(same & (t_s[1:] != t_s[:-1])):  # one key, two ticks: sort the pairs
-            order = np.lexsort((ticks, keys))
-            k_s, t_s = keys[order], ticks[order]
-            same = (k_s[1:] == k_s[:-1]) & (t_s[1:] == t_s[:-1])
-        new = np.concatenate([[True], ~same]) if k_s.size else np.zeros(0, bool)
-        index = np.empty(k_s.size, np.int64)
-        index[order] = np.cumsum(new) - 1
-        uk, ut = k_s[new], t_s[new]
-        wr.uint(uk.size)
-        if uk.size:
-            wr.uint(int(uk[0])).uints(np.diff(uk)).uints((clock - ut).view(np.uint64))
-        start = 0
-        for w, (k, _, _) in zip(self._waves, entries):
-            f = int(np.count_nonzero(w.fhas))
-            wr.uint(f).uints((clock - w.fT[:f]).view(np.uint64)).array(w.fK[:f], "<u8")
-            idx = index[start : start + k.size]  # increasing, as the instance's keys are
-            start += k.size
-            wr.uint(idx.size)
-            gaps = varints(np.diff(idx, prepend=-1) - 1) if idx.size else b""
-            if len(gaps) <= (uk.size + 7) // 8:
-                wr.raw(b"\x00").raw(gaps)
-            else:
-                bits = np.zeros(uk.size, bool)
-                bits[idx] = True
-                wr.raw(b"\x01").raw(np.packbits(bits, bitorder="little").tobytes())
+        sizes = np.array([e[0].size for e in entries], np.int64)
+        fT = np.stack([w.fT for w in self._waves])
+        fK = np.stack([w.fK for w in self._waves])
+        fhas = np.stack([w.fhas for w in self._waves])
+        wr.raw(write_entries(keys, ticks, sizes, fT, fK, fhas, clock).tobytes())
         return wr.bytes()
 
     @classmethod

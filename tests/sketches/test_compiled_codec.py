@@ -4,7 +4,8 @@ they replaced: the same bytes, the same round trips, the same refusals, never a 
 The published segments are compared by digest and old blobs must still read, so the
 compiled encoders must write exactly the bytes of the former Python ones. Those are kept
 here, verbatim but for names, as the reference (``_ref_*``): float columns, splittable
-histogram intervals, time buckets, ECM cells and the key dictionary's payload.
+histogram intervals, time buckets, ECM cells, the key dictionary's and the randomized
+wave's payloads.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from sketches._splittable_kernels import read_interval
 from sketches.base import CorruptSketchError
 from sketches.ecm import ECMSketch
 from sketches.key_dictionary import KeyDictionary
+from sketches.randomized_wave import RandomizedWave
 from sketches.splittable_histogram import SplittableHistogram, _Interval
 from tests.sketches.test_compact_bytes import _build, events, floats
 from tidemark.hash_secret import HashSecret
@@ -137,6 +139,45 @@ def _ref_key_dictionary(kd: KeyDictionary) -> bytes:
     return wr.bytes()
 
 
+def _ref_wave(sk: RandomizedWave) -> bytes:
+    sk._canonicalize()
+    clock = sk._clock if sk._clock is not None else 0
+    wr = Writer().pack(sk._HEAD, sk.epsilon, sk.delta, sk.window, sk.seed, sk.max_distinct,
+                       sk._clock is not None, clock)
+    entries = [w.entries() for w in sk._waves]
+    keys = np.concatenate([e[0] for e in entries])
+    ticks = np.concatenate([e[1] for e in entries])
+    order = np.argsort(keys, kind="stable")
+    k_s, t_s = keys[order], ticks[order]
+    same = k_s[1:] == k_s[:-1]
+    if np.any(same & (t_s[1:] != t_s[:-1])):
+        order = np.lexsort((ticks, keys))
+        k_s, t_s = keys[order], ticks[order]
+        same = (k_s[1:] == k_s[:-1]) & (t_s[1:] == t_s[:-1])
+    new = np.concatenate([[True], ~same]) if k_s.size else np.zeros(0, bool)
+    index = np.empty(k_s.size, np.int64)
+    index[order] = np.cumsum(new) - 1
+    uk, ut = k_s[new], t_s[new]
+    wr.uint(uk.size)
+    if uk.size:
+        wr.uint(int(uk[0])).uints(np.diff(uk)).uints((clock - ut).view(np.uint64))
+    start = 0
+    for w, (k, _, _) in zip(sk._waves, entries):
+        f = int(np.count_nonzero(w.fhas))
+        wr.uint(f).uints((clock - w.fT[:f]).view(np.uint64)).array(w.fK[:f], "<u8")
+        idx = index[start : start + k.size]
+        start += k.size
+        wr.uint(idx.size)
+        gaps = varints(np.diff(idx, prepend=-1) - 1) if idx.size else b""
+        if len(gaps) <= (uk.size + 7) // 8:
+            wr.raw(b"\x00").raw(gaps)
+        else:
+            bits = np.zeros(uk.size, bool)
+            bits[idx] = True
+            wr.raw(b"\x01").raw(np.packbits(bits, bitorder="little").tobytes())
+    return wr.bytes()
+
+
 # -- same bytes -------------------------------------------------------------------------------------
 @settings(max_examples=300, deadline=None)
 @given(st.lists(floats, max_size=40), st.sampled_from([1, 10, 1000]))
@@ -151,7 +192,7 @@ def test_float_columns_are_the_former_bytes(xs, scale):
         assert end == len(blob) and _same_bits(back, col)
 
 
-@pytest.mark.parametrize("name", ["splittable-histogram", "ecm", "key-dictionary"])
+@pytest.mark.parametrize("name", ["splittable-histogram", "ecm", "key-dictionary", "randomized-wave"])
 @SETTINGS
 @given(p=events)
 def test_family_payloads_are_the_former_bytes(name, p):
@@ -161,6 +202,8 @@ def test_family_payloads_are_the_former_bytes(name, p):
         assert payload == _ref_splittable(sk)
     elif name == "ecm":
         assert payload[sk._PARAMS.size:] == _ref_ecm(sk)
+    elif name == "randomized-wave":
+        assert payload == _ref_wave(sk)
     else:
         assert payload == _ref_key_dictionary(sk)
     assert type(sk).from_bytes(sk.to_bytes()).to_bytes() == sk.to_bytes()
@@ -203,6 +246,8 @@ def test_summaries_read_back_to_the_same_bytes(seed, batches, shards):
             assert part._payload()[part._PARAMS.size:] == _ref_ecm(part)
         elif name == "key_candidates":
             assert part._payload() == _ref_key_dictionary(part)
+        elif name == "distinct":
+            assert part._payload() == _ref_wave(part)
 
 
 # -- refusals ---------------------------------------------------------------------------------------
@@ -278,7 +323,8 @@ from tidemark.summary import StreamSummary, warm_up
 warm_up()
 kernels = [_codec.put_floats, _codec.get_floats, _splittable_kernels.write_interval,
            _splittable_kernels.read_interval, _randomized_wave_kernels.read_instance,
-           _randomized_wave_kernels.empty_buffers, _ecm_kernels.write_bucket_columns,
+           _randomized_wave_kernels.empty_buffers, _randomized_wave_kernels.write_entries,
+           _ecm_kernels.write_bucket_columns,
            _ecm_kernels.read_bucket_columns, _ecm_kernels.check_buckets, _ecm_kernels.write_cells,
            _ecm_kernels.read_cells, key_dictionary._positions, key_dictionary._place_counters]
 before = [len(k.signatures) for k in kernels]
