@@ -53,7 +53,7 @@ def _encode_varints(vals):
 
 
 @njit(cache=True)
-def _decode_varints(buf, start, n):
+def decode_varints(buf, start, n):
     """``(values, end)``; ``end = -1`` when the buffer is short or a varint is malformed
     (longer than 10 bytes, above 2^64, or not in its shortest form)."""
     out = np.empty(n, np.uint64)
@@ -210,7 +210,9 @@ def _scaled_digits(v, pow10):
             if abs(s) >= _EXACT:
                 return -1  # larger digits only scale further up
             if exact:
-                back = np.float64(np.int64(s)) / scale
+                back = np.float64(np.int64(s))
+                if d:  # x / 1.0 is x
+                    back /= scale
                 # equal bits: equal values, and -0.0 (which comes back +0.0) is not exact
                 if back != v[i] or (v[i] == 0.0 and math.copysign(1.0, v[i]) < 0.0):
                     exact = False
@@ -241,14 +243,15 @@ def put_floats(out, p, v):
     d = _scaled_digits(v, _POW10_ARR) if finite else -1
     if d >= 0:
         scale = _POW10_ARR[d]
-        base = np.int64(np.rint(v[0] * scale))
-        for i in range(1, n):
-            base = min(base, np.int64(np.rint(v[i] * scale)))
+        ints = np.empty(n, np.int64)
+        for i in range(n):
+            ints[i] = np.int64(np.rint(v[i] * scale))
+        base = ints.min()
         out[p] = _SCALED
         out[p + 1] = d
         p = put_varint(out, p + 2, zigzag1(base))
         for i in range(n):
-            p = put_varint(out, p, np.uint64(np.int64(np.rint(v[i] * scale)) - base))
+            p = put_varint(out, p, np.uint64(ints[i] - base))
         return p
     out[p] = _RAW
     raw = v.view(np.uint8)
@@ -293,16 +296,15 @@ def get_floats(buf, p, n):
         if base <= -np.int64(2**53):
             return out, E_FLOAT_RANGE
         room = np.uint64(np.int64(2**53) - base) if base < np.int64(2**53) else np.uint64(0)
-        scale = _POW10_ARR[d]
+        offs, p = decode_varints(buf, p, n)
+        if p < 0:
+            return out, E_VARINT
         for i in range(n):
-            off, p = get_varint(buf, p)
-            if p < 0:
-                return out, p
-            if off >= room:  # off + base >= 2^53
+            if offs[i] >= room:  # off + base >= 2^53
                 return out, E_FLOAT_RANGE
-            out[i] = np.float64(np.int64(off) + base)
+            out[i] = np.float64(np.int64(offs[i]) + base)
         if d:  # x / 1.0 is x: integers need no division
-            out /= scale
+            out /= _POW10_ARR[d]
         return out, p
     return out, E_FLOAT_UNKNOWN
 
@@ -384,7 +386,7 @@ class Reader:
     def uints(self, n: int) -> np.ndarray:
         if n < 0 or n > self.buf.size - self.pos:  # every varint takes at least one byte
             raise self.fail("truncated")
-        vals, end = _decode_varints(self.buf, self.pos, n)
+        vals, end = decode_varints(self.buf, self.pos, n)
         if end < 0:
             raise self.fail("has a truncated or malformed varint")
         self.pos = end

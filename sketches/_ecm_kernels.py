@@ -64,7 +64,7 @@ import math
 import numba as nb
 import numpy as np
 
-from sketches._codec import get_floats, get_varint, put_floats, put_varint, unzigzag1, zigzag1
+from sketches._codec import E_VARINT, decode_varints, get_floats, get_varint, put_floats, put_varint, unzigzag1, zigzag1
 
 __all__ = [
     "MAX_LEVEL",
@@ -622,11 +622,10 @@ def read_bucket_columns(buf, p, b):
     for col, n in ((steps, b - 1), (s_off, b), (width, b)):
         if n > buf.shape[0] - p:
             return -1, p, lvl, start, s, e, m
-        for i in range(n):
-            v, p = get_varint(buf, p)
-            col[i] = v
-            if p < 0:
-                return p, p, lvl, start, s, e, m
+        vals, p = decode_varints(buf, p, n)
+        if p < 0:
+            return E_VARINT, p, lvl, start, s, e, m
+        col[:n] = vals
     bad = False
     acc = 0.0
     limit = 2.0**62
@@ -719,15 +718,15 @@ def read_cells(buf, p, size):
     n = np.int64(nnz)
     if n > buf.shape[0] - p:
         return -1, p, counts
+    gaps, p = decode_varints(buf, p, n)
+    if p < 0:
+        return E_VARINT, p, counts
     flat = np.empty(n, np.int64)
     last = np.int64(-1)
     for j in range(n):
-        g, p = get_varint(buf, p)
-        if p < 0:
-            return p, p, counts
-        if g >= np.uint64(size):
+        if gaps[j] >= np.uint64(size):
             return 1, p, counts
-        last += np.int64(g) + 1
+        last += np.int64(gaps[j]) + 1
         flat[j] = last
     if n and last >= size:
         return 1, p, counts

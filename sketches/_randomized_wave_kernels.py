@@ -25,7 +25,7 @@ import numpy as np
 from numba import njit
 from numba.typed import List
 
-from sketches._codec import get_varint, put_varint
+from sketches._codec import E_VARINT, decode_varints, get_varint, put_varint
 
 P61 = np.uint64((1 << 61) - 1)  # the Mersenne prime 2^61 - 1: the hash field Z_p
 _M32 = np.uint64(0xFFFFFFFF)
@@ -392,14 +392,14 @@ def _read_members(buf, p, u, n):
     if form == 0:
         if n > buf.shape[0] - p:
             return -1, p, idx
+        steps, p = decode_varints(buf, p, n)
+        if p < 0:
+            return E_VARINT, p, idx
         last = np.int64(-1)
         for j in range(n):
-            step, p = get_varint(buf, p)
-            if p < 0:
-                return p, p, idx
-            if step >= np.uint64(u):
+            if steps[j] >= np.uint64(u):
                 return 3, p, idx
-            last += np.int64(step) + 1
+            last += np.int64(steps[j]) + 1
             idx[j] = last
         if n and last >= u:
             return 3, p, idx

@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from sketches._codec import get_floats, get_varint, put_floats, put_varint, unzigzag1, zigzag1
+from sketches._codec import E_VARINT, decode_varints, get_floats, get_varint, put_floats, put_varint, unzigzag1, zigzag1
 
 
 @njit(cache=True)
@@ -409,11 +409,12 @@ def read_interval(buf, p, k, max_levels, wp, alpha, log_w, unit, unit_integral):
                 if cnt - 1 > buf.shape[0] - p:
                     return -1, p, False, z1, zf, zn, zn, zn
                 L[0, 0] = unzigzag1(u)
+                gaps, p = decode_varints(buf, p, cnt - 1)
+                if p < 0:
+                    return E_VARINT, p, False, z1, zf, zn, zn, zn
                 wrapped = False
                 for j in range(1, cnt):
-                    g, p = get_varint(buf, p)
-                    if p < 0:
-                        return p, p, False, z1, zf, zn, zn, zn
+                    g = gaps[j - 1]
                     if g >= _GAP_LIMIT:
                         return 6, p, False, z1, zf, zn, zn, zn
                     L[0, j] = np.int64(np.uint64(L[0, j - 1]) + g)
