@@ -600,3 +600,31 @@ def write_entries(keys, ticks, sizes, fT, fK, fhas, clock):
                 out[p + 1 + (idx[a] >> 3)] |= np.uint8(1 << (idx[a] & 7))
             p += 1 + nb
     return out[:p]
+
+
+@njit(cache=True)
+def flatten_buffers(bufs):
+    """``(flat, sizes)``: the level buffers one after the other (for pickling: iterating a
+    typed list from Python costs a dispatch per level)."""
+    sizes = np.empty(len(bufs), np.int64)
+    total = 0
+    for l in range(len(bufs)):
+        sizes[l] = bufs[l].size
+        total += sizes[l]
+    flat = np.empty(total, np.int64)
+    p = 0
+    for l in range(len(bufs)):
+        flat[p : p + sizes[l]] = bufs[l]
+        p += sizes[l]
+    return flat, sizes
+
+
+@njit(cache=True)
+def buffers_from(flat, sizes):
+    """The typed list of level buffers :func:`flatten_buffers` flattened."""
+    bufs = List()
+    p = 0
+    for l in range(sizes.size):
+        bufs.append(flat[p : p + sizes[l]].copy())
+        p += sizes[l]
+    return bufs

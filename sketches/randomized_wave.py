@@ -94,15 +94,16 @@ import math
 import struct
 
 import numpy as np
-from numba.typed import List
 
 from sketches._randomized_wave_kernels import (
     INSTANCE_ERRORS,
+    buffers_from,
     compact_level,
-    empty_buffers,
     count_at_least,
+    empty_buffers,
     export_entries,
     fill_buffers,
+    flatten_buffers,
     insert_events,
     read_instance,
     rebuild_table,
@@ -247,23 +248,24 @@ class _Instance:
         return int(np.argmax(ok)) if ok.any() else -1
 
     def __getstate__(self) -> dict:
-        # Numba's typed List does not pickle: its arrays travel as a plain list (the API's
-        # decoder process hands decoded summaries over by pickle, app/decoder.py).
+        # Numba's typed List does not pickle: its arrays travel as one flat array and their
+        # sizes (the API's decoder process hands decoded summaries over by pickle,
+        # app/decoder.py), flattened and rebuilt in compiled code.
         state = {name: getattr(self, name) for name in self.__slots__}
-        state["bufs"] = list(self.bufs)
+        state["bufs"] = flatten_buffers(self.bufs)
         return state
 
     def __setstate__(self, state: dict) -> None:
         for name in self.__slots__:
             setattr(self, name, state[name])
-        self.bufs = List(state["bufs"])
+        self.bufs = buffers_from(*state["bufs"])
 
     def copy(self) -> "_Instance":
         new = object.__new__(_Instance)
         for name in self.__slots__:
             val = getattr(self, name)
             setattr(new, name, val.copy() if isinstance(val, np.ndarray) else val)
-        new.bufs = List([b.copy() for b in self.bufs])
+        new.bufs = buffers_from(*flatten_buffers(self.bufs))
         return new
 
 

@@ -250,6 +250,24 @@ def test_summaries_read_back_to_the_same_bytes(seed, batches, shards):
             assert part._payload() == _ref_wave(part)
 
 
+def test_a_pickled_summary_is_the_same_summary():
+    """The API's decoder process hands summaries over by pickle (app/decoder.py): the wave's
+    level buffers travel flattened and are rebuilt in compiled code, the state unchanged."""
+    import pickle
+
+    s = _typical(3, 12, 2)
+    back = pickle.loads(pickle.dumps(s, protocol=5))
+    assert back.to_bytes() == s.to_bytes()
+    wave, copy = s.parts["distinct"], back.parts["distinct"]
+    assert [list(b) for b in copy._waves[0].bufs] == [list(b) for b in wave._waves[0].bufs]
+    assert repr(copy.query(copy.clock - 300, copy.clock)) == repr(wave.query(wave.clock - 300, wave.clock))
+    more = pa.table({"ts": pa.array([1.7e9 + 500.0] * 3), "key": pa.array(["a", "b", "zz"]),
+                     "value": pa.array([np.nan] * 3), "weight": pa.array([1.0] * 3)})
+    s.update_table(more)
+    back.update_table(more)
+    assert back.to_bytes() == s.to_bytes()
+
+
 # -- refusals ---------------------------------------------------------------------------------------
 def test_a_corrupt_summary_is_refused_whole():
     s = _typical(7, 15, 2)
@@ -324,6 +342,7 @@ warm_up()
 kernels = [_codec.put_floats, _codec.get_floats, _splittable_kernels.write_interval,
            _splittable_kernels.read_interval, _randomized_wave_kernels.read_instance,
            _randomized_wave_kernels.empty_buffers, _randomized_wave_kernels.write_entries,
+           _randomized_wave_kernels.flatten_buffers, _randomized_wave_kernels.buffers_from,
            _ecm_kernels.write_bucket_columns,
            _ecm_kernels.read_bucket_columns, _ecm_kernels.check_buckets, _ecm_kernels.write_cells,
            _ecm_kernels.read_cells, key_dictionary._positions, key_dictionary._place_counters]
