@@ -11,7 +11,12 @@ what a sketch holds, not its capacity, and encoding runs in compiled loops:
   Boncz, *ALP: Adaptive Lossless floating-Point Compression*, SIGMOD 2024, §3), or raw
   float64; every form is checked bit for bit before it is chosen, so decoding is exact;
 * :class:`Reader`, whose every short or malformed read raises
-  :class:`~sketches.errors.CorruptSketchError` (nothing is half-read).
+  :class:`~sketches.errors.CorruptSketchError` (nothing is half-read);
+* the compiled pieces of both (``put_*`` / ``get_*``, ``decode_varints``), from which the
+  families' kernels write and read whole intervals, instances or bucket lists in one
+  compiled call each: a summary's blob has hundreds of small columns, and a Python call
+  per column cost more than the column (issue #22). Compiled readers return an ``E_*``
+  code instead of raising; :meth:`Reader.fail_code` turns it into the error.
 
 It imports only :mod:`sketches.errors`: the sketches sit above their codec, never below.
 """
