@@ -41,6 +41,50 @@ class Candidates(NamedTuple):
 
 
 @nb.njit(cache=True)
+def _separated(text, lengths):
+    """``text`` with a byte between its strings (``lengths`` bytes each), and that byte: the
+    lowest ASCII byte the text does not hold (-1: it holds them all)."""
+    seen = np.zeros(128, np.bool_)
+    for c in text:
+        if c < 128:
+            seen[c] = True
+    sep = -1
+    for c in range(128):
+        if not seen[c]:
+            sep = c
+            break
+    n = lengths.shape[0]
+    out = np.empty(text.shape[0] + max(n - 1, 0), np.uint8)
+    if sep < 0:
+        return out, sep
+    p = q = 0
+    for i in range(n):
+        if i:
+            out[q] = sep
+            q += 1
+        for _ in range(lengths[i]):
+            out[q] = text[p]
+            p += 1
+            q += 1
+    return out, sep
+
+
+def _split_strings(text: bytes, lengths: np.ndarray) -> list[str]:
+    """The UTF-8 strings of ``lengths`` bytes each that ``text`` holds one after the other,
+    decoded and split at C speed: the strings joined by an ASCII byte none of them holds
+    (no UTF-8 sequence can span it, so the whole decodes iff every string does), one
+    decode, one split. Raises UnicodeDecodeError."""
+    n = lengths.shape[0]
+    if n == 0:
+        return []
+    joined, sep = _separated(np.frombuffer(text, np.uint8), lengths)
+    if sep >= 0:
+        return joined.tobytes().decode("utf-8").split(chr(sep))
+    ends = np.cumsum(lengths.astype(np.int64)).tolist()
+    return [text[e - k : e].decode("utf-8") for e, k in zip(ends, lengths.tolist())]
+
+
+@nb.njit(cache=True)
 def _positions(table, ids):
     """Index of each of ``ids`` in ``table`` (distinct, every id present), through an
     open-addressing hash: a binary search per counter cost a third of an encode."""
@@ -399,13 +443,8 @@ class KeyDictionary(TimeBucketed):
             raise CorruptSketchError("key dictionary blob repeats an id within a bucket")
         if code == 2:
             raise CorruptSketchError("key dictionary blob strings do not match its counters")
-        ends = np.cumsum(lengths.astype(np.int64)).tolist()
         try:
-            if text.isascii():  # one decode, then slices: characters are bytes
-                whole = text.decode("ascii")
-                strings = [whole[e - n : e] for e, n in zip(ends, lengths.tolist())]
-            else:
-                strings = [text[e - n : e].decode("utf-8") for e, n in zip(ends, lengths.tolist())]
+            strings = _split_strings(text, lengths)
         except UnicodeDecodeError:
             raise CorruptSketchError("key dictionary blob has a string that is not UTF-8") from None
         kd._tb, kd._keys, kd._depth, kd._parts = tb, dict(zip(table.tolist(), strings)), int(depth), int(parts)

@@ -268,6 +268,36 @@ def test_a_pickled_summary_is_the_same_summary():
     assert back.to_bytes() == s.to_bytes()
 
 
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.text(st.characters(codec="utf-8"), max_size=5), max_size=8),
+       st.lists(st.integers(0, 12), max_size=4))
+def test_key_strings_split_as_the_former_slices(strings, cuts):
+    """The key dictionary's string table decodes to the strings, and a table whose pieces
+    are not each UTF-8 (a character cut in two) is refused as before."""
+    from sketches.key_dictionary import _split_strings
+
+    enc = [x.encode() for x in strings]
+    assert _split_strings(b"".join(enc), np.array([len(e) for e in enc], np.uint64)) == strings
+    text = b"".join(enc)
+    bounds = sorted({min(c, len(text)) for c in cuts} | {0, len(text)})
+    lengths = np.diff(bounds).astype(np.uint64)
+    try:
+        want = [text[a:b].decode("utf-8") for a, b in zip(bounds, bounds[1:])]
+    except UnicodeDecodeError:
+        with pytest.raises(UnicodeDecodeError):
+            _split_strings(text, lengths)
+    else:
+        assert _split_strings(text, lengths) == want
+
+
+def test_key_strings_that_hold_every_ascii_byte_still_split():
+    from sketches.key_dictionary import _split_strings
+
+    strings = [chr(i) * 2 for i in range(128)] + ["é", ""]
+    enc = [x.encode() for x in strings]
+    assert _split_strings(b"".join(enc), np.array([len(e) for e in enc], np.uint64)) == strings
+
+
 # -- refusals ---------------------------------------------------------------------------------------
 def test_a_corrupt_summary_is_refused_whole():
     s = _typical(7, 15, 2)
@@ -345,7 +375,8 @@ kernels = [_codec.put_floats, _codec.get_floats, _splittable_kernels.write_inter
            _randomized_wave_kernels.flatten_buffers, _randomized_wave_kernels.buffers_from,
            _ecm_kernels.write_bucket_columns,
            _ecm_kernels.read_bucket_columns, _ecm_kernels.check_buckets, _ecm_kernels.write_cells,
-           _ecm_kernels.read_cells, key_dictionary._positions, key_dictionary._place_counters]
+           _ecm_kernels.read_cells, key_dictionary._positions, key_dictionary._place_counters,
+           key_dictionary._separated]
 before = [len(k.signatures) for k in kernels]
 assert all(before), [k.__name__ for k, n in zip(kernels, before) if not n]
 s = _typical(5, 10, 2)
