@@ -522,26 +522,44 @@ def _varint_len(x):
 
 
 @njit(cache=True)
+def _merge_runs(keys, ticks, sizes):
+    """The entries' order by (key, tick): the instances' runs are each sorted by key (their
+    keys distinct), so they merge in linear time."""
+    total = keys.shape[0]
+    order = np.empty(total, np.int64)
+    tmp = np.empty(total, np.int64)
+    have = 0  # order[:have] is the merge of the runs so far
+    for r in range(sizes.shape[0]):
+        a, b, q = 0, have, 0
+        end = have + sizes[r]
+        while a < have or b < end:
+            if b >= end:
+                take_a = True
+            elif a >= have:
+                take_a = False
+            else:
+                x, y = order[a], b  # entry b of the concatenation is the run's next
+                take_a = keys[x] < keys[y] or (keys[x] == keys[y] and ticks[x] <= ticks[y])
+            if take_a:
+                tmp[q] = order[a]
+                a += 1
+            else:
+                tmp[q] = b
+                b += 1
+            q += 1
+        order[:end] = tmp[:end]
+        have = end
+    return order
+
+
+@njit(cache=True)
 def write_entries(keys, ticks, sizes, fT, fK, fhas, clock):
     """The wave's payload after its fixed head (layout in ``randomized_wave``): the U
     distinct (key, tick) pairs of all instances, sorted, then per instance its floors and
     its members as index gaps or a bitmap, whichever is shorter. ``keys``/``ticks`` are the
     instances' entries one after the other (``sizes`` of them each, keys increasing)."""
     total = keys.shape[0]
-    order = np.argsort(keys, kind="mergesort")
-    j = 0
-    while j < total:  # equal keys (one per instance at most): order them by tick
-        r = j + 1
-        while r < total and keys[order[r]] == keys[order[j]]:
-            r += 1
-        for a in range(j + 1, r):
-            x = order[a]
-            c = a
-            while c > j and ticks[order[c - 1]] > ticks[x]:
-                order[c] = order[c - 1]
-                c -= 1
-            order[c] = x
-        j = r
+    order = _merge_runs(keys, ticks, sizes)
     index = np.empty(total, np.int64)
     uk = np.empty(total, np.uint64)
     ut = np.empty(total, np.int64)
