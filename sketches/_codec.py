@@ -269,14 +269,18 @@ def put_floats(out, p, v):
 def get_floats(buf, p, n):
     """``(values, end)`` of a float column of ``n`` values at ``buf[p]``; ``end`` < 0 (an
     E_* code) when it is short, malformed or out of range."""
-    out = np.empty(n, np.float64)
+    out = np.empty(0, np.float64)
     if p < 0 or p >= buf.shape[0]:
         return out, E_TRUNCATED
     mode = buf[p]
     p += 1
-    if mode == _RAW:
-        if n > (buf.shape[0] - p) // 8:
+    if mode > _SCALED:
+        return out, E_FLOAT_UNKNOWN
+    if mode == _SCALED or mode == _RAW:  # checked before allocating: n may be hostile
+        if n > (buf.shape[0] - p) // (8 if mode == _RAW else 1):
             return out, E_TRUNCATED
+    out = np.empty(n, np.float64)
+    if mode == _RAW:
         raw = out.view(np.uint8)
         for j in range(8 * n):
             raw[j] = buf[p + j]

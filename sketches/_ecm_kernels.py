@@ -602,12 +602,15 @@ def read_bucket_columns(buf, p, b):
     """``(code, end, lvl, idx, s, e, m)`` of ``b`` buckets written by
     :func:`write_bucket_columns`; refuses positions out of range (checked in floats with a
     wide margin first, so the int64 sums cannot overflow) or off their dyadic grid."""
+    if b > buf.shape[0] - p:  # checked before allocating: b may be hostile
+        b = 0
+        p = -1
     lvl = np.zeros(b, np.int64)
     start = np.zeros(b, np.int64)
     s = np.zeros(b, np.int64)
     e = np.zeros(b, np.int64)
     m = np.zeros(b)
-    if b > buf.shape[0] - p:
+    if p < 0:
         return -1, p, lvl, start, s, e, m
     for i in range(b):
         lvl[i] = buf[p + i]

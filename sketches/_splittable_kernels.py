@@ -378,9 +378,12 @@ def read_interval(buf, p, k, max_levels, wp, alpha, log_w, unit, unit_integral):
         return 2, p, False, z1, zf, zn, zn, zn
     if exact == 1 and not unit_integral:
         return 3, p, False, z1, zf, zn, zn, zn
-    width = max(1, alpha)
-    L = np.zeros((levels, width), np.int64)
-    M = np.zeros((levels, width), np.float64)
+    # The levels' buckets one after the other, then rows as wide as the widest level (as
+    # the blob, not alpha, says: every bucket takes a byte, so the blob bounds the total).
+    room = min(levels * max(1, alpha), buf.shape[0] - p + levels)
+    Lf = np.empty(room, np.int64)
+    Mf = np.empty(room, np.float64)
+    off = np.zeros(levels + 1, np.int64)
     n = np.zeros(levels, np.int64)
     T = np.zeros(levels, np.int64)
     F = np.zeros(levels, np.int64)
@@ -401,6 +404,10 @@ def read_interval(buf, p, k, max_levels, wp, alpha, log_w, unit, unit_integral):
         cnt = np.int64(c)
         if t_mark >= 0 and cnt != alpha:
             return 5, p, False, z1, zf, zn, zn, zn  # Lemma 3 relies on alpha buckets
+        o = off[i]
+        if o + cnt > room:
+            return -1, p, False, z1, zf, zn, zn, zn  # more buckets than the blob has bytes
+        off[i + 1] = o + cnt
         if i == 0:
             if cnt:
                 u, p = get_varint(buf, p)
@@ -408,7 +415,7 @@ def read_interval(buf, p, k, max_levels, wp, alpha, log_w, unit, unit_integral):
                     return p, p, False, z1, zf, zn, zn, zn
                 if cnt - 1 > buf.shape[0] - p:
                     return -1, p, False, z1, zf, zn, zn, zn
-                L[0, 0] = unzigzag1(u)
+                Lf[0] = unzigzag1(u)
                 gaps, p = decode_varints(buf, p, cnt - 1)
                 if p < 0:
                     return E_VARINT, p, False, z1, zf, zn, zn, zn
@@ -417,18 +424,18 @@ def read_interval(buf, p, k, max_levels, wp, alpha, log_w, unit, unit_integral):
                     g = gaps[j - 1]
                     if g >= _GAP_LIMIT:
                         return 6, p, False, z1, zf, zn, zn, zn
-                    L[0, j] = np.int64(np.uint64(L[0, j - 1]) + g)
-                    wrapped |= L[0, j] < L[0, j - 1]
+                    Lf[j] = np.int64(np.uint64(Lf[j - 1]) + g)
+                    wrapped |= Lf[j] < Lf[j - 1]
                 if wrapped:
                     return 7, p, False, z1, zf, zn, zn, zn
             weight, p = get_floats(buf, p, cnt)
             if p < 0:
                 return p, p, False, z1, zf, zn, zn, zn
             if cnt:
-                bad = L[0, 0] <= t_mark or L[0, cnt - 1] >= wp
+                bad = Lf[0] <= t_mark or Lf[cnt - 1] >= wp
                 for j in range(cnt):
                     bad |= not (np.isfinite(weight[j]) and weight[j] > 0.0)
-                    bad |= j > 0 and L[0, j] <= L[0, j - 1]
+                    bad |= j > 0 and Lf[j] <= Lf[j - 1]
                 if bad:
                     return 8, p, False, z1, zf, zn, zn, zn
         else:
@@ -451,7 +458,7 @@ def read_interval(buf, p, k, max_levels, wp, alpha, log_w, unit, unit_integral):
             bad = i == levels - 1 and not root  # the top level never splits (Lemma 2)
             for j in range(cnt):
                 w = np.int64(1) << np.int64(logs[j])
-                L[i, j] = left
+                Lf[o + j] = left
                 bad |= left % w != 0  # a node of the split tree
                 bad |= not np.isfinite(weight[j]) or weight[j] < low  # halves start at 2^i·ρ
                 bad |= weight[j] >= 2 * half and w > 1  # a full bucket would have split
@@ -462,9 +469,14 @@ def read_interval(buf, p, k, max_levels, wp, alpha, log_w, unit, unit_integral):
             for j in range(cnt):
                 if weight[j] != np.floor(weight[j]):
                     return 11, p, False, z1, zf, zn, zn, zn
-        M[i, :cnt] = weight
+        Mf[o : o + cnt] = weight
         n[i], T[i], F[i] = cnt, t_mark, np.int64(flops)
         widest = max(widest, cnt)
-    if exact and M[levels - 1, 0] >= 2.0**53:
+    if exact and Mf[off[levels - 1]] >= 2.0**53:  # the top level's one bucket
         return 12, p, False, z1, zf, zn, zn, zn
-    return 0, p, exact == 1, L[:, :widest].copy(), M[:, :widest].copy(), n, T, F
+    L = np.zeros((levels, widest), np.int64)
+    M = np.zeros((levels, widest), np.float64)
+    for i in range(levels):
+        L[i, : n[i]] = Lf[off[i] : off[i + 1]]
+        M[i, : n[i]] = Mf[off[i] : off[i + 1]]
+    return 0, p, exact == 1, L, M, n, T, F

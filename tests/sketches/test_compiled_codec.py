@@ -343,12 +343,20 @@ def test_compiled_readers_never_crash_on_garbage():
         code, end, *_ = read_interval(buf, 0, d.k, sh.max_level + 1, sh.wp, sh.alpha, sh.log_w, sh.unit, True)
         assert code != 0 or 0 < end <= buf.size
         seen.add(code != 0)
+    # a hostile header: the largest alpha and 255 levels in a few bytes allocate by the blob
+    for levels in (2, 40, 255):
+        buf = np.array([0, 0, levels] + [1, 0, 1] * 3, np.uint8)
+        code, *_ = read_interval(buf, 0, 0, 601, 1 << 40, 1 << 20, 40, 1.0, True)
+        assert code != 0
     ecm = s.parts["keys"]
     tail = _ref_ecm(ecm)[ecm._STATE.size:]
     b = len(ecm._tb)
     for buf in _garbage(rng, tail):
         code, end, *_ = read_bucket_columns(buf, 0, b)
         assert code != 0 or 0 < end <= buf.size
+        assert read_bucket_columns(buf, 0, 2**40)[0] != 0  # refused before allocating
+        if buf.size and buf[0] != 1:  # (a constant column may be any length: callers bound n)
+            assert get_floats(buf, 0, 2**40)[1] < 0
         code, end, _ = read_cells(buf, 0, b * ecm.n_cells)
         assert code != 0 or 0 < end <= buf.size
     wave = s.parts["distinct"]
