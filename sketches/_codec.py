@@ -23,7 +23,9 @@ It imports only :mod:`sketches.errors`: the sketches sit above their codec, neve
 
 from __future__ import annotations
 
+import hashlib
 import math
+import os
 import struct
 
 import numpy as np
@@ -123,6 +125,39 @@ _EXACT = 2.0**53
 # Error codes of the compiled readers (a negative position), turned into messages by
 # :meth:`Reader.fail_code`: the readers run in compiled loops, so they report, not raise.
 E_TRUNCATED, E_VARINT, E_FLOAT_FORM, E_FLOAT_RANGE, E_FLOAT_UNKNOWN = -1, -2, -3, -4, -5
+
+
+def drop_stale_kernel_cache(module_file: str) -> None:
+    """Forget the Numba cache of ``module_file``'s kernels when this file has changed since
+    it was written (each kernel module that compiles the pieces below calls this on import).
+
+    Numba keys a cached kernel by its own module's file only, yet the family kernels compile
+    these pieces into themselves: after an edit here they would keep running the old ones.
+    So the cache (``__pycache__`` beside the module, Numba's default) carries a stamp, the
+    hash of this file; when it differs the module's index files are removed and Numba
+    compiles afresh on first use. Any failure (a read-only tree) leaves the cache alone."""
+    cache = os.path.join(os.path.dirname(os.path.abspath(module_file)), "__pycache__")
+    name = os.path.splitext(os.path.basename(module_file))[0]
+    mark = os.path.join(cache, f"{name}.codec-stamp")
+    try:
+        with open(__file__, "rb") as f:
+            stamp = hashlib.sha256(f.read()).hexdigest()
+        try:
+            with open(mark) as f:
+                if f.read() == stamp:
+                    return
+        except FileNotFoundError:
+            pass
+        os.makedirs(cache, exist_ok=True)
+        for entry in os.listdir(cache):
+            if entry.startswith(name + ".") and entry.endswith(".nbi"):
+                os.remove(os.path.join(cache, entry))
+        tmp = f"{mark}.{os.getpid()}"
+        with open(tmp, "w") as f:
+            f.write(stamp)
+        os.replace(tmp, mark)
+    except OSError:
+        pass
 
 
 # Compiled pieces of a payload. Each writes into a preallocated ``out`` at ``p`` and returns

@@ -64,7 +64,12 @@ import math
 import numba as nb
 import numpy as np
 
-from sketches._codec import E_VARINT, decode_varints, get_floats, get_varint, put_floats, put_varint, unzigzag1, zigzag1
+from sketches._codec import (
+    E_VARINT, decode_varints, drop_stale_kernel_cache, get_floats, get_varint, put_floats,
+    put_varint, unzigzag1, zigzag1,
+)
+
+drop_stale_kernel_cache(__file__)  # its kernels compile the codec's pieces in
 
 __all__ = [
     "MAX_LEVEL",

@@ -25,7 +25,11 @@ import numpy as np
 from numba import njit
 from numba.typed import List
 
-from sketches._codec import E_VARINT, decode_varints, get_varint, put_varint
+from sketches._codec import (
+    E_VARINT, decode_varints, drop_stale_kernel_cache, get_varint, put_varint,
+)
+
+drop_stale_kernel_cache(__file__)  # its kernels compile the codec's pieces in
 
 P61 = np.uint64((1 << 61) - 1)  # the Mersenne prime 2^61 - 1: the hash field Z_p
 _M32 = np.uint64(0xFFFFFFFF)

@@ -370,6 +370,29 @@ def test_compiled_readers_never_crash_on_garbage():
     assert seen == {True, False}
 
 
+def test_a_changed_codec_drops_the_cached_kernels_that_compile_it(tmp_path):
+    """Numba keys a kernel's cache by its own file: a kernel module's cache index is dropped
+    when the codec it compiles in has changed since (and kept while it has not)."""
+    from sketches._codec import drop_stale_kernel_cache
+
+    module = tmp_path / "_family_kernels.py"
+    module.write_text("")
+    cache = tmp_path / "__pycache__"
+    cache.mkdir()
+    index = cache / "_family_kernels.kernel-1.py311.nbi"
+    other = cache / "_other_kernels.kernel-1.py311.nbi"
+    for f in (index, other):
+        f.write_text("index")
+    drop_stale_kernel_cache(str(module))  # no stamp yet: built with an unknown codec
+    assert not index.exists() and other.exists()
+    index.write_text("index")
+    drop_stale_kernel_cache(str(module))  # the stamp matches: kept
+    assert index.exists()
+    (cache / "_family_kernels.codec-stamp").write_text("another codec")
+    drop_stale_kernel_cache(str(module))
+    assert not index.exists() and other.exists()
+
+
 _WARM_CHECK = """
 import numpy as np
 from sketches import _codec, _ecm_kernels, _randomized_wave_kernels, _splittable_kernels, key_dictionary
