@@ -11,13 +11,21 @@ what a sketch holds, not its capacity, and encoding runs in compiled loops:
   Boncz, *ALP: Adaptive Lossless floating-Point Compression*, SIGMOD 2024, §3), or raw
   float64; every form is checked bit for bit before it is chosen, so decoding is exact;
 * :class:`Reader`, whose every short or malformed read raises
-  :class:`~sketches.errors.CorruptSketchError` (nothing is half-read).
+  :class:`~sketches.errors.CorruptSketchError` (nothing is half-read);
+* the compiled pieces of both (``put_*`` / ``get_*``, ``decode_varints``), from which the
+  families' kernels write and read whole intervals, instances or bucket lists in one
+  compiled call each: a summary's blob has hundreds of small columns, and a Python call
+  per column cost more than the column (issue #22). Compiled readers return an ``E_*``
+  code instead of raising; :meth:`Reader.fail_code` turns it into the error.
 
 It imports only :mod:`sketches.errors`: the sketches sit above their codec, never below.
 """
 
 from __future__ import annotations
 
+import hashlib
+import math
+import os
 import struct
 
 import numpy as np
@@ -52,7 +60,7 @@ def _encode_varints(vals):
 
 
 @njit(cache=True)
-def _decode_varints(buf, start, n):
+def decode_varints(buf, start, n):
     """``(values, end)``; ``end = -1`` when the buffer is short or a varint is malformed
     (longer than 10 bytes, above 2^64, or not in its shortest form)."""
     out = np.empty(n, np.uint64)
@@ -111,29 +119,244 @@ def unzigzag(u: np.ndarray) -> np.ndarray:
 _RAW, _CONST, _SCALED = 0, 1, 2
 _MAX_DIGITS = 6
 _POW10 = [10.0**d for d in range(_MAX_DIGITS + 1)]
+_POW10_ARR = np.array(_POW10)
+_EXACT = 2.0**53
+
+# Error codes of the compiled readers (a negative position), turned into messages by
+# :meth:`Reader.fail_code`: the readers run in compiled loops, so they report, not raise.
+E_TRUNCATED, E_VARINT, E_FLOAT_FORM, E_FLOAT_RANGE, E_FLOAT_UNKNOWN = -1, -2, -3, -4, -5
 
 
-def _same_bits(a: np.ndarray, b: np.ndarray) -> bool:
-    return bool(np.array_equal(a.view(np.uint64), b.view(np.uint64)))
+def drop_stale_kernel_cache(module_file: str) -> None:
+    """Forget the Numba cache of ``module_file``'s kernels when this file has changed since
+    it was written (each kernel module that compiles the pieces below calls this on import).
+
+    Numba keys a cached kernel by its own module's file only, yet the family kernels compile
+    these pieces into themselves: after an edit here they would keep running the old ones.
+    So the cache (``__pycache__`` beside the module, Numba's default) carries a stamp, the
+    hash of this file; when it differs the module's index files are removed and Numba
+    compiles afresh on first use. Any failure (a read-only tree) leaves the cache alone."""
+    cache = os.path.join(os.path.dirname(os.path.abspath(module_file)), "__pycache__")
+    name = os.path.splitext(os.path.basename(module_file))[0]
+    mark = os.path.join(cache, f"{name}.codec-stamp")
+    try:
+        with open(__file__, "rb") as f:
+            stamp = hashlib.sha256(f.read()).hexdigest()
+        try:
+            with open(mark) as f:
+                if f.read() == stamp:
+                    return
+        except FileNotFoundError:
+            pass
+        os.makedirs(cache, exist_ok=True)
+        for entry in os.listdir(cache):
+            if entry.startswith(name + ".") and entry.endswith(".nbi"):
+                os.remove(os.path.join(cache, entry))
+        tmp = f"{mark}.{os.getpid()}"
+        with open(tmp, "w") as f:
+            f.write(stamp)
+        os.replace(tmp, mark)
+    except OSError:
+        pass
+
+
+# Compiled pieces of a payload. Each writes into a preallocated ``out`` at ``p`` and returns
+# the new position, or reads ``buf`` at ``p`` and returns what it read and the new position
+# (negative: one of the E_* codes). The family kernels build whole payloads from them in
+# one compiled call: a Python call per column cost more than the column itself.
+@njit(cache=True, inline="always")
+def put_varint(out, p, x):
+    """LEB128 of the uint64 ``x`` at ``out[p]``; returns the position after it."""
+    x = np.uint64(x)
+    while x >= np.uint64(0x80):
+        out[p] = np.uint8((x & np.uint64(0x7F)) | np.uint64(0x80))
+        x >>= np.uint64(7)
+        p += 1
+    out[p] = np.uint8(x)
+    return p + 1
+
+
+@njit(cache=True, inline="always")
+def zigzag1(x):
+    """int64 -> uint64 with small magnitudes small (the scalar :func:`zigzag`)."""
+    x = np.int64(x)
+    return np.uint64((x << np.int64(1)) ^ (x >> np.int64(63)))
+
+
+@njit(cache=True, inline="always")
+def unzigzag1(u):
+    return np.int64(u >> np.uint64(1)) ^ -np.int64(u & np.uint64(1))
+
+
+@njit(cache=True, inline="always")
+def get_varint(buf, p):
+    """``(value, end)`` of the LEB128 varint at ``buf[p]``; ``end`` < 0 when the buffer is
+    short or the varint malformed (longer than 10 bytes, above 2^64, or not shortest)."""
+    x = np.uint64(0)
+    shift = 0
+    size = buf.shape[0]
+    if 0 <= p < size and buf[p] < 0x80:  # one byte: the common case, always shortest
+        return np.uint64(buf[p]), p + 1
+    while True:
+        if p < 0 or p >= size:
+            return x, E_TRUNCATED
+        if shift > 63:
+            return x, E_VARINT
+        b = np.uint64(buf[p])
+        p += 1
+        part = b & np.uint64(0x7F)
+        if shift == 63 and part > np.uint64(1):
+            return x, E_VARINT
+        x |= part << np.uint64(shift)
+        if b < np.uint64(0x80):
+            if shift > 0 and part == np.uint64(0):
+                return x, E_VARINT  # a zero final byte: not the shortest form
+            return x, p
+        shift += 7
+
+
+@njit(cache=True)
+def put_f64(out, p, x):
+    """The 8 little-endian bytes of the float64 ``x``."""
+    tmp = np.empty(1, np.float64)
+    tmp[0] = x
+    b = tmp.view(np.uint8)
+    for j in range(8):
+        out[p + j] = b[j]
+    return p + 8
+
+
+@njit(cache=True)
+def get_f64(buf, p):
+    if p < 0 or p + 8 > buf.shape[0]:
+        return 0.0, E_TRUNCATED
+    tmp = np.empty(8, np.uint8)
+    for j in range(8):
+        tmp[j] = buf[p + j]
+    return tmp.view(np.float64)[0], p + 8
+
+
+@njit(cache=True)
+def _scaled_digits(v, pow10):
+    """The fewest digits ``d`` after the point with ``rint(v·10^d) / 10^d`` giving back every
+    value bit for bit (as int64, the decoder's own steps), or -1: none up to 6, or some
+    ``|v·10^d|`` reaches 2^53 first (values must be finite)."""
+    n = v.shape[0]
+    for d in range(pow10.shape[0]):
+        scale = pow10[d]
+        exact = True
+        for i in range(n):
+            s = np.rint(v[i] * scale)
+            if abs(s) >= _EXACT:
+                return -1  # larger digits only scale further up
+            if exact:
+                back = np.float64(np.int64(s))
+                if d:  # x / 1.0 is x
+                    back /= scale
+                # equal bits: equal values, and -0.0 (which comes back +0.0) is not exact
+                if back != v[i] or (v[i] == 0.0 and math.copysign(1.0, v[i]) < 0.0):
+                    exact = False
+        if exact:
+            return d
+    return -1
+
+
+@njit(cache=True)
+def put_floats(out, p, v):
+    """A float column of ``v`` (module notes): constant, scaled integers or raw float64,
+    whichever is the first exact one; at most ``12 + 8·len(v)`` bytes."""
+    n = v.shape[0]
+    if n == 0:
+        out[p] = _RAW
+        return p + 1
+    bits = v.view(np.uint64)
+    same = True
+    finite = True
+    for i in range(n):
+        if bits[i] != bits[0]:
+            same = False
+        if not np.isfinite(v[i]):
+            finite = False
+    if same:
+        out[p] = _CONST
+        return put_f64(out, p + 1, v[0])
+    d = _scaled_digits(v, _POW10_ARR) if finite else -1
+    if d >= 0:
+        scale = _POW10_ARR[d]
+        ints = np.empty(n, np.int64)
+        for i in range(n):
+            ints[i] = np.int64(np.rint(v[i] * scale))
+        base = ints.min()
+        out[p] = _SCALED
+        out[p + 1] = d
+        p = put_varint(out, p + 2, zigzag1(base))
+        for i in range(n):
+            p = put_varint(out, p, np.uint64(ints[i] - base))
+        return p
+    out[p] = _RAW
+    raw = v.view(np.uint8)
+    for j in range(raw.shape[0]):
+        out[p + 1 + j] = raw[j]
+    return p + 1 + raw.shape[0]
+
+
+@njit(cache=True)
+def get_floats(buf, p, n):
+    """``(values, end)`` of a float column of ``n`` values at ``buf[p]``; ``end`` < 0 (an
+    E_* code) when it is short, malformed or out of range."""
+    out = np.empty(0, np.float64)
+    if p < 0 or p >= buf.shape[0]:
+        return out, E_TRUNCATED
+    mode = buf[p]
+    p += 1
+    if mode > _SCALED:
+        return out, E_FLOAT_UNKNOWN
+    if mode == _SCALED or mode == _RAW:  # checked before allocating: n may be hostile
+        if n > (buf.shape[0] - p) // (8 if mode == _RAW else 1):
+            return out, E_TRUNCATED
+    out = np.empty(n, np.float64)
+    if mode == _RAW:
+        raw = out.view(np.uint8)
+        for j in range(8 * n):
+            raw[j] = buf[p + j]
+        return out, p + 8 * n
+    if mode == _CONST:
+        x, p = get_f64(buf, p)
+        out[:] = x
+        return out, p
+    if mode == _SCALED:
+        if p >= buf.shape[0]:
+            return out, E_TRUNCATED
+        d = buf[p]
+        p += 1
+        if d > _MAX_DIGITS:
+            return out, E_FLOAT_FORM
+        u, p = get_varint(buf, p)
+        if p < 0:
+            return out, p
+        base = unzigzag1(u)
+        if n > buf.shape[0] - p:  # every varint takes at least one byte
+            return out, E_TRUNCATED
+        if base <= -np.int64(2**53):
+            return out, E_FLOAT_RANGE
+        room = np.uint64(np.int64(2**53) - base) if base < np.int64(2**53) else np.uint64(0)
+        offs, p = decode_varints(buf, p, n)
+        if p < 0:
+            return out, E_VARINT
+        for i in range(n):
+            if offs[i] >= room:  # off + base >= 2^53
+                return out, E_FLOAT_RANGE
+            out[i] = np.float64(np.int64(offs[i]) + base)
+        if d:  # x / 1.0 is x: integers need no division
+            out /= _POW10_ARR[d]
+        return out, p
+    return out, E_FLOAT_UNKNOWN
 
 
 def _encode_floats(v: np.ndarray) -> bytes:
     v = np.ascontiguousarray(v, np.float64)
-    if v.size == 0:
-        return bytes([_RAW])
-    if _same_bits(v, np.full(v.size, v[0])):
-        return bytes([_CONST]) + struct.pack("<d", v[0])
-    if np.all(np.isfinite(v)):
-        for d in range(_MAX_DIGITS + 1):
-            scaled = np.round(v * _POW10[d])
-            if np.abs(scaled).max() >= 2.0**53:
-                break
-            ints = scaled.astype(np.int64)
-            if _same_bits(ints.astype(np.float64) / _POW10[d], v):  # the decoder's own steps
-                base = int(ints.min())
-                return bytes([_SCALED, d]) + varints(np.array([zigzag(np.array([base]))[0]])) \
-                    + varints((ints - base).view(np.uint64))
-    return bytes([_RAW]) + v.astype("<f8").tobytes()
+    out = np.empty(max_float_column_size(v.size), np.uint8)
+    return out[: put_floats(out, 0, v)].tobytes()
 
 
 class Writer:
@@ -186,6 +409,14 @@ class Reader:
     def fail(self, why: str = "truncated or malformed") -> CorruptSketchError:
         return CorruptSketchError(f"{self.what} blob {why}")
 
+    _WHY = {E_TRUNCATED: "truncated", E_VARINT: "has a truncated or malformed varint",
+            E_FLOAT_FORM: "has a bad float column", E_FLOAT_RANGE: "has a float column out of range",
+            E_FLOAT_UNKNOWN: "has an unknown float column form"}
+
+    def fail_code(self, code: int, why: dict | None = None) -> CorruptSketchError:
+        """The error of a compiled reader's negative ``code`` (``why``: the family's own)."""
+        return self.fail((why or {}).get(code) or self._WHY.get(code, "truncated or malformed"))
+
     def take(self, n: int) -> bytes:
         if n < 0 or self.pos + n > self.buf.size:
             raise self.fail("truncated")
@@ -199,7 +430,7 @@ class Reader:
     def uints(self, n: int) -> np.ndarray:
         if n < 0 or n > self.buf.size - self.pos:  # every varint takes at least one byte
             raise self.fail("truncated")
-        vals, end = _decode_varints(self.buf, self.pos, n)
+        vals, end = decode_varints(self.buf, self.pos, n)
         if end < 0:
             raise self.fail("has a truncated or malformed varint")
         self.pos = end
@@ -230,21 +461,11 @@ class Reader:
         return out
 
     def floats(self, n: int) -> np.ndarray:
-        mode = self.take(1)[0]
-        if mode == _RAW:
-            return np.frombuffer(self.take(8 * n), "<f8").astype(np.float64)
-        if mode == _CONST:
-            return np.full(n, struct.unpack("<d", self.take(8))[0])
-        if mode == _SCALED:
-            d = self.take(1)[0]
-            if d > _MAX_DIGITS:
-                raise self.fail("has a bad float column")
-            base = int(self.ints(1)[0])
-            offs = self.uints(n)
-            if offs.size and int(offs.max()) + base >= 2**53 or base <= -(2**53):
-                raise self.fail("has a float column out of range")
-            return (offs.astype(np.int64) + base).astype(np.float64) / _POW10[d]
-        raise self.fail("has an unknown float column form")
+        vals, end = get_floats(self.buf, self.pos, n)
+        if end < 0:
+            raise self.fail_code(end)
+        self.pos = end
+        return vals
 
     def array(self, dtype: str, n: int) -> np.ndarray:
         dt = np.dtype(dtype)

@@ -64,6 +64,13 @@ import math
 import numba as nb
 import numpy as np
 
+from sketches._codec import (
+    E_VARINT, decode_varints, drop_stale_kernel_cache, get_floats, get_varint, put_floats,
+    put_varint, unzigzag1, zigzag1,
+)
+
+drop_stale_kernel_cache(__file__)  # its kernels compile the codec's pieces in
+
 __all__ = [
     "MAX_LEVEL",
     "NO_CLOCK",
@@ -536,22 +543,10 @@ class TimeBuckets:
         if n == 0:
             return None
         if self.clock == NO_CLOCK or abs(self.clock) >= TICK_LIMIT:
-            return "clock out of range"
-        if lvl.min() < 0 or lvl.max() > MAX_LEVEL:
-            return "bucket level out of range"
-        if not (np.all(np.isfinite(m)) and np.all(m > 0)):
-            return "bucket masses must be finite and positive"
-        start = idx << lvl
-        if np.any((start >> lvl) != idx):
-            return "bucket position out of range"
-        end = start + ((np.int64(1) << lvl) - 1)
-        if np.any(s > e) or np.any(s < start) or np.any(e > end):
-            return "bucket hull outside its interval"
-        if np.any(e < self.horizon) or np.any(e > self.clock) or np.any(s < -TICK_LIMIT):
-            return "bucket outside the window"
-        order = np.lexsort((-lvl, start))
-        if np.any(order != np.arange(n)):
-            return "buckets not in canonical order"
+            return CHECK_ERRORS[1]
+        code = check_buckets(lvl, idx, s, e, m, self.clock, self.horizon)
+        if code:
+            return CHECK_ERRORS[code]
         worst, dup = invariant_excess(lvl, idx, m, self.ratio)
         if dup:
             return "two buckets share a position"
@@ -565,3 +560,189 @@ def straddle_ratio(tb: TimeBuckets, lo: int) -> float:
     strad = float(tb.m[(tb.s < lo) & (tb.e >= lo)].sum())
     after = float(tb.m[tb.s >= lo].sum())
     return 0.0 if strad == 0 else (math.inf if after == 0 else strad / after)
+
+
+# -- bytes -----------------------------------------------------------------------------------
+# The time buckets (shared by the ECM and key-dictionary blobs, layout in sketches/ecm.py)
+# and the ECM's cells are written and read in one compiled call each, and the structural
+# checks of ``TimeBuckets.validate`` run in one compiled pass: a Python call per column and
+# per check cost more than the columns. The readers report failures as codes.
+BUCKET_ERRORS = {1: "buckets out of range", 2: "bucket does not start at its dyadic position"}
+CHECK_ERRORS = {
+    1: "clock out of range",
+    2: "bucket level out of range",
+    3: "bucket masses must be finite and positive",
+    4: "bucket position out of range",
+    5: "bucket hull outside its interval",
+    6: "bucket outside the window",
+    7: "buckets not in canonical order",
+}
+
+
+@nb.njit(cache=True)
+def write_bucket_columns(lvl, idx, s, e, m):
+    """u8 level | varint± first start, start steps | varint s − start | varint e − s |
+    float column m (start = idx·2^level), column by column."""
+    b = lvl.shape[0]
+    out = np.empty(13 + 39 * b, np.uint8)
+    p = 0
+    for i in range(b):
+        out[p] = np.uint8(lvl[i])
+        p += 1
+    prev = np.int64(0)
+    for i in range(b):
+        start = idx[i] << lvl[i]
+        p = put_varint(out, p, zigzag1(start) if i == 0 else np.uint64(start - prev))
+        prev = start
+    for i in range(b):
+        p = put_varint(out, p, np.uint64(s[i] - (idx[i] << lvl[i])))
+    for i in range(b):
+        p = put_varint(out, p, np.uint64(e[i] - s[i]))
+    p = put_floats(out, p, m)
+    return out[:p]
+
+
+@nb.njit(cache=True)
+def read_bucket_columns(buf, p, b):
+    """``(code, end, lvl, idx, s, e, m)`` of ``b`` buckets written by
+    :func:`write_bucket_columns`; refuses positions out of range (checked in floats with a
+    wide margin first, so the int64 sums cannot overflow) or off their dyadic grid."""
+    if b > buf.shape[0] - p:  # checked before allocating: b may be hostile
+        b = 0
+        p = -1
+    lvl = np.zeros(b, np.int64)
+    start = np.zeros(b, np.int64)
+    s = np.zeros(b, np.int64)
+    e = np.zeros(b, np.int64)
+    m = np.zeros(b)
+    if p < 0:
+        return -1, p, lvl, start, s, e, m
+    for i in range(b):
+        lvl[i] = buf[p + i]
+    p += b
+    steps = np.empty(b, np.uint64)
+    s_off = np.empty(b, np.uint64)
+    width = np.empty(b, np.uint64)
+    u, p = get_varint(buf, p)
+    if p < 0:
+        return p, p, lvl, start, s, e, m
+    first = unzigzag1(u)
+    for col, n in ((steps, b - 1), (s_off, b), (width, b)):
+        if n > buf.shape[0] - p:
+            return -1, p, lvl, start, s, e, m
+        vals, p = decode_varints(buf, p, n)
+        if p < 0:
+            return E_VARINT, p, lvl, start, s, e, m
+        col[:n] = vals
+    bad = False
+    acc = 0.0
+    limit = 2.0**62
+    for i in range(b):  # the float checks of the Python reader, in its order of operations
+        if i > 0:
+            acc += np.float64(steps[i - 1])
+        start_f = np.float64(first) + acc
+        s_f = start_f + np.float64(s_off[i])
+        bad |= lvl[i] > MAX_LEVEL or abs(start_f) > limit or abs(s_f) > limit
+        bad |= s_f + np.float64(width[i]) > limit
+    if bad:
+        return 1, p, lvl, start, s, e, m
+    idx = start
+    st = first
+    for i in range(b):
+        if i > 0:
+            st += np.int64(steps[i - 1])
+        if st & ((np.int64(1) << lvl[i]) - 1):
+            return 2, p, lvl, idx, s, e, m
+        s[i] = st + np.int64(s_off[i])
+        e[i] = s[i] + np.int64(width[i])
+        idx[i] = st >> lvl[i]
+    m, p = get_floats(buf, p, b)
+    return (0 if p >= 0 else p), p, lvl, idx, s, e, m
+
+
+@nb.njit(cache=True)
+def check_buckets(lvl, idx, s, e, m, clock, horizon):
+    """The structural checks of ``TimeBuckets.validate`` in one pass: a ``CHECK_ERRORS``
+    key, or 0 (the merge invariant is checked after, by :func:`invariant_excess`)."""
+    n = lvl.shape[0]
+    if clock == NO_CLOCK or clock >= TICK_LIMIT or clock <= -TICK_LIMIT:
+        return 1
+    for i in range(n):
+        if lvl[i] < 0 or lvl[i] > MAX_LEVEL:
+            return 2
+    for i in range(n):
+        if not (np.isfinite(m[i]) and m[i] > 0):
+            return 3
+    for i in range(n):
+        if ((idx[i] << lvl[i]) >> lvl[i]) != idx[i]:
+            return 4
+    for i in range(n):
+        start = idx[i] << lvl[i]
+        if s[i] > e[i] or s[i] < start or e[i] > start + ((np.int64(1) << lvl[i]) - 1):
+            return 5
+    for i in range(n):
+        if e[i] < horizon or e[i] > clock or s[i] < -TICK_LIMIT:
+            return 6
+    for i in range(1, n):  # start ascending, then level descending (ties stay in place)
+        a, b = idx[i - 1] << lvl[i - 1], idx[i] << lvl[i]
+        if a > b or (a == b and lvl[i - 1] < lvl[i]):
+            return 7
+    return 0
+
+
+@nb.njit(cache=True)
+def write_cells(flat):
+    """The non-zero cells of the row-major counts: varint count | first flat index, then
+    (gap − 1) | float column of their values."""
+    n = 0
+    for i in range(flat.shape[0]):
+        if flat[i] != 0.0:
+            n += 1
+    vals = np.empty(n)
+    out = np.empty(10 + 10 * n + 12 + 8 * n, np.uint8)
+    p = put_varint(out, 0, np.uint64(n))
+    c = 0
+    last = np.int64(-1)
+    for i in range(flat.shape[0]):
+        if flat[i] != 0.0:
+            p = put_varint(out, p, np.uint64(i - last - 1))
+            last = i
+            vals[c] = flat[i]
+            c += 1
+    p = put_floats(out, p, vals)
+    return out[:p]
+
+
+@nb.njit(cache=True)
+def read_cells(buf, p, size):
+    """``(code, end, counts)`` of the cells :func:`write_cells` wrote for ``size`` cells;
+    code 1: an index out of range, 2: a count not finite and positive."""
+    counts = np.zeros(size)
+    nnz, p = get_varint(buf, p)
+    if p < 0:
+        return p, p, counts
+    if nnz > np.uint64(size):
+        return 3, p, counts
+    n = np.int64(nnz)
+    if n > buf.shape[0] - p:
+        return -1, p, counts
+    gaps, p = decode_varints(buf, p, n)
+    if p < 0:
+        return E_VARINT, p, counts
+    flat = np.empty(n, np.int64)
+    last = np.int64(-1)
+    for j in range(n):
+        if gaps[j] >= np.uint64(size):
+            return 1, p, counts
+        last += np.int64(gaps[j]) + 1
+        flat[j] = last
+    if n and last >= size:
+        return 1, p, counts
+    vals, p = get_floats(buf, p, n)
+    if p < 0:
+        return p, p, counts
+    for j in range(n):
+        if not (np.isfinite(vals[j]) and vals[j] > 0):
+            return 2, p, counts
+        counts[flat[j]] = vals[j]
+    return 0, p, counts

@@ -23,6 +23,13 @@ from __future__ import annotations
 
 import numpy as np
 from numba import njit
+from numba.typed import List
+
+from sketches._codec import (
+    E_VARINT, decode_varints, drop_stale_kernel_cache, get_varint, put_varint,
+)
+
+drop_stale_kernel_cache(__file__)  # its kernels compile the codec's pieces in
 
 P61 = np.uint64((1 << 61) - 1)  # the Mersenne prime 2^61 - 1: the hash field Z_p
 _M32 = np.uint64(0xFFFFFFFF)
@@ -342,3 +349,304 @@ def export_entries(ekey, eT, emask, eh, hwm):
         out_l[j] = low if m == want else -1
         out_t[j] = eT[e]
     return keys[order], out_t, out_l
+
+
+# -- bytes -----------------------------------------------------------------------------------
+@njit(cache=True)
+def empty_buffers(levels):
+    """A typed list of ``levels`` empty level buffers, built in compiled code (appending
+    to a typed list from Python costs a dispatch per level, per instance, per decode)."""
+    bufs = List()
+    for _ in range(levels):
+        bufs.append(np.zeros(0, np.int64))
+    return bufs
+
+
+# Why a stored instance is refused (keys of ``read_instance``'s code; negative codes are
+# ``sketches._codec``'s).
+INSTANCE_ERRORS = {
+    1: "randomized wave entries or floors are not valid",
+    2: "randomized wave blob has a count out of range",
+    3: "randomized wave member index out of range",
+    4: "randomized wave member bitmap has stray bits",
+    5: "randomized wave member count does not match",
+    6: "randomized wave member list has an unknown form",
+    7: "randomized wave floors are not nested",
+    8: "randomized wave entry stored above its hash level",
+    9: "randomized wave level has a bad entry count",
+    10: "randomized wave level does not match its floor",
+    12: "randomized wave clock does not match its entries",
+}
+
+
+@njit(cache=True, inline="always")
+def _above(t, key, ft, fk):
+    return t > ft or (t == ft and key > fk)
+
+
+@njit(cache=True)
+def _read_members(buf, p, u, n):
+    """``(code, end, idx)``: the increasing indices (into the U stored pairs) of an
+    instance's ``n`` members, as gaps (form 0) or a bitmap (form 1)."""
+    idx = np.empty(n, np.int64)
+    if p >= buf.shape[0]:
+        return -1, p, idx
+    form = buf[p]
+    p += 1
+    if form == 0:
+        if n > buf.shape[0] - p:
+            return -1, p, idx
+        steps, p = decode_varints(buf, p, n)
+        if p < 0:
+            return E_VARINT, p, idx
+        last = np.int64(-1)
+        for j in range(n):
+            if steps[j] >= np.uint64(u):
+                return 3, p, idx
+            last += np.int64(steps[j]) + 1
+            idx[j] = last
+        if n and last >= u:
+            return 3, p, idx
+        return 0, p, idx
+    if form == 1:
+        nb = (u + 7) // 8
+        if nb > buf.shape[0] - p:
+            return -1, p, idx
+        c = 0
+        for i in range(8 * nb):
+            if (buf[p + (i >> 3)] >> (i & 7)) & 1:
+                if i >= u:
+                    return 4, p, idx
+                if c < n:
+                    idx[c] = i
+                c += 1
+        if c != n:
+            return 5, p, idx
+        return 0, p + nb, idx
+    return 6, p, idx
+
+
+@njit(cache=True)
+def read_instance(buf, p, uk, ut, levels, C, has_clock, clock, a0, a1, b, L):
+    """One stored instance at ``buf[p]``, checked whole against what a compacted wave is
+    (module notes of ``randomized_wave``): floors fall as levels rise; each entry's lowest
+    level is the first floor it beats and no higher than its hash level; every level holds
+    exactly its entries that beat its floor, C of them under a floor, at most C without;
+    level 0's latest tick is the clock.
+
+    Returns ``(code, end, idx, h, emask, counts, fhas, fT, fK)``: ``idx`` the indices of
+    its members among the U pairs ``(uk, ut)``, ``h`` their hash levels and ``emask`` the
+    levels each is in; ``code`` 0 when valid, else an ``INSTANCE_ERRORS`` key."""
+    zi = np.zeros(0, np.int64)
+    zu = np.zeros(0, np.uint64)
+    fhas = np.zeros(levels, np.uint8)
+    fT = np.zeros(levels, np.int64)
+    fK = np.zeros(levels, np.uint64)
+    counts = np.zeros(levels, np.int64)
+    f, p = get_varint(buf, p)
+    if p < 0:
+        return p, p, zi, zi, zu, counts, fhas, fT, fK
+    if f > np.uint64(levels):
+        return 2, p, zi, zi, zu, counts, fhas, fT, fK
+    nf = np.int64(f)
+    if nf > buf.shape[0] - p:
+        return -1, p, zi, zi, zu, counts, fhas, fT, fK
+    for l in range(nf):
+        back, p = get_varint(buf, p)
+        if p < 0:
+            return p, p, zi, zi, zu, counts, fhas, fT, fK
+        if back > np.uint64(clock):
+            return 1, p, zi, zi, zu, counts, fhas, fT, fK
+        fhas[l] = 1
+        fT[l] = clock - np.int64(back)
+    if 8 * nf > buf.shape[0] - p:
+        return -1, p, zi, zi, zu, counts, fhas, fT, fK
+    fK[:nf] = buf[p : p + 8 * nf].copy().view(np.uint64)
+    p += 8 * nf
+    u = uk.shape[0]
+    c, p = get_varint(buf, p)
+    if p < 0:
+        return p, p, zi, zi, zu, counts, fhas, fT, fK
+    if c > np.uint64(u):
+        return 2, p, zi, zi, zu, counts, fhas, fT, fK
+    n = np.int64(c)
+    code, p, idx = _read_members(buf, p, u, n)
+    if code:
+        return code, p, zi, zi, zu, counts, fhas, fT, fK
+    if not has_clock and (n or nf):
+        return 1, p, zi, zi, zu, counts, fhas, fT, fK
+    for j in range(1, n):  # the instance's keys are distinct (and increasing)
+        if uk[idx[j]] <= uk[idx[j - 1]]:
+            return 1, p, zi, zi, zu, counts, fhas, fT, fK
+    for l in range(1, nf):  # floors fall (weakly) as levels rise
+        if _above(fT[l], fK[l], fT[l - 1], fK[l - 1]):
+            return 7, p, zi, zi, zu, counts, fhas, fT, fK
+    h = np.empty(n, np.int64)
+    emask = np.empty(n, np.uint64)
+    latest0 = np.int64(-1)
+    for j in range(n):
+        key, t = uk[idx[j]], ut[idx[j]]
+        low = 0
+        for l in range(nf):  # the levels whose floor it does not beat
+            if not _above(t, key, fT[l], fK[l]):
+                low += 1
+        hj = level_of(field_hash(key, a0, a1, b), L)
+        if low > hj:
+            return 8, p, zi, zi, zu, counts, fhas, fT, fK
+        # It is a member of levels low..h, each of which it must beat the floor of (if any),
+        # and it must beat no floor of a level below ``low`` it hashes to: it would be
+        # missing there (such a level has a floor: ``low`` counts floors).
+        for l in range(low, min(nf, hj + 1)):
+            if not _above(t, key, fT[l], fK[l]):
+                return 10, p, zi, zi, zu, counts, fhas, fT, fK
+        for l in range(min(low, hj + 1)):
+            if _above(t, key, fT[l], fK[l]):
+                return 10, p, zi, zi, zu, counts, fhas, fT, fK
+        for l in range(low, hj + 1):
+            counts[l] += 1
+        if low == 0:
+            latest0 = max(latest0, t)
+        h[j] = hj
+        emask[j] = ((_U1 << np.uint64(hj + 1)) - _U1) & ~((_U1 << np.uint64(low)) - _U1)
+    for l in range(levels):
+        if counts[l] > C or (fhas[l] and counts[l] != C):
+            return 9, p, zi, zi, zu, counts, fhas, fT, fK
+    if has_clock and (counts[0] == 0 or latest0 != clock):
+        return 12, p, zi, zi, zu, counts, fhas, fT, fK
+    return 0, p, idx, h, emask, counts, fhas, fT, fK
+
+
+@njit(cache=True)
+def _varint_len(x):
+    n = 1
+    while x >= np.uint64(0x80):
+        x >>= np.uint64(7)
+        n += 1
+    return n
+
+
+@njit(cache=True)
+def _merge_runs(keys, ticks, sizes):
+    """The entries' order by (key, tick): the instances' runs are each sorted by key (their
+    keys distinct), so they merge in linear time."""
+    total = keys.shape[0]
+    order = np.empty(total, np.int64)
+    tmp = np.empty(total, np.int64)
+    have = 0  # order[:have] is the merge of the runs so far
+    for r in range(sizes.shape[0]):
+        a, b, q = 0, have, 0
+        end = have + sizes[r]
+        while a < have or b < end:
+            if b >= end:
+                take_a = True
+            elif a >= have:
+                take_a = False
+            else:
+                x, y = order[a], b  # entry b of the concatenation is the run's next
+                take_a = keys[x] < keys[y] or (keys[x] == keys[y] and ticks[x] <= ticks[y])
+            if take_a:
+                tmp[q] = order[a]
+                a += 1
+            else:
+                tmp[q] = b
+                b += 1
+            q += 1
+        order[:end] = tmp[:end]
+        have = end
+    return order
+
+
+@njit(cache=True)
+def write_entries(keys, ticks, sizes, fT, fK, fhas, clock):
+    """The wave's payload after its fixed head (layout in ``randomized_wave``): the U
+    distinct (key, tick) pairs of all instances, sorted, then per instance its floors and
+    its members as index gaps or a bitmap, whichever is shorter. ``keys``/``ticks`` are the
+    instances' entries one after the other (``sizes`` of them each, keys increasing)."""
+    total = keys.shape[0]
+    order = _merge_runs(keys, ticks, sizes)
+    index = np.empty(total, np.int64)
+    uk = np.empty(total, np.uint64)
+    ut = np.empty(total, np.int64)
+    u = 0
+    for a in range(total):
+        e = order[a]
+        if u == 0 or keys[e] != uk[u - 1] or ticks[e] != ut[u - 1]:
+            uk[u], ut[u] = keys[e], ticks[e]
+            u += 1
+        index[e] = u - 1
+    inst = sizes.shape[0]
+    levels = fT.shape[1]
+    out = np.empty(10 + 20 * u + inst * (22 + 18 * levels + (u + 7) // 8) + 10 * total, np.uint8)
+    p = put_varint(out, 0, np.uint64(u))
+    if u:
+        p = put_varint(out, p, uk[0])
+        for a in range(1, u):
+            p = put_varint(out, p, uk[a] - uk[a - 1])
+        for a in range(u):
+            p = put_varint(out, p, np.uint64(clock - ut[a]))
+    start = 0
+    for i in range(inst):
+        f = 0
+        for l in range(levels):
+            if fhas[i, l]:
+                f += 1
+        p = put_varint(out, p, np.uint64(f))
+        for l in range(f):
+            p = put_varint(out, p, np.uint64(clock - fT[i, l]))
+        for l in range(f):
+            x = fK[i, l]
+            for q in range(8):
+                out[p] = np.uint8((x >> np.uint64(8 * q)) & np.uint64(0xFF))
+                p += 1
+        n = sizes[i]
+        idx = index[start : start + n]  # increasing, as the instance's keys are
+        start += n
+        p = put_varint(out, p, np.uint64(n))
+        glen = 0
+        prev = np.int64(-1)
+        for a in range(n):
+            glen += _varint_len(np.uint64(idx[a] - prev - 1))
+            prev = idx[a]
+        if glen <= (u + 7) // 8:
+            out[p] = 0
+            p += 1
+            prev = np.int64(-1)
+            for a in range(n):
+                p = put_varint(out, p, np.uint64(idx[a] - prev - 1))
+                prev = idx[a]
+        else:
+            out[p] = 1
+            nb = (u + 7) // 8
+            out[p + 1 : p + 1 + nb] = 0
+            for a in range(n):
+                out[p + 1 + (idx[a] >> 3)] |= np.uint8(1 << (idx[a] & 7))
+            p += 1 + nb
+    return out[:p]
+
+
+@njit(cache=True)
+def flatten_buffers(bufs):
+    """``(flat, sizes)``: the level buffers one after the other (for pickling: iterating a
+    typed list from Python costs a dispatch per level)."""
+    sizes = np.empty(len(bufs), np.int64)
+    total = 0
+    for l in range(len(bufs)):
+        sizes[l] = bufs[l].size
+        total += sizes[l]
+    flat = np.empty(total, np.int64)
+    p = 0
+    for l in range(len(bufs)):
+        flat[p : p + sizes[l]] = bufs[l]
+        p += sizes[l]
+    return flat, sizes
+
+
+@njit(cache=True)
+def buffers_from(flat, sizes):
+    """The typed list of level buffers :func:`flatten_buffers` flattened."""
+    bufs = List()
+    p = 0
+    for l in range(sizes.size):
+        bufs.append(flat[p : p + sizes[l]].copy())
+        p += sizes[l]
+    return bufs

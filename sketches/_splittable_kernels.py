@@ -16,6 +16,13 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from sketches._codec import (
+    E_VARINT, decode_varints, drop_stale_kernel_cache, get_floats, get_varint, put_floats,
+    put_varint, unzigzag1, zigzag1,
+)
+
+drop_stale_kernel_cache(__file__)  # its kernels compile the codec's pieces in
+
 
 @njit(cache=True)
 def aggregate_sorted(ticks, weights):
@@ -278,3 +285,203 @@ def suffix_at(L, n, T, levels, t, wp, force):
     if level > 0:
         bucket = first if first < cnt and L[level, first] == t else first - 1
     return level, first, bucket
+
+
+# -- bytes -----------------------------------------------------------------------------------
+# One interval is written and read in one compiled call (layout in splittable_histogram.py):
+# a summary holds a few intervals of up to ~40 levels each, and a Python call per level
+# and column cost more than the bytes themselves. The reader checks every level as the
+# Python one did and reports the first failure as a code (``INTERVAL_ERRORS``).
+INTERVAL_ERRORS = {
+    1: "splittable histogram interval does not match its clock",
+    2: "splittable histogram interval header out of range",
+    3: "splittable histogram marked exact with a fractional unit",
+    4: "splittable histogram level header out of range",
+    5: "splittable histogram level discarded too early",
+    6: "splittable histogram blob has a gap out of range",
+    7: "splittable histogram blob has a column out of range",
+    8: "splittable histogram level 0 is not valid",
+    9: "splittable histogram level has a bad bucket",
+    10: "splittable histogram level is not a valid split tiling",
+    11: "splittable histogram marked exact with fractional weights",
+    12: "splittable histogram marked exact above 2^53",
+}
+_GAP_LIMIT = np.uint64(2**62)
+
+
+@njit(cache=True)
+def _log2_exact(w):
+    """log2 of a power of two (the bucket widths)."""
+    b = 0
+    while (np.int64(1) << np.int64(b + 1)) <= w:
+        b += 1
+    return b
+
+
+@njit(cache=True)
+def write_interval(k, exact, L, M, n, T, F, alpha, wp):
+    """The bytes of one interval: each level keeps its ``alpha`` most recent buckets (the
+    deferred discard of Algorithm 4, done now); level 0 as ticks, levels >= 1 as widths."""
+    levels = L.shape[0]
+    size = 12
+    for i in range(levels):
+        size += 52 + 19 * min(n[i], alpha)
+    out = np.empty(size, np.uint8)
+    p = put_varint(out, 0, zigzag1(k))
+    out[p] = 1 if exact else 0
+    out[p + 1] = levels
+    p += 2
+    for i in range(levels):
+        cnt = n[i]
+        first = max(0, cnt - alpha)
+        if first == 0:
+            t_mark = T[i]
+        elif i == 0:
+            t_mark = L[0, first - 1]
+        else:
+            t_mark = L[i, first] - 1
+        p = put_varint(out, p, np.uint64(t_mark + 1))
+        p = put_varint(out, p, np.uint64(F[i]))
+        p = put_varint(out, p, np.uint64(cnt - first))
+        if i == 0:
+            if cnt > first:
+                p = put_varint(out, p, zigzag1(L[0, first]))
+                for j in range(first + 1, cnt):
+                    p = put_varint(out, p, np.uint64(L[0, j] - L[0, j - 1]))
+        else:
+            for j in range(first, cnt):
+                right = L[i, j + 1] if j + 1 < cnt else wp
+                out[p] = _log2_exact(right - L[i, j])
+                p += 1
+        p = put_floats(out, p, np.ascontiguousarray(M[i, first:cnt]))
+    return out[:p]
+
+
+@njit(cache=True)
+def read_interval(buf, p, k, max_levels, wp, alpha, log_w, unit, unit_integral):
+    """``(code, end, exact, L, M, n, T, F)`` of the interval at ``buf[p]`` written by
+    :func:`write_interval` for the interval ``k``. ``code`` 0: valid, and the rows are as
+    wide as the widest level (memory follows the blob); otherwise an ``INTERVAL_ERRORS``
+    key or a negative ``sketches._codec`` code. Checks: the header; every level's mark,
+    flop count and size (alpha buckets after a discard, Lemma 3); level 0 increasing
+    singletons after the mark with finite positive weights; levels >= 1 a split tiling of
+    ``[T + 1, Wp - 1]`` (nodes of the split tree, weights in ``[2^i·ρ, 2^(i+1)·ρ)`` unless
+    one tick wide, the top level never split); exact intervals integral below 2^53."""
+    z1 = np.zeros((1, 1), np.int64)
+    zf = np.zeros((1, 1), np.float64)
+    zn = np.zeros(1, np.int64)
+    u, p = get_varint(buf, p)
+    if p < 0:
+        return p, p, False, z1, zf, zn, zn, zn
+    if p + 2 > buf.shape[0]:
+        return -1, p, False, z1, zf, zn, zn, zn
+    exact, levels = buf[p], np.int64(buf[p + 1])
+    p += 2
+    if unzigzag1(u) != k:
+        return 1, p, False, z1, zf, zn, zn, zn
+    if exact > 1 or not 2 <= levels <= max_levels:
+        return 2, p, False, z1, zf, zn, zn, zn
+    if exact == 1 and not unit_integral:
+        return 3, p, False, z1, zf, zn, zn, zn
+    # The levels' buckets one after the other, then rows as wide as the widest level (as
+    # the blob, not alpha, says: every bucket takes a byte, so the blob bounds the total).
+    room = min(levels * max(1, alpha), buf.shape[0] - p + levels)
+    Lf = np.empty(room, np.int64)
+    Mf = np.empty(room, np.float64)
+    off = np.zeros(levels + 1, np.int64)
+    n = np.zeros(levels, np.int64)
+    T = np.zeros(levels, np.int64)
+    F = np.zeros(levels, np.int64)
+    widest = 1
+    for i in range(levels):
+        t1, p = get_varint(buf, p)
+        if p < 0:
+            return p, p, False, z1, zf, zn, zn, zn
+        flops, p = get_varint(buf, p)
+        if p < 0:
+            return p, p, False, z1, zf, zn, zn, zn
+        c, p = get_varint(buf, p)
+        if p < 0:
+            return p, p, False, z1, zf, zn, zn, zn
+        if t1 > np.uint64(wp) or flops > np.uint64(2**62) or c > np.uint64(alpha):
+            return 4, p, False, z1, zf, zn, zn, zn
+        t_mark = np.int64(t1) - 1
+        cnt = np.int64(c)
+        if t_mark >= 0 and cnt != alpha:
+            return 5, p, False, z1, zf, zn, zn, zn  # Lemma 3 relies on alpha buckets
+        o = off[i]
+        if o + cnt > room:
+            return -1, p, False, z1, zf, zn, zn, zn  # more buckets than the blob has bytes
+        off[i + 1] = o + cnt
+        if i == 0:
+            if cnt:
+                u, p = get_varint(buf, p)
+                if p < 0:
+                    return p, p, False, z1, zf, zn, zn, zn
+                if cnt - 1 > buf.shape[0] - p:
+                    return -1, p, False, z1, zf, zn, zn, zn
+                Lf[0] = unzigzag1(u)
+                gaps, p = decode_varints(buf, p, cnt - 1)
+                if p < 0:
+                    return E_VARINT, p, False, z1, zf, zn, zn, zn
+                wrapped = False
+                for j in range(1, cnt):
+                    g = gaps[j - 1]
+                    if g >= _GAP_LIMIT:
+                        return 6, p, False, z1, zf, zn, zn, zn
+                    Lf[j] = np.int64(np.uint64(Lf[j - 1]) + g)
+                    wrapped |= Lf[j] < Lf[j - 1]
+                if wrapped:
+                    return 7, p, False, z1, zf, zn, zn, zn
+            weight, p = get_floats(buf, p, cnt)
+            if p < 0:
+                return p, p, False, z1, zf, zn, zn, zn
+            if cnt:
+                bad = Lf[0] <= t_mark or Lf[cnt - 1] >= wp
+                for j in range(cnt):
+                    bad |= not (np.isfinite(weight[j]) and weight[j] > 0.0)
+                    bad |= j > 0 and Lf[j] <= Lf[j - 1]
+                if bad:
+                    return 8, p, False, z1, zf, zn, zn, zn
+        else:
+            if cnt > buf.shape[0] - p:
+                return -1, p, False, z1, zf, zn, zn, zn
+            logs = buf[p : p + cnt]
+            p += cnt
+            weight, p = get_floats(buf, p, cnt)
+            if p < 0:
+                return p, p, False, z1, zf, zn, zn, zn
+            if cnt < 1:
+                return 9, p, False, z1, zf, zn, zn, zn
+            for j in range(cnt):
+                if logs[j] > log_w:
+                    return 9, p, False, z1, zf, zn, zn, zn
+            half = unit * 2.0**i
+            root = cnt == 1 and t_mark == -1  # never split
+            low = 0.0 if root else half
+            left = t_mark + 1
+            bad = i == levels - 1 and not root  # the top level never splits (Lemma 2)
+            for j in range(cnt):
+                w = np.int64(1) << np.int64(logs[j])
+                Lf[o + j] = left
+                bad |= left % w != 0  # a node of the split tree
+                bad |= not np.isfinite(weight[j]) or weight[j] < low  # halves start at 2^i·ρ
+                bad |= weight[j] >= 2 * half and w > 1  # a full bucket would have split
+                left += w
+            if bad or left != wp:  # the tiling ends at Wp − 1
+                return 10, p, False, z1, zf, zn, zn, zn
+        if exact:
+            for j in range(cnt):
+                if weight[j] != np.floor(weight[j]):
+                    return 11, p, False, z1, zf, zn, zn, zn
+        Mf[o : o + cnt] = weight
+        n[i], T[i], F[i] = cnt, t_mark, np.int64(flops)
+        widest = max(widest, cnt)
+    if exact and Mf[off[levels - 1]] >= 2.0**53:  # the top level's one bucket
+        return 12, p, False, z1, zf, zn, zn, zn
+    L = np.zeros((levels, widest), np.int64)
+    M = np.zeros((levels, widest), np.float64)
+    for i in range(levels):
+        L[i, : n[i]] = Lf[off[i] : off[i + 1]]
+        M[i, : n[i]] = Mf[off[i] : off[i + 1]]
+    return 0, p, exact == 1, L, M, n, T, F

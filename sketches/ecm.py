@@ -15,13 +15,17 @@ import numpy as np
 
 from sketches._bytes import Reader, Writer
 from sketches._ecm_kernels import (
-    MAX_LEVEL,
+    BUCKET_ERRORS,
     NO_CLOCK,
     TICK_LIMIT,
     TimeBuckets,
     cells_of,
     hash_tables,
     materialize,
+    read_bucket_columns,
+    read_cells,
+    write_bucket_columns,
+    write_cells,
 )
 from sketches.base import CorruptSketchError, Estimate, Family, IncompatibleSketchError, Sketch, SketchError
 from sketches.base import not_expired, seed_value, tick_bounds, unit_interval, window_ticks
@@ -130,32 +134,17 @@ class TimeBucketed(Sketch):
 
 def write_buckets(wr: Writer, tb: TimeBuckets) -> None:
     """The (non-empty) buckets of ``tb``, column by column, as drawn in :class:`CellSketch`."""
-    lvl = tb.lvl.astype(np.int64)
-    start = tb.idx << lvl
-    wr.array(lvl, "u1").ints(start[:1]).uints(np.diff(start).view(np.uint64))
-    wr.uints((tb.s - start).view(np.uint64)).uints((tb.e - tb.s).view(np.uint64)).floats(tb.m)
+    wr.raw(write_bucket_columns(tb.lvl.astype(np.int64), tb.idx, tb.s, tb.e, tb.m).tobytes())
 
 
 def read_buckets(rd: Reader, tb: TimeBuckets, b: int, what: str) -> None:
     """Fill ``tb`` with the ``b`` buckets :func:`write_buckets` wrote, refusing any that is
     out of range or off its dyadic position (``tb.validate()`` then checks the rest)."""
-    lvl = rd.array("u1", b).astype(np.int64)
-    first = rd.ints(1)
-    steps = rd.uints(b - 1)
-    s_off, width = rd.uints(b), rd.uints(b)
-    # checked in floats with a wide margin, so the int64 sums below cannot overflow
-    start_f = float(first[0]) + np.concatenate([[0.0], np.cumsum(steps.astype(np.float64))])
-    s_f = start_f + s_off.astype(np.float64)
-    if (lvl.max() > MAX_LEVEL or np.abs(start_f).max() > 2.0**62 or np.abs(s_f).max() > 2.0**62
-            or (s_f + width.astype(np.float64)).max() > 2.0**62):
-        raise CorruptSketchError(f"{what} blob buckets out of range")
-    start = np.cumsum(np.concatenate([first, steps.astype(np.int64)]))
-    if np.any(start & ((np.int64(1) << lvl) - 1)):
-        raise CorruptSketchError(f"{what} blob bucket does not start at its dyadic position")
-    tb.lvl, tb.idx = lvl, start >> lvl
-    tb.s = start + s_off.astype(np.int64)
-    tb.e = tb.s + width.astype(np.int64)
-    tb.m = rd.floats(b)
+    code, end, lvl, idx, s, e, m = read_bucket_columns(rd.buf, rd.pos, b)
+    if code:
+        raise rd.fail_code(code) if code < 0 else CorruptSketchError(f"{what} blob {BUCKET_ERRORS[code]}")
+    rd.pos = end
+    tb.lvl, tb.idx, tb.s, tb.e, tb.m = lvl, idx, s, e, m
 
 
 class CellSketch(TimeBucketed):
@@ -271,6 +260,8 @@ class CellSketch(TimeBucketed):
     #     varint nnz | varint first flat index, nnz−1 varint (gap − 1) | float column values
     # flags: bit 0 = a non-integral weight was seen.
     _STATE = struct.Struct("<qQIIB3xII")
+    _CELL_ERRORS = {1: "has a cell index out of range", 2: "has negative or non-finite counts",
+                    3: "has a count out of range"}
 
     def _state_bytes(self) -> bytes:
         tb = self._tb
@@ -278,9 +269,7 @@ class CellSketch(TimeBucketed):
                            int(self._fractional), len(tb), self.n_cells)
         if len(tb):
             write_buckets(wr, tb)
-            flat = np.flatnonzero(self._counts)
-            wr.uint(flat.size)
-            wr.uints((np.diff(flat, prepend=-1) - 1).view(np.uint64)).floats(self._counts.ravel()[flat])
+            wr.raw(write_cells(np.ascontiguousarray(self._counts).ravel()).tobytes())
         return wr.bytes()
 
     def _load_state(self, rd: Reader) -> None:
@@ -298,17 +287,10 @@ class CellSketch(TimeBucketed):
         tb = TimeBuckets(self._tb.window, self._tb.ratio)
         if b:
             read_buckets(rd, tb, b, "ECM")
-            nnz = rd.uint(b * k)
-            gaps = rd.uints(nnz)
-            if nnz and gaps.max() >= np.uint64(b * k):
-                raise CorruptSketchError("ECM blob cell index out of range")
-            flat = np.cumsum(gaps.astype(np.int64) + 1) - 1
-            if nnz and flat[-1] >= b * k:
-                raise CorruptSketchError("ECM blob cell index out of range")
-            vals = rd.floats(nnz)
-            if nnz and not (np.all(np.isfinite(vals)) and vals.min() > 0):
-                raise CorruptSketchError("ECM blob has negative or non-finite counts")
-            counts[flat] = vals
+            code, end, counts = read_cells(rd.buf, rd.pos, b * k)
+            if code:
+                raise rd.fail_code(code, self._CELL_ERRORS)
+            rd.pos = end
         rd.done()
         counts = counts.reshape(b, k)
         tb.clock = clock

@@ -41,6 +41,103 @@ class Candidates(NamedTuple):
 
 
 @nb.njit(cache=True)
+def _separated(text, lengths):
+    """``text`` with a byte between its strings (``lengths`` bytes each), and that byte: the
+    lowest ASCII byte the text does not hold (-1: it holds them all)."""
+    seen = np.zeros(128, np.bool_)
+    for c in text:
+        if c < 128:
+            seen[c] = True
+    sep = -1
+    for c in range(128):
+        if not seen[c]:
+            sep = c
+            break
+    n = lengths.shape[0]
+    out = np.empty(text.shape[0] + max(n - 1, 0), np.uint8)
+    if sep < 0:
+        return out, sep
+    p = q = 0
+    for i in range(n):
+        if i:
+            out[q] = sep
+            q += 1
+        for _ in range(lengths[i]):
+            out[q] = text[p]
+            p += 1
+            q += 1
+    return out, sep
+
+
+def _split_strings(text: bytes, lengths: np.ndarray) -> list[str]:
+    """The UTF-8 strings of ``lengths`` bytes each that ``text`` holds one after the other,
+    decoded and split at C speed: the strings joined by an ASCII byte none of them holds
+    (no UTF-8 sequence can span it, so the whole decodes iff every string does), one
+    decode, one split. Raises UnicodeDecodeError."""
+    n = lengths.shape[0]
+    if n == 0:
+        return []
+    joined, sep = _separated(np.frombuffer(text, np.uint8), lengths)
+    if sep >= 0:
+        return joined.tobytes().decode("utf-8").split(chr(sep))
+    ends = np.cumsum(lengths.astype(np.int64)).tolist()
+    return [text[e - k : e].decode("utf-8") for e, k in zip(ends, lengths.tolist())]
+
+
+@nb.njit(cache=True)
+def _positions(table, ids):
+    """Index of each of ``ids`` in ``table`` (distinct, every id present), through an
+    open-addressing hash: a binary search per counter cost a third of an encode."""
+    size, bits = 2, 1
+    while size < 2 * table.shape[0]:
+        size, bits = 2 * size, bits + 1
+    slots = np.full(size, -1, np.int64)
+    shift = np.uint64(64 - bits)
+    gold = np.uint64(0x9E3779B97F4A7C15)
+    for j in range(table.shape[0]):
+        i = np.int64((table[j] * gold) >> shift) & (size - 1)
+        while slots[i] >= 0:
+            i = (i + 1) & (size - 1)
+        slots[i] = j
+    out = np.empty(ids.shape[0], np.uint64)
+    for j in range(ids.shape[0]):
+        i = np.int64((ids[j] * gold) >> shift) & (size - 1)
+        while slots[i] < 0 or table[slots[i]] != ids[j]:
+            if slots[i] < 0:
+                raise ValueError("key dictionary invariant broken: a counter's id has no string")
+            i = (i + 1) & (size - 1)
+        out[j] = slots[i]
+    return out
+
+
+@nb.njit(cache=True)
+def _place_counters(per, index, ids_of, cnt, cap, n_s):
+    """``(code, ids, counts)``: the counters read from a blob placed in their ``(bucket,
+    slot)`` rows (``per`` of them in each bucket, in order), with code 1 when a bucket
+    holds one id twice and 2 when some string of the table is used by no counter (one
+    pass where two ``np.unique`` calls took a third of a decode)."""
+    b = per.shape[0]
+    ids = np.zeros((b, cap), np.uint64)
+    out = np.zeros((b, cap))
+    seen = np.full(n_s, -1, np.int64)  # the last bucket that used each string
+    code = 0
+    j = 0
+    for r in range(b):
+        for c in range(per[r]):
+            x = index[j]
+            if seen[x] == r and code == 0:
+                code = 1
+            seen[x] = r
+            ids[r, c], out[r, c] = ids_of[x], cnt[j]
+            j += 1
+    if code == 0:
+        for x in range(n_s):
+            if seen[x] < 0:
+                return 2, ids, out
+    return code, ids, out
+
+
+@nb.njit(cache=True)
 def _mg_rebuild(n_out, k, old_ids, old_cnt, old_dest, ev_dest, ev_ids, ev_w):
     """Misra-Gries summaries of the new buckets: every old summary and event is added to
     its destination bucket, then each bucket keeps at most ``k`` counters by subtracting
@@ -299,15 +396,22 @@ class KeyDictionary(TimeBucketed):
         tb = self._tb
         mask = self._cnt > 0
         per = mask.sum(axis=1)
-        ids = np.fromiter(sorted(self._keys), np.uint64, len(self._keys))
-        encoded = [self._keys[x].encode() for x in ids.tolist()]
+        order = sorted(self._keys)
+        ids = np.array(order, np.uint64)
+        strings = list(map(self._keys.__getitem__, order))
+        text = "".join(strings)
+        data = text.encode()  # UTF-8 of a concatenation is the concatenation of the UTF-8s
+        if len(data) == len(text):  # ASCII: one byte a character
+            lengths = np.fromiter(map(len, strings), np.uint64, len(strings))
+        else:
+            lengths = np.array([len(x.encode()) for x in strings], np.uint64)
         wr = Writer().pack(self._PARAMS, self.capacity, self.window, self.epsilon)
         wr.pack(self._STATE, tb.clock, self._depth, self._parts, len(tb), int(per.sum()), ids.size)
         if len(tb):
             write_buckets(wr, tb)
-            wr.uints(per.astype(np.uint64)).uints(np.searchsorted(ids, self._ids[mask]).astype(np.uint64))
+            wr.uints(per.astype(np.uint64)).uints(_positions(ids, self._ids[mask]))
             wr.floats(self._cnt[mask])
-        wr.array(ids, "<u8").uints(np.fromiter(map(len, encoded), np.uint64, len(encoded))).raw(b"".join(encoded))
+        wr.array(ids, "<u8").uints(lengths).raw(data)
         return wr.bytes()
 
     @classmethod
@@ -354,25 +458,15 @@ class KeyDictionary(TimeBucketed):
         rd.done()
         if n_e and not (np.all(np.isfinite(cnt)) and cnt.min() > 0):
             raise CorruptSketchError("key dictionary blob has non-positive counters")
-        ids = table[index]
-        kd._ids = np.zeros((b, cap), np.uint64)
-        kd._cnt = np.zeros((b, cap))
-        rows = np.repeat(np.arange(b), per)
-        cols = np.arange(n_e) - np.repeat(np.cumsum(per) - per, per)
-        kd._ids[rows, cols], kd._cnt[rows, cols] = ids, cnt
+        code, kd._ids, kd._cnt = _place_counters(per, index, table, cnt, cap, n_s)
         if b and np.any(kd._cnt.sum(axis=1) > tb.m * (1 + 1e-9)):
             raise CorruptSketchError("key dictionary blob counters exceed their bucket masses")
-        if n_e and np.unique(rows * np.int64(n_s) + index).size != n_e:
+        if code == 1:
             raise CorruptSketchError("key dictionary blob repeats an id within a bucket")
-        if np.unique(index).size != n_s:
+        if code == 2:
             raise CorruptSketchError("key dictionary blob strings do not match its counters")
-        ends = np.cumsum(lengths.astype(np.int64)).tolist()
         try:
-            if text.isascii():  # one decode, then slices: characters are bytes
-                whole = text.decode("ascii")
-                strings = [whole[e - n : e] for e, n in zip(ends, lengths.tolist())]
-            else:
-                strings = [text[e - n : e].decode("utf-8") for e, n in zip(ends, lengths.tolist())]
+            strings = _split_strings(text, lengths)
         except UnicodeDecodeError:
             raise CorruptSketchError("key dictionary blob has a string that is not UTF-8") from None
         kd._tb, kd._keys, kd._depth, kd._parts = tb, dict(zip(table.tolist(), strings)), int(depth), int(parts)

@@ -94,19 +94,23 @@ import math
 import struct
 
 import numpy as np
-from numba.typed import List
 
 from sketches._randomized_wave_kernels import (
+    INSTANCE_ERRORS,
+    buffers_from,
     compact_level,
     count_at_least,
+    empty_buffers,
     export_entries,
     fill_buffers,
+    flatten_buffers,
     insert_events,
-    levels_of,
+    read_instance,
     rebuild_table,
+    write_entries,
 )
 from sketches._bytes import HEADER_SIZE, Reader, Writer
-from sketches._codec import varint_size, varints
+from sketches._codec import varint_size
 from sketches.base import CorruptSketchError, Estimate, Family, Sketch, SketchError, seed_value, tick_bounds, window_size, window_ticks
 
 __all__ = ["RandomizedWave", "suggest_sizes", "per_instance_failure"]
@@ -202,7 +206,7 @@ class _Instance:
         self.fT = np.zeros(levels, np.int64)
         self.fK = np.zeros(levels, np.uint64)
         self.fhas = np.zeros(levels, np.uint8)
-        self.bufs = List([np.zeros(0, np.int64) for _ in range(levels)])
+        self.bufs = empty_buffers(levels)
 
     def reserve(self, extra: int) -> None:
         need = int(self.meta[2]) + extra
@@ -244,32 +248,36 @@ class _Instance:
         return int(np.argmax(ok)) if ok.any() else -1
 
     def __getstate__(self) -> dict:
-        # Numba's typed List does not pickle: its arrays travel as a plain list (the API's
-        # decoder process hands decoded summaries over by pickle, app/decoder.py).
+        # Numba's typed List does not pickle: its arrays travel as one flat array and their
+        # sizes (the API's decoder process hands decoded summaries over by pickle,
+        # app/decoder.py), flattened and rebuilt in compiled code.
         state = {name: getattr(self, name) for name in self.__slots__}
-        state["bufs"] = list(self.bufs)
+        state["bufs"] = flatten_buffers(self.bufs)
         return state
 
     def __setstate__(self, state: dict) -> None:
         for name in self.__slots__:
             setattr(self, name, state[name])
-        self.bufs = List(state["bufs"])
+        self.bufs = buffers_from(*state["bufs"])
 
     def copy(self) -> "_Instance":
         new = object.__new__(_Instance)
         for name in self.__slots__:
             val = getattr(self, name)
             setattr(new, name, val.copy() if isinstance(val, np.ndarray) else val)
-        new.bufs = List([b.copy() for b in self.bufs])
+        new.bufs = buffers_from(*flatten_buffers(self.bufs))
         return new
 
 
+@functools.lru_cache(maxsize=1024)
 def _hash_params(seed: int, instances: int) -> np.ndarray:
-    """(a0, a1, b) uniform in Z_p for each instance, a function of the seed only."""
+    """(a0, a1, b) uniform in Z_p for each instance, a function of the seed only (cached,
+    read-only: every decode of a stream's wave rebuilds the same ones)."""
     out = np.empty((instances, 3), np.uint64)
     for i in range(instances):
         rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence([seed, i])))
         out[i] = rng.integers(0, _P, size=3, dtype=np.uint64)
+    out.flags.writeable = False
     return out
 
 
@@ -480,35 +488,11 @@ class RandomizedWave(Sketch):
                 raise SketchError("randomized wave invariant broken: non-contiguous levels")
         keys = np.concatenate([e[0] for e in entries])
         ticks = np.concatenate([e[1] for e in entries])
-        # each instance's keys are increasing: a stable sort merges the runs in linear time
-        order = np.argsort(keys, kind="stable")
-        k_s, t_s = keys[order], ticks[order]
-        same = k_s[1:] == k_s[:-1]
-        if np.any(same & (t_s[1:] != t_s[:-1])):  # one key, two ticks: sort the pairs
-            order = np.lexsort((ticks, keys))
-            k_s, t_s = keys[order], ticks[order]
-            same = (k_s[1:] == k_s[:-1]) & (t_s[1:] == t_s[:-1])
-        new = np.concatenate([[True], ~same]) if k_s.size else np.zeros(0, bool)
-        index = np.empty(k_s.size, np.int64)
-        index[order] = np.cumsum(new) - 1
-        uk, ut = k_s[new], t_s[new]
-        wr.uint(uk.size)
-        if uk.size:
-            wr.uint(int(uk[0])).uints(np.diff(uk)).uints((clock - ut).view(np.uint64))
-        start = 0
-        for w, (k, _, _) in zip(self._waves, entries):
-            f = int(np.count_nonzero(w.fhas))
-            wr.uint(f).uints((clock - w.fT[:f]).view(np.uint64)).array(w.fK[:f], "<u8")
-            idx = index[start : start + k.size]  # increasing, as the instance's keys are
-            start += k.size
-            wr.uint(idx.size)
-            gaps = varints(np.diff(idx, prepend=-1) - 1) if idx.size else b""
-            if len(gaps) <= (uk.size + 7) // 8:
-                wr.raw(b"\x00").raw(gaps)
-            else:
-                bits = np.zeros(uk.size, bool)
-                bits[idx] = True
-                wr.raw(b"\x01").raw(np.packbits(bits, bitorder="little").tobytes())
+        sizes = np.array([e[0].size for e in entries], np.int64)
+        fT = np.stack([w.fT for w in self._waves])
+        fK = np.stack([w.fK for w in self._waves])
+        fhas = np.stack([w.fhas for w in self._waves])
+        wr.raw(write_entries(keys, ticks, sizes, fT, fK, fhas, clock).tobytes())
         return wr.bytes()
 
     @classmethod
@@ -543,89 +527,28 @@ class RandomizedWave(Sketch):
             uk, ut = np.zeros(0, np.uint64), np.zeros(0, np.int64)
         held = np.zeros(u, bool)
         for w in sk._waves:
-            f = rd.uint(levels)
-            back = rd.uints(f)
-            if f and back.max() > np.uint64(clock):
-                raise CorruptSketchError("randomized wave entries or floors are not valid")
-            floors = np.zeros(levels, _FLOOR_DT)
-            floors["has"][:f] = 1
-            floors["tick"][:f] = clock - back.astype(np.int64)
-            floors["key"][:f] = rd.array("<u8", f)
-            n = rd.uint(u)
-            form = rd.take(1)[0]
-            if form == 0:
-                steps = rd.uints(n)
-                if n and steps.max() >= np.uint64(u):
-                    raise CorruptSketchError("randomized wave member index out of range")
-                idx = np.cumsum(steps.astype(np.int64) + 1) - 1
-                if n and idx[-1] >= u:
-                    raise CorruptSketchError("randomized wave member index out of range")
-            elif form == 1:
-                bits = np.unpackbits(np.frombuffer(rd.take((u + 7) // 8), np.uint8), bitorder="little")
-                if bits[u:].any():
-                    raise CorruptSketchError("randomized wave member bitmap has stray bits")
-                idx = np.flatnonzero(bits[:u])
-                if idx.size != n:
-                    raise CorruptSketchError("randomized wave member count does not match")
-            else:
-                raise CorruptSketchError("randomized wave member list has an unknown form")
+            code, end, idx, h, emask, counts, fhas, fT, fK = read_instance(
+                rd.buf, rd.pos, uk, ut, levels, sk.capacity, bool(has_clock), clock, w.a0, w.a1, w.b, sk.top)
+            if code:
+                raise rd.fail_code(code) if code < 0 else CorruptSketchError(INSTANCE_ERRORS[code])
+            rd.pos = end
             held[idx] = True
-            keys, ticks = uk[idx], ut[idx]
-            if keys.size > 1 and np.any(keys[1:] == keys[:-1]):
-                raise CorruptSketchError("randomized wave entries or floors are not valid")
-            fT, fK = floors["tick"][:f, None], floors["key"][:f, None]
-            beaten = (ticks > fT) | ((ticks == fT) & (keys > fK))  # (f, n), monotone in the level
-            low = np.count_nonzero(~beaten, axis=0).astype(np.int64)
-            sk._load_instance(w, keys, ticks, low, floors, bool(has_clock), clock)
+            sk._load_instance(w, uk[idx], ut[idx], h, emask, counts, fhas, fT, fK)
         rd.done()
         if not held.all():
             raise CorruptSketchError("randomized wave stores a pair no instance holds")
         sk._clock = int(clock) if has_clock else None
         return sk
 
-    def _load_instance(self, w: _Instance, keys, ticks, low, floors, has_clock, clock) -> None:
-        """Rebuild one instance, refusing anything a compacted wave cannot be."""
-        cap = self.capacity
-        fhas, fT, fK = floors["has"], floors["tick"], floors["key"]
-        bad = (np.any(fhas > 1) or np.any(fT[fhas == 0] != 0) or np.any(fK[fhas == 0] != 0)
-               or np.any(fT < 0) or (has_clock and np.any(fT > clock))
-               or np.any(np.diff(keys.astype(np.uint64)) == 0) or np.any(keys[1:] < keys[:-1])
-               or np.any(ticks < 0) or (has_clock and np.any(ticks > clock))
-               or (not has_clock and (keys.size or fhas.any())))
-        if bad:
-            raise CorruptSketchError("randomized wave entries or floors are not valid")
-        # floors fall (weakly) as levels rise: level l's keys are a subset of level l-1's
-        for lev in range(1, fhas.size):
-            if fhas[lev] and not (fhas[lev - 1] and (fT[lev], fK[lev]) <= (fT[lev - 1], fK[lev - 1])):
-                raise CorruptSketchError("randomized wave floors are not nested")
-        h = levels_of(keys, w.a0, w.a1, w.b, self.top) if keys.size else np.zeros(0, np.int64)
-        if np.any(low > h):
-            raise CorruptSketchError("randomized wave entry stored above its hash level")
-        counts = np.zeros(fhas.size, np.int64)
-        for lev in range(fhas.size):
-            member = (low <= lev) & (h >= lev)
-            counts[lev] = int(member.sum())
-            if counts[lev] > cap or (fhas[lev] and counts[lev] != cap):
-                raise CorruptSketchError("randomized wave level has a bad entry count")
-            out = (low > lev) & (h >= lev)
-            if fhas[lev]:
-                above = (ticks > fT[lev]) | ((ticks == fT[lev]) & (keys > fK[lev]))
-                if np.any(member & ~above) or np.any(out & above):
-                    raise CorruptSketchError("randomized wave level does not match its floor")
-            elif out.any():
-                raise CorruptSketchError("randomized wave key missing from a level with room")
-        if has_clock and (counts[0] == 0 or int(ticks[low == 0].max()) != clock):
-            raise CorruptSketchError("randomized wave clock does not match its entries")
+    @staticmethod
+    def _load_instance(w: _Instance, keys, ticks, h, emask, counts, fhas, fT, fK) -> None:
+        """Rebuild one instance from entries ``read_instance`` has checked whole."""
         w.reserve(keys.size)
         n = keys.size
-        w.ekey[:n], w.eT[:n], w.eh[:n] = keys, ticks, h
-        ones = np.uint64(1)
-        w.emask[:n] = ((ones << (h + 1).astype(np.uint64)) - ones) & ~((ones << low.astype(np.uint64)) - ones)
+        w.ekey[:n], w.eT[:n], w.eh[:n], w.emask[:n] = keys, ticks, h, emask
         w.meta[:] = (n, 0, n)
         w.table.fill(-1)
         rebuild_table(w.table, w.ekey, w.emask, n)
         w.s[:] = counts
         fill_buffers(w.emask, n, w.s, w.bufs)
         w.fhas[:], w.fT[:], w.fK[:] = fhas, fT, fK
-
-_FLOOR_DT = np.dtype([("has", "u1"), ("tick", "<i8"), ("key", "<u8")])

@@ -36,7 +36,8 @@ import numpy as np
 
 from sketches._bytes import HEADER_SIZE, Reader, Writer
 from sketches._codec import max_float_column_size, varint_size
-from sketches._splittable_kernels import aggregate_sorted, insert_all, is_sorted, suffix_at
+from sketches._splittable_kernels import (INTERVAL_ERRORS, aggregate_sorted, insert_all, is_sorted, read_interval,
+                                          suffix_at, write_interval)
 from sketches.base import CorruptSketchError, Estimate, Family, Sketch, SketchError, epsilon_and_window, window_range
 
 __all__ = [
@@ -601,24 +602,9 @@ class SplittableHistogram(Sketch):
         return wr.bytes()
 
     def _write_interval(self, d: _Interval, wr: Writer) -> None:
-        wr.ints(np.array([d.k])).raw(bytes([d.exact, d.levels]))
-        for i in range(d.levels):
-            cnt = int(d.n[i])
-            first = max(0, cnt - self.alpha)  # the deferred discard, done now
-            if first == 0:
-                t_mark = int(d.T[i])
-            elif i == 0:
-                t_mark = int(d.L[0, first - 1])
-            else:
-                t_mark = int(d.L[i, first] - 1)
-            wr.uints(np.array([t_mark + 1, int(d.F[i]), cnt - first], np.uint64))
-            left = d.L[i, first:cnt]
-            if i == 0:
-                wr.sorted_ints(left)
-            else:
-                right = np.append(left[1:], self.wp)
-                wr.array(np.log2(right - left), "u1")
-            wr.floats(d.M[i, first:cnt])
+        if d.levels > 255:  # the level count is one byte
+            raise ValueError("bytes must be in range(0, 256)")
+        wr.raw(write_interval(d.k, d.exact, d.L, d.M, d.n, d.T, d.F, self.alpha, self.wp).tobytes())
 
     @classmethod
     def _read(cls, r: Reader) -> "SplittableHistogram":
@@ -643,60 +629,14 @@ class SplittableHistogram(Sketch):
         return sk
 
     def _read_interval(self, r: Reader, k: int) -> _Interval:
-        got_k = int(r.ints(1)[0])
-        exact, levels = r.take(2)
-        if got_k != k:
-            raise CorruptSketchError("splittable histogram interval does not match its clock")
-        if exact not in (0, 1) or not 2 <= levels <= self.max_level + 1:
-            raise CorruptSketchError("splittable histogram interval header out of range")
-        if exact and not self._unit_integral:
-            raise CorruptSketchError("splittable histogram marked exact with a fractional unit")
-        wp, alpha = self.wp, self.alpha
-        rows = []
-        for i in range(levels):
-            t_mark, flops, cnt = (int(x) for x in r.uints(3))
-            t_mark -= 1
-            if not -1 <= t_mark < wp or flops > 2**62 or cnt > alpha:
-                raise CorruptSketchError("splittable histogram level header out of range")
-            if t_mark >= 0 and cnt != alpha:
-                # Lemma 3 relies on alpha buckets after every discard.
-                raise CorruptSketchError("splittable histogram level discarded too early")
-            if i == 0:
-                left = r.sorted_ints(cnt)
-                weight = r.floats(cnt)
-                if cnt and (left[0] <= t_mark or left[-1] >= wp or np.any(np.diff(left) <= 0)
-                            or not np.all(weight > 0.0) or not np.all(np.isfinite(weight))):
-                    raise CorruptSketchError("splittable histogram level 0 is not valid")
-            else:
-                left, weight = self._read_tiling(r, i, t_mark, cnt, i == levels - 1)
-            if exact and not np.all(weight == np.floor(weight)):
-                raise CorruptSketchError("splittable histogram marked exact with fractional weights")
-            rows.append((left, weight, cnt, t_mark, flops))
-        # Rows as wide as the widest level: memory follows the blob, not the parameters.
-        d = _Interval(k, max(1, max(row[2] for row in rows)), levels)
-        d.exact = bool(exact)
-        for i, (left, weight, cnt, t_mark, flops) in enumerate(rows):
-            d.L[i, :cnt], d.M[i, :cnt], d.n[i], d.T[i], d.F[i] = left, weight, cnt, t_mark, flops
-        if exact and d.total >= _EXACT_LIMIT:
-            raise CorruptSketchError("splittable histogram marked exact above 2^53")
+        """Interval ``k`` at the reader's position, every level checked in one compiled
+        pass (``read_interval``: the checks of §2.1's invariants, listed there)."""
+        code, end, exact, L, M, n, T, F = read_interval(
+            r.buf, r.pos, k, self.max_level + 1, self.wp, self.alpha, self.log_w, self.unit,
+            self._unit_integral)
+        if code:
+            raise CorruptSketchError(INTERVAL_ERRORS[code]) if code > 0 else r.fail_code(code)
+        r.pos = end
+        d = _Interval.__new__(_Interval)
+        d.k, d.exact, d.L, d.M, d.n, d.T, d.F = k, exact, L, M, n, T, F
         return d
-
-    def _read_tiling(self, r: Reader, i: int, t_mark: int, cnt: int, top: bool):
-        logs = r.array("u1", cnt).astype(np.int64)
-        weight = r.floats(cnt)
-        if cnt < 1 or np.any(logs > self.log_w):
-            raise CorruptSketchError("splittable histogram level has a bad bucket")
-        widths = np.left_shift(1, logs)
-        left = t_mark + 1 + np.concatenate(([0], np.cumsum(widths)[:-1]))
-        half = self.unit * 2.0**i
-        root = cnt == 1 and t_mark == -1  # never split
-        if (
-            left[-1] + widths[-1] != self.wp  # the tiling ends at Wp − 1
-            or np.any(left % widths)  # every bucket is a node of the split tree
-            or not np.all(np.isfinite(weight))
-            or np.any(weight < (0.0 if root else half))  # split halves start at 2^i·u
-            or np.any((weight >= 2 * half) & (widths > 1))  # a full bucket would have split
-            or (top and not root)  # the top level never splits (Lemma 2)
-        ):
-            raise CorruptSketchError("splittable histogram level is not a valid split tiling")
-        return left, weight

@@ -375,11 +375,14 @@ class StreamSummary:
 
 def warm_up() -> tuple[StreamConfig, "StreamSummary"]:
     """Compile (or load from Numba's cache) every kernel a worker's update runs; returns the
-    tiny stream it built (its settings and its summary, written and read back), which the
-    API answers once to load the query kernels too (``app.warm``).
+    tiny stream it built (its settings and its summary, written, read back and pickled as
+    the API's decoder hands it over), which the API answers once to load the query kernels
+    too (``app.warm``).
 
     Kernels are compiled with ``cache=True``: the first process writes the cache and every
     later one (each Spark Python worker) loads it instead of compiling during a batch."""
+    import pickle
+
     from tidemark.chunks import decode_chunk, encode_chunk
     from tidemark.hash_secret import HashSecret
 
@@ -390,4 +393,5 @@ def warm_up() -> tuple[StreamConfig, "StreamSummary"]:
     ts = np.array([1.0, 2.5, 2.0])
     summary.update_table(decode_chunk(encode_chunk(ts, ["a", "b", None], np.array([1.0, 2.0, np.nan]),
                                                    np.ones(3))))
-    return config, StreamSummary.from_bytes(summary.to_bytes(), secret)
+    back = StreamSummary.from_bytes(summary.to_bytes(), secret)
+    return config, pickle.loads(pickle.dumps(back))
