@@ -40,9 +40,15 @@ from pathlib import Path
 import httpx
 import numpy as np
 
-ROOT = Path(os.environ.get("TIDEMARK_BENCH_TREE") or Path(__file__).resolve().parents[1])
+HERE = Path(__file__).resolve()  # before the chdir below
+ROOT = Path(os.environ.get("TIDEMARK_BENCH_TREE") or HERE.parents[1])
 sys.path.insert(0, str(ROOT))
-sys.path.insert(1, str(Path(__file__).resolve().parent))
+sys.path.insert(1, str(HERE.parent))
+# Spark's Python workers and the API start with ``-m``, which puts the working directory
+# first on their path: run from the tree measured, and name it first, or a comparison of
+# two trees measures whichever the shell stood in.
+os.chdir(ROOT)
+os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
 
 from app.store import Store  # noqa: E402
 from tidemark.hash_secret import HashSecret  # noqa: E402
@@ -145,7 +151,7 @@ def start_loaders(port: int, names: list[str], rate: float, size: int, t0: float
         conf = {"host": "127.0.0.1", "port": port, "key": KEY, "streams": mine, "phases": phases,
                 "size": size, "period": period, "t0": t0, "seconds": seconds, "conns": conns,
                 "sample": [n for n in sample if n in set(mine)], "seed": i}
-        procs.append(subprocess.Popen([sys.executable, str(Path(__file__).with_name("_load.py")),
+        procs.append(subprocess.Popen([sys.executable, str(HERE.with_name("_load.py")),
                                        json.dumps(conf)], stdout=subprocess.PIPE, text=True))
     return procs
 
@@ -205,7 +211,7 @@ def freshness(accepts: dict, seen: dict) -> list[float]:
 def sink_run(rate: float, active: int, size: int, seconds: float, loaders: int, conns: int) -> dict:
     """The load generator against a trivial HTTP sink: what it can offer, at what CPU."""
     port = free_port()
-    sink = subprocess.Popen([sys.executable, str(Path(__file__).with_name("_load.py")), "--sink",
+    sink = subprocess.Popen([sys.executable, str(HERE.with_name("_load.py")), "--sink",
                              str(port), str(size)])
     try:
         deadline = time.time() + 10
@@ -240,7 +246,7 @@ def run(spark, declared: int, active: int, seconds: float, rate: float, size: in
     with EmbeddedRedis(f"{tmp}/redis") as server:
         port = free_port()
         api = subprocess.Popen(
-            [sys.executable, "-m", "tidemark_cli", "api", "--redis", server.url, "--port", str(port)],
+            [sys.executable, "-m", "tidemark_cli", "api", "--redis", server.url, "--port", str(port)], cwd=str(ROOT),
             env={**os.environ, "PYTHONPATH": str(ROOT), "TIDEMARK_HASH_SECRET": SECRET.secret.hex(),
                  "TIDEMARK_RUN_DIR": tmp, "TIDEMARK_MAX_STREAMS": "100000",
                  "TIDEMARK_API_WORKERS": str(api_workers),
@@ -459,9 +465,9 @@ def main() -> None:
         for declared, active in pairs:
             for tree, label in ((args.compare, Path(args.compare).name), (str(ROOT), args.label)):
                 try:
-                    subprocess.run([sys.executable, __file__, *passed, "--label", label, "--no-header",
+                    subprocess.run([sys.executable, str(HERE), *passed, "--label", label, "--no-header",
                                     f"{declared}:{active}"],
-                                   env={**os.environ, "PYTHONPATH": tree, "TIDEMARK_BENCH_TREE": tree},
+                                   env={**os.environ, "PYTHONPATH": tree, "TIDEMARK_BENCH_TREE": tree}, cwd=tree,
                                    check=False, timeout=2 * args.seconds + 300)
                 except subprocess.TimeoutExpired:
                     print(f"| {label} | {declared:,} | {active:,} | (did not finish in time) |", flush=True)
