@@ -370,6 +370,10 @@ def validate_arrow(body: bytes, config: StreamConfig, max_future: float | None =
         if not (pa.types.is_string(key_col.type) or pa.types.is_large_string(key_col.type)):
             raise BodyError(f"Arrow column 'key' must be strings, not {key_col.type}")
         key_col = key_col.combine_chunks()
+        try:  # Arrow strings are UTF-8 by definition; a body that breaks it is no Arrow body
+            key_col.validate(full=True)
+        except pa.ArrowInvalid:
+            raise BodyError("Arrow column 'key' is not valid UTF-8") from None
         lengths = pc.binary_length(key_col.cast(pa.large_binary())).to_numpy(zero_copy_only=False)
         key_ok = np.isnan(lengths.astype(float)) | ((lengths >= 1) & (lengths <= MAX_KEY_BYTES))
     with np.errstate(invalid="ignore"):

@@ -162,3 +162,15 @@ def test_an_arrow_body_without_keys_or_with_integer_times():
     assert table.column("ts").to_pylist() == [1.0, 2.0, 3.0]
     assert table.column("key").null_count == 3 and table.column("value").null_count == 3
     assert table.column("weight").to_pylist() == [1.0, 1.0, 1.0]
+
+
+def test_an_arrow_key_column_of_invalid_utf8_is_refused_whole():
+    """Strings that are not UTF-8 never reach a chunk (the worker would choke on them)."""
+    import pyarrow as pa
+
+    from tidemark.events import validate_arrow
+
+    key = pa.Array.from_buffers(pa.string(), 1, [None, pa.py_buffer(np.array([0, 2], np.int32).tobytes()),
+                                                 pa.py_buffer(b"\xff\xfe")])
+    with pytest.raises(BodyError, match="UTF-8"):
+        validate_arrow(_arrow_body({"ts": pa.array([1.0]), "key": key}), CONFIG)
