@@ -22,9 +22,12 @@ BODY_TYPES = ("application/json", "application/x-ndjson", ARROW_STREAM)
 def _ingest(name: str, body: bytes, store, pool: IngestPool, max_future: float, media: str,
             idempotency_key: str | None, tenant: str | None = None,
             tenant_rate: int = 0) -> tuple[Prepared, dict]:
-    """Validate and encode in an ingest process (``app.ingest_pool``), then store here."""
+    """Validate and encode in an ingest process (``app.ingest_pool``), then store here:
+    two round trips to Redis, the declaration and back-pressure's count before
+    (``Store.ahead_of_ingest``), the append after."""
+    config, ahead = store.ahead_of_ingest(name)
     try:
-        prepared = pool.prepare(body, store.config(name), max_future, media)
+        prepared = pool.prepare(body, config, max_future, media)
     except BodyError as e:
         raise HTTPException(400, str(e)) from None
     except IngestUnavailable as e:
@@ -33,7 +36,7 @@ def _ingest(name: str, body: bytes, store, pool: IngestPool, max_future: float, 
         store.take_rate(tenant, prepared.accepted, tenant_rate)
     receipt = {"accepted": prepared.accepted, "rejected": prepared.rejects}
     first = store.append(name, prepared.chunk, prepared.accepted, len(prepared.rejects),
-                         prepared.max_ts, receipt, idempotency_key)
+                         prepared.max_ts, receipt, idempotency_key, ahead)
     return prepared, first
 
 
