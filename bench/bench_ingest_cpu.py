@@ -162,6 +162,9 @@ def run(src: Path, args) -> dict:
             worker = threading.Thread(target=keep_up, daemon=True, args=(
                 r, names, gens, CONFIG.shards, args.log_partitions, stop))
             worker.start()
+            i0, ic0, it0 = *cpu(api.pid), time.time()  # idle: the worker stand-in only
+            time.sleep(5)
+            idle = (sum(cpu(api.pid)) - i0 - ic0) / (time.time() - it0)
             t0 = time.time() + 1.0
             procs = []
             per_loader = [names[i::args.loaders] for i in range(args.loaders)]
@@ -208,7 +211,7 @@ def run(src: Path, args) -> dict:
             "other": sum(sum(x["other"].values()) if isinstance(x["other"], dict) else x["other"] for x in results),
             "api_ms": 1000 * (a1 - a0) / steady / per_s, "ingest_ms": 1000 * (c1 - c0) / steady / per_s,
             "total_ms": 1000 * ((a1 - a0) + (c1 - c0)) / steady / per_s,
-            "api_cores": (a1 - a0 + c1 - c0) / steady, "load": os.getloadavg()[0]}
+            "api_cores": (a1 - a0 + c1 - c0) / steady, "idle_cores": idle, "load": os.getloadavg()[0]}
 
 
 def main() -> None:
@@ -228,14 +231,14 @@ def main() -> None:
     ap.add_argument("--profile")
     args = ap.parse_args()
     trees = ([args.compare.resolve()] if args.compare else []) + [ROOT]
-    print("| tree | requests/s | 429s | API ms/req | ingest procs ms/req | total ms/req | cores | load |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| tree | requests/s | 429s | API ms/req | ingest procs ms/req | total ms/req | cores | idle cores | load |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for _ in range(args.repeat):
         for src in trees:
             o = run(src, args)
             label = "this tree" if src == ROOT else str(src)
             print(f"| {label} | {o['requests_per_s']:.0f} | {o['refused']} | {o['api_ms']:.2f} | "
-                  f"{o['ingest_ms']:.2f} | {o['total_ms']:.2f} | {o['api_cores']:.2f} | {o['load']:.1f} |",
+                  f"{o['ingest_ms']:.2f} | {o['total_ms']:.2f} | {o['api_cores']:.2f} | {o['idle_cores']:.3f} | {o['load']:.1f} |",
                   flush=True)
 
 

@@ -5,13 +5,16 @@ from __future__ import annotations
 import asyncio
 from typing import Annotated
 
-from fastapi import APIRouter, Header, HTTPException, Request, Response
+from fastapi import APIRouter, Header, HTTPException, Request
+from fastapi.responses import JSONResponse
 
-from app.deps import INGEST, MetricsDep, SettingsDep, StoreDep
+from app.deps import INGEST
+from app.metrics import Metrics
 from app.ingest_pool import IngestPool, IngestUnavailable, Prepared
 from app.routes.streams import StreamName
 from app.security import principal_of
 from tidemark.events import ARROW_STREAM, BodyError
+from tidemark.settings import Settings
 
 router = APIRouter(prefix="/v1/streams", tags=["ingest"])
 
@@ -72,22 +75,28 @@ async def read_body(request: Request, limit: int) -> bytes:
                  "application/json": {"schema": {"type": "array", "items": {"type": "object"}}},
                  "application/x-ndjson": {"schema": {"type": "string"}},
                  ARROW_STREAM: {"schema": {"type": "string", "format": "binary"}}}}})
-async def ingest(name: StreamName, request: Request, response: Response, store: StoreDep,
-                 settings: SettingsDep, metrics: MetricsDep,
+async def ingest(name: StreamName, request: Request,
                  idempotency_key: Annotated[str | None, Header(
                      max_length=255, description="a retry with the same key within 24 h is "
-                     "answered with the first answer and stores nothing again")] = None) -> dict:
+                     "answered with the first answer and stores nothing again")] = None) -> JSONResponse:
+    # The app's parts are read from its state, not declared as dependencies, and the
+    # receipt is rendered here: at hundreds of posts a second FastAPI's solving of each
+    # dependency and its serialization of the answer cost more than the rest of the route.
+    state = request.app.state
+    settings: Settings = state.settings
     media = _media_type(request)
     body = await read_body(request, settings.max_body_bytes)
-    # Validation and encoding are CPU work: off the event loop and off its GIL (an ingest
-    # process); the thread waits for them, then stores.
+    # Validation and encoding are CPU work: off the event loop (in this thread for a small
+    # Arrow body, else in an ingest process, off the API's GIL); the thread then stores.
     principal = principal_of(request)
     prepared, receipt = await asyncio.to_thread(
-        _ingest, name, body, store, request.app.state.ingest_pool, settings.max_future, media,
+        _ingest, name, body, state.store, state.ingest_pool, settings.max_future, media,
         idempotency_key, principal.tenant, settings.tenant_max_events_per_second)
+    headers = None
     if receipt.pop("replayed", False):
-        response.headers["Idempotent-Replayed"] = "true"
+        headers = {"Idempotent-Replayed": "true"}
     else:
+        metrics: Metrics = state.metrics
         metrics.events_accepted.labels(name).inc(prepared.accepted)
         metrics.events_rejected.labels(name).inc(len(prepared.rejects))
-    return receipt
+    return JSONResponse(receipt, status_code=202, headers=headers)
