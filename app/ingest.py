@@ -133,7 +133,9 @@ class Ingest:
             raise StreamNotFound(name)
         if chunk is not None and out[0] == "0":
             self.lag_reader.taken(accepted)
-        return IngestReceipt(json.loads(out[1:]), replayed=out[0] == "1")
+        if out[0] == "0":  # stored: the receipt is the one just sent, no need to parse it back
+            return IngestReceipt(receipt, replayed=False)
+        return IngestReceipt(json.loads(out[1:]), replayed=True)
 
     def take_rate(self, tenant: str, events: int, per_second: int) -> None:
         """Count ``events`` against the tenant's events of this wall-clock second (kept in

@@ -118,7 +118,7 @@ def ndjson_poster(conf: dict) -> None:
 
     rng = __import__("random").Random(conf["seed"])
     url = f"http://127.0.0.1:{conf['port']}/v1/streams/{{}}/events"
-    headers = {"Authorization": f"Bearer {KEY}", "Content-Type": "application/x-ndjson"}
+    headers = {"Authorization": f"Bearer {conf['key']}", "Content-Type": "application/x-ndjson"}
     out = {"accepted": 0, "refused": 0, "other": 0, "requests": 0}
     end, gap = time.time() + conf["seconds"], 1.0 / conf["rate"]
     with httpx.Client(timeout=30) as client:
@@ -136,6 +136,7 @@ def ndjson_poster(conf: dict) -> None:
                 out["refused"] += 1
             else:
                 out["other"] += 1
+                out.setdefault("codes", {}).setdefault(str(r.status_code), r.text[:200])
             nxt += gap
             time.sleep(max(0.0, nxt - time.time()))
     print(json.dumps(out))
@@ -170,7 +171,7 @@ def run(src: Path, args) -> dict:
             per_loader = [names[i::args.loaders] for i in range(args.loaders)]
             for i, mine in enumerate(per_loader):
                 if args.ndjson:
-                    conf = {"port": port, "streams": mine, "seconds": args.seconds,
+                    conf = {"port": port, "key": KEY, "streams": mine, "seconds": args.seconds,
                             "rate": args.rate / SIZE / args.loaders, "seed": i}
                     cmd = [sys.executable, __file__, "--ndjson-poster", json.dumps(conf)]
                 else:
@@ -202,6 +203,9 @@ def run(src: Path, args) -> dict:
             stop.set()
             api.terminate()
             api.wait(30)
+    for x in results:
+        if x.get("codes") or not x.get("requests", 1):
+            print("loader:", x.get("codes") or x, file=sys.stderr)
     accepted = sum(x["accepted"] for x in results)
     refused = sum(x["refused"] for x in results)
     answered = accepted / SIZE + refused  # over the whole load; the CPU over its steady part
