@@ -64,6 +64,13 @@ def cpu(pid: int) -> tuple[float, float]:
     return of(pid), sum(of(k) for k in kids)
 
 
+def sys_share(pid: int) -> tuple[float, float]:
+    """User and system CPU seconds of ``pid`` alone."""
+    f = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    tick = os.sysconf("SC_CLK_TCK")
+    return int(f[11]) / tick, int(f[12]) / tick
+
+
 def settle(pid: int, timeout: float = 180.0) -> None:
     """Until the API process tree is idle (under 5 % of a core over a second)."""
     deadline, before = time.time() + timeout, sum(cpu(pid))
@@ -194,8 +201,10 @@ def run(src: Path, args) -> dict:
                      "--nonblocking", "-o", f"{args.profile}/{label}-{time.time():.0f}.txt"],
                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             a0, c0, at0 = *cpu(api.pid), time.time()
+            u0, s0 = sys_share(api.pid)
             time.sleep(max(0.0, t0 + args.seconds - 1 - time.time()))
             a1, c1, at1 = *cpu(api.pid), time.time()
+            u1, s1 = sys_share(api.pid)
             results = [json.loads(p.communicate()[0]) for p in procs]
             if spy:
                 spy.wait()
@@ -215,7 +224,7 @@ def run(src: Path, args) -> dict:
             "other": sum(sum(x["other"].values()) if isinstance(x["other"], dict) else x["other"] for x in results),
             "api_ms": 1000 * (a1 - a0) / steady / per_s, "ingest_ms": 1000 * (c1 - c0) / steady / per_s,
             "total_ms": 1000 * ((a1 - a0) + (c1 - c0)) / steady / per_s,
-            "api_cores": (a1 - a0 + c1 - c0) / steady, "idle_cores": idle, "load": os.getloadavg()[0]}
+            "api_cores": (a1 - a0 + c1 - c0) / steady, "idle_cores": idle, "api_sys": (s1 - s0) / max(1e-9, (u1 - u0) + (s1 - s0)), "load": os.getloadavg()[0]}
 
 
 def main() -> None:
@@ -235,14 +244,14 @@ def main() -> None:
     ap.add_argument("--profile")
     args = ap.parse_args()
     trees = ([args.compare.resolve()] if args.compare else []) + [ROOT]
-    print("| tree | requests/s | 429s | API ms/req | ingest procs ms/req | total ms/req | cores | idle cores | load |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| tree | requests/s | 429s | API ms/req | ingest procs ms/req | total ms/req | cores | idle cores | API sys share | load |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for _ in range(args.repeat):
         for src in trees:
             o = run(src, args)
             label = "this tree" if src == ROOT else str(src)
             print(f"| {label} | {o['requests_per_s']:.0f} | {o['refused']} | {o['api_ms']:.2f} | "
-                  f"{o['ingest_ms']:.2f} | {o['total_ms']:.2f} | {o['api_cores']:.2f} | {o['idle_cores']:.3f} | {o['load']:.1f} |",
+                  f"{o['ingest_ms']:.2f} | {o['total_ms']:.2f} | {o['api_cores']:.2f} | {o['idle_cores']:.3f} | {o['api_sys']:.0%} | {o['load']:.1f} |",
                   flush=True)
 
 

@@ -12,7 +12,7 @@ from app.deps import INGEST
 from app.metrics import Metrics
 from app.ingest_pool import IngestPool, IngestUnavailable, Prepared
 from app.routes.streams import StreamName
-from app.security import principal_of
+from app.security import Principal, principal_of
 from tidemark.events import ARROW_STREAM, BodyError
 from tidemark.settings import Settings
 
@@ -79,16 +79,21 @@ async def ingest(name: StreamName, request: Request,
                  idempotency_key: Annotated[str | None, Header(
                      max_length=255, description="a retry with the same key within 24 h is "
                      "answered with the first answer and stores nothing again")] = None) -> JSONResponse:
-    # The app's parts are read from its state, not declared as dependencies, and the
-    # receipt is rendered here: at hundreds of posts a second FastAPI's solving of each
-    # dependency and its serialization of the answer cost more than the rest of the route.
-    state = request.app.state
+    return await take(request.app.state, request, name, principal_of(request), idempotency_key)
+
+
+async def take(state, request: Request, name: str, principal: Principal,
+               idempotency_key: str | None) -> JSONResponse:
+    """The ingest of one request the access check let through (``principal``), by the route
+    and by ``app.fast_ingest`` alike. The app's parts are read from its ``state``, not
+    declared as dependencies, and the receipt is rendered here: at hundreds of posts a
+    second FastAPI's solving of each dependency and its serialization of the answer cost
+    more than the rest of the route."""
     settings: Settings = state.settings
     media = _media_type(request)
     body = await read_body(request, settings.max_body_bytes)
     # Validation and encoding are CPU work: off the event loop (in this thread for a small
     # Arrow body, else in an ingest process, off the API's GIL); the thread then stores.
-    principal = principal_of(request)
     prepared, receipt = await asyncio.to_thread(
         _ingest, name, body, state.store, state.ingest_pool, settings.max_future, media,
         idempotency_key, principal.tenant, settings.tenant_max_events_per_second)
