@@ -36,6 +36,7 @@ class Declarations:
         self._declare = self.redis.register_script(scripts.DECLARE)
         self._delete = self.redis.register_script(scripts.DELETE)
         self._configs: dict[str, tuple[float, StreamConfig]] = {}
+        self._parsed: dict[str, tuple[bytes, StreamConfig]] = {}  # by the stored bytes
 
     def declare(self, name: str, config: StreamConfig) -> bool:
         """Declare a stream; True when new. Re-declaring with other settings is a conflict,
@@ -80,6 +81,7 @@ class Declarations:
 
     def forget_config(self, name: str) -> None:
         self._configs.pop(name, None)
+        self._parsed.pop(name, None)
 
     def kept_at(self, name: str) -> float | None:
         """When the kept declaration was read (monotonic seconds; None: none kept)."""
@@ -102,6 +104,19 @@ class Declarations:
         if len(self._configs) >= 4 * self.cached_streams:
             self._configs.clear()
         self._configs[name] = (now, config)
+        return config
+
+    def parsed(self, name: str, raw: bytes) -> StreamConfig:
+        """The declaration ``raw`` (as just read from Redis) of ``name``, parsed once per
+        distinct value: a post reads the stored bytes anyway (``Ingest.ahead``), and
+        comparing them costs nothing beside a pydantic parse."""
+        kept = self._parsed.get(name)
+        if kept is not None and kept[0] == raw:
+            return kept[1]
+        config = read_config(raw)
+        if len(self._parsed) >= 4 * self.cached_streams:
+            self._parsed.clear()
+        self._parsed[name] = (raw, config)
         return config
 
     def names(self) -> list[str]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+from dataclasses import dataclass
 from typing import Callable
 
 import redis
@@ -16,7 +17,7 @@ from app.stream_status import _consumed, _num, _shards
 from tidemark.ingest_log import partition_of
 from tidemark.wire import keys, scripts
 
-__all__ = ["Ingest", "Backpressure", "IngestReceipt", "IDEMPOTENCY_TTL"]
+__all__ = ["Ingest", "Ahead", "Backpressure", "IngestReceipt", "IDEMPOTENCY_TTL"]
 
 
 class Backpressure(RuntimeError):
@@ -25,6 +26,17 @@ class Backpressure(RuntimeError):
     def __init__(self, message: str, retry_after: int = 1):
         super().__init__(message)
         self.retry_after = retry_after
+
+
+@dataclass(frozen=True)
+class Ahead:
+    """What one round trip before validating a body reads (``Ingest.ahead``): the
+    stream's declaration as stored and its events waiting for the worker, ``at`` then
+    (monotonic seconds)."""
+
+    declaration: bytes
+    waiting: int
+    at: float
 
 
 class IngestReceipt(dict):
@@ -48,16 +60,38 @@ class Ingest:
         # store the chunk twice. The caller gets a 503 and retries with its Idempotency-Key.
         self._append = redis.Redis.from_url(redis_url, retry=None).register_script(scripts.APPEND)
 
-    def check_backpressure(self, name: str, incoming: int = 0) -> None:
-        """429 before an event accepted now would wait past ``max_wait``: from the worker's
-        lag on the whole log (kept 0.1 s) and this stream's own waiting events, with a fair
-        share per stream (``app.backpressure``). One round trip, plus the lag's now and then."""
+    def ahead(self, name: str) -> Ahead:
+        """The stream's declaration and its waiting events, in one round trip before its
+        body is validated (the declaration to validate by, read fresh: no kept copy can
+        outlive a delete and re-declare elsewhere; the waiting count for ``append``'s
+        back-pressure check). ``StreamNotFound`` when it is not declared."""
         with self.redis.pipeline(transaction=False) as p:
+            p.hget(keys.STREAMS, name)
             p.hget(keys.ingest_stats(name), "received")
             p.hgetall(keys.shard_status(name))
             p.hget(keys.GENERATIONS, name)
-            received, shards, generation = p.execute()
-        waiting = max(0, _num(received) - _consumed(_shards(shards, generation)))
+            declaration, received, shards, generation = p.execute()
+        if declaration is None:
+            raise StreamNotFound(name)
+        return Ahead(declaration, max(0, _num(received) - _consumed(_shards(shards, generation))),
+                     time.monotonic())
+
+    def _waiting(self, name: str, ahead: Ahead | None) -> int:
+        """The stream's events waiting for the worker: read ``ahead`` when that read is no
+        older than the lag it is judged against (``LagReader.ttl``, 0.1 s: a 500-event body
+        is validated in well under that), else read now. Either way the count is as fresh
+        as back-pressure's view of the worker, so the 429 comes as early as it did when it
+        was always read here."""
+        if ahead is not None and time.monotonic() - ahead.at <= self.lag_reader.ttl:
+            return ahead.waiting
+        return self.pending(name)
+
+    def check_backpressure(self, name: str, incoming: int = 0, ahead: Ahead | None = None) -> None:
+        """429 before an event accepted now would wait past ``max_wait``: from the worker's
+        lag on the whole log (kept 0.1 s) and this stream's own waiting events, with a fair
+        share per stream (``app.backpressure``). One round trip (none with a recent
+        ``ahead``), plus the lag's now and then."""
+        waiting = self._waiting(name, ahead)
         refusal = decide(self.lag_reader.lag(), name, waiting, incoming, self.max_wait,
                          self.max_pending_events, self.max_pending_chunks)
         if refusal:
@@ -69,8 +103,10 @@ class Ingest:
         return partition_of(name, self.lag_reader.partitions())
 
     def append(self, name: str, chunk: bytes | None, accepted: int, rejected: int,
-               max_ts: float | None, receipt: dict, idempotency_key: str | None = None) -> IngestReceipt:
-        """Hand a chunk over durably to the worker, with the stream's clock before it.
+               max_ts: float | None, receipt: dict, idempotency_key: str | None = None,
+               ahead: Ahead | None = None) -> IngestReceipt:
+        """Hand a chunk over durably to the worker, with the stream's clock before it
+        (``ahead``: what ``ahead`` read of the stream before its body was validated).
 
         With an ``idempotency_key`` seen in the last 24 h nothing is stored and the first
         request's receipt comes back."""
@@ -78,12 +114,12 @@ class Ingest:
         if idempotency_key:
             idem = keys.idempotency(name, hashlib.sha256(idempotency_key.encode()).hexdigest())
         elif chunk is not None:
-            self.check_backpressure(name, accepted)
+            self.check_backpressure(name, accepted, ahead)
         if idem and chunk is not None:
             first = self.redis.get(idem)
             if first is not None:
                 return IngestReceipt(json.loads(first), replayed=True)
-            self.check_backpressure(name, accepted)
+            self.check_backpressure(name, accepted, ahead)
         part = self.partition(name)
         out = self._append(
             keys=[keys.log_partition(part), keys.log_stats(part), keys.ingest_stats(name),
@@ -97,7 +133,9 @@ class Ingest:
             raise StreamNotFound(name)
         if chunk is not None and out[0] == "0":
             self.lag_reader.taken(accepted)
-        return IngestReceipt(json.loads(out[1:]), replayed=out[0] == "1")
+        if out[0] == "0":  # stored: the receipt is the one just sent, no need to parse it back
+            return IngestReceipt(receipt, replayed=False)
+        return IngestReceipt(json.loads(out[1:]), replayed=True)
 
     def take_rate(self, tenant: str, events: int, per_second: int) -> None:
         """Count ``events`` against the tenant's events of this wall-clock second (kept in

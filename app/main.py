@@ -21,6 +21,7 @@ from app.alerts.secrets import SecretBox
 from app.alerts.store import AlertNotFound, AlertStore
 from app.answer_cache import AnswerCache, FastAnswers
 from app.answers import QueryError
+from app.fast_ingest import FastIngest
 from app.ingest_pool import IngestPool
 from app.live_hub import LiveHub
 from app.metrics import Metrics
@@ -151,9 +152,12 @@ class TidemarkAPI(FastAPI):
     queries a second the stack's layers cost more than the answer."""
 
     fast_answers: FastAnswers | None = None
+    fast_ingest: FastIngest | None = None  # likewise a post the full way would take (app.fast_ingest)
 
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] == "http" and self.fast_answers and await self.fast_answers.answer(scope, send):
+            return
+        if scope["type"] == "http" and self.fast_ingest and await self.fast_ingest.take(scope, receive, send):
             return
         await super().__call__(scope, receive, send)
 
@@ -196,4 +200,5 @@ def create_app(settings: Settings, redis_url: str) -> FastAPI:
         mount(app)
     _check_guarded(app)
     app.fast_answers = FastAnswers(app.state, settings.answered_hosts())
+    app.fast_ingest = FastIngest(app, settings.answered_hosts())
     return app

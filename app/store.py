@@ -12,11 +12,12 @@ import redis
 from app.backpressure import LagReader
 from app.declarations import Declarations, StreamConflict, StreamNotFound
 from app.decoder import Decoder
-from app.ingest import Backpressure, Ingest, IngestReceipt
+from app.ingest import Ahead, Backpressure, Ingest, IngestReceipt
 from app.stream_status import Status
 from app.summary_cache import SummaryCache
 from app.worker_health import WorkerHealth
 from tidemark.hash_secret import HashSecret
+from tidemark.streams import StreamConfig
 
 __all__ = ["Store", "StreamNotFound", "StreamConflict", "Backpressure", "Status", "IngestReceipt"]
 
@@ -49,6 +50,12 @@ class Store:
         self.failed_streams = c.failed_streams
         self.ping, self.worker_heartbeat, self.worker_standby, self.worker_alive = (
             h.ping, h.worker_heartbeat, h.worker_standby, h.worker_alive)
+
+    def ahead_of_ingest(self, name: str) -> tuple[StreamConfig, Ahead]:
+        """The stream's declaration (parsed) and what back-pressure needs of it, in one
+        round trip before its body is validated (``Ingest.ahead``); ``StreamNotFound``."""
+        ahead = self.ingest.ahead(name)
+        return self.declarations.parsed(name, ahead.declaration), ahead
 
     @property
     def on_decoded(self):

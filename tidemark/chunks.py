@@ -21,14 +21,17 @@ class ChunkError(ValueError):
     """A chunk that cannot be decoded."""
 
 
-def encode_chunk(ts: np.ndarray, key: list, value: np.ndarray, weight: np.ndarray) -> bytes:
-    table = pa.table(
-        {
-            "ts": pa.array(ts, pa.float64()),
-            "key": pa.array(key, pa.string()),
-            "value": pa.array(value, pa.float64(), from_pandas=True),
-            "weight": pa.array(weight, pa.float64()),
-        },
+def encode_chunk(ts: np.ndarray, key, value: np.ndarray, weight: np.ndarray) -> bytes:
+    """The chunk of these columns; ``key`` a list (None: no key) or an Arrow string array,
+    taken as it is (an Arrow body's keys never become Python strings); a NaN value is
+    stored as absent (null)."""
+    if isinstance(key, (pa.Array, pa.ChunkedArray)):
+        key = key.cast(pa.string()) if key.type != pa.string() else key
+    else:
+        key = pa.array(key, pa.string())
+    table = pa.Table.from_arrays(
+        [pa.array(ts, pa.float64()), key, pa.array(value, pa.float64(), from_pandas=True),
+         pa.array(weight, pa.float64())],
         schema=SCHEMA,
     )
     sink = pa.BufferOutputStream()

@@ -40,7 +40,7 @@ class EventBatch:
     """Good events in columnar form; ``key``/``value`` use None/NaN where absent."""
 
     ts: np.ndarray
-    key: list
+    key: list  # or, from an Arrow body, a pyarrow string array (``validate_arrow``)
     value: np.ndarray
     weight: np.ndarray
     rejects: list[Reject] = field(default_factory=list)
@@ -330,7 +330,9 @@ _ARROW_REASONS = [
 def validate_arrow(body: bytes, config: StreamConfig, max_future: float | None = None) -> EventBatch:
     """Columns of an Arrow IPC stream (``ts`` required; ``key``, ``value``, ``weight``
     optional), checked column-wise with the rules of the per-event path; a bad row is
-    rejected with its index and reason, the good rows kept."""
+    rejected with its index and reason, the good rows kept. The keys stay an Arrow array
+    (``EventBatch.key``), which ``encode_chunk`` takes as it is: a body of good rows goes
+    from columns to chunk without a Python object per event."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -351,18 +353,27 @@ def validate_arrow(body: bytes, config: StreamConfig, max_future: float | None =
         col = table.column(name)
         if not (pa.types.is_integer(col.type) or pa.types.is_floating(col.type)):
             raise BodyError(f"Arrow column {name!r} must be numeric, not {col.type}")
-        present = ~col.is_null().to_numpy(zero_copy_only=False)
-        return col.cast(pa.float64(), safe=False).to_numpy(zero_copy_only=False), present
+        present = (np.ones(n, dtype=bool) if col.null_count == 0
+                   else ~col.is_null().to_numpy(zero_copy_only=False))
+        if col.type != pa.float64():
+            col = col.cast(pa.float64(), safe=False)
+        return col.to_numpy(zero_copy_only=False), present
 
     ts, has_ts = numbers("ts")
     value, has_value = numbers("value")
     weight, has_weight = numbers("weight")
     weight = np.where(has_weight, weight, 1.0)
     key_ok = np.ones(n, dtype=bool)
+    key_col = None
     if "key" in names:
         key_col = table.column("key")
         if not (pa.types.is_string(key_col.type) or pa.types.is_large_string(key_col.type)):
             raise BodyError(f"Arrow column 'key' must be strings, not {key_col.type}")
+        key_col = key_col.combine_chunks()
+        try:  # Arrow strings are UTF-8 by definition; a body that breaks it is no Arrow body
+            key_col.validate(full=True)
+        except pa.ArrowInvalid:
+            raise BodyError("Arrow column 'key' is not valid UTF-8") from None
         lengths = pc.binary_length(key_col.cast(pa.large_binary())).to_numpy(zero_copy_only=False)
         key_ok = np.isnan(lengths.astype(float)) | ((lengths >= 1) & (lengths <= MAX_KEY_BYTES))
     with np.errstate(invalid="ignore"):
@@ -371,14 +382,15 @@ def validate_arrow(body: bytes, config: StreamConfig, max_future: float | None =
         if config.has_values:
             in_range = ~has_value | ((value >= config.value_min) & (value <= config.value_max))
         # First failing rule wins, in the per-event path's order.
-        code = np.select(
-            [~has_ts, ~ts_ok, ts > _latest(max_future), ~key_ok, has_value & ~np.isfinite(value),
-             ~in_range, ~np.isfinite(weight), weight < 0, weight > MAX_WEIGHT],
-            np.arange(1, 10), default=0)
+        rules = [~has_ts, ~ts_ok, ts > _latest(max_future), ~key_ok, has_value & ~np.isfinite(value),
+                 ~in_range, ~np.isfinite(weight), weight < 0, weight > MAX_WEIGHT]
+    value = np.where(has_value, value, np.nan)
+    if not np.logical_or.reduce(rules).any():  # the usual body: every row good, nothing to pick
+        return EventBatch(ts, key_col if key_col is not None else [None] * n, value, weight, [])
+    code = np.select(rules, np.arange(1, 10), default=0)
     bad = np.flatnonzero(code)
     rejects = [Reject(int(i), _ARROW_REASONS[code[i]].format(
         future=max_future or 0.0, lo=config.value_min or 0.0, hi=config.value_max or 0.0)) for i in bad]
     good = code == 0
-    keys = (table.column("key").filter(pa.array(good)).to_pylist() if "key" in names
-            else [None] * int(good.sum()))
-    return EventBatch(ts[good], keys, np.where(has_value, value, np.nan)[good], weight[good], rejects)
+    keys = key_col.filter(pa.array(good)) if key_col is not None else [None] * int(good.sum())
+    return EventBatch(ts[good], keys, value[good], weight[good], rejects)

@@ -202,3 +202,55 @@ def test_the_lag_is_read_per_partition_and_refuses_before_the_promise_breaks(tmp
         assert store.lag().shards_max == 4 and int(r.get(keys.SHARDS_MAX)) == 4
         time.sleep(0.05)
         assert lag.oldest_age >= 0.0 and store.lag().oldest_age > 0.0
+
+
+def test_the_count_read_before_validation_judges_a_post_only_while_fresh(tmp_path):
+    """``Store.ahead_of_ingest`` reads the stream's waiting events before its body is
+    validated; ``append`` judges by that count only while it is no older than the lag it
+    is judged against (the lag's ttl), else reads it again: a stale count never lets a
+    flood past its fair share."""
+    import dataclasses
+
+    with EmbeddedRedis(tmp_path / "redis") as server:
+        store = Store(server.url, log_partitions=2, max_wait=MAX_WAIT, lag_ttl=0.1)
+        for name in ("flood", "trickle"):
+            store.declare(name, StreamConfig(max_window=60.0))
+        Publisher(server.url).log_progress({"read": json.dumps([["0-0", 0, 0]] * 2), "capacity": 1000.0,
+                                            "seconds_per_event": 0.001, "seconds_per_group": 1e-4,
+                                            "fixed_seconds": 0.0, "batch_seconds": 0.2})
+        store.append("trickle", b"t", 5, 0, 2.0, {"accepted": 5})
+        _, ahead = store.ahead_of_ingest("flood")
+        assert ahead.waiting == 0
+        for _ in range(2):
+            store.append("flood", b"f", 1_300, 0, 2.0, {"accepted": 1_300})
+        now = dataclasses.replace(ahead, at=time.monotonic())
+        assert store.ingest._waiting("flood", now) == 0  # fresh: taken as read
+        stale = dataclasses.replace(ahead, at=time.monotonic() - 0.2)
+        assert store.ingest._waiting("flood", stale) == 2_600  # older than the lag: read again
+        time.sleep(0.15)  # the lag read again too (it now sees both streams active)
+        with pytest.raises(Backpressure, match="fair share"):
+            store.append("flood", b"f", 1_400, 0, 3.0, {"accepted": 1_400}, ahead=stale)
+        _, ahead = store.ahead_of_ingest("flood")
+        assert ahead.waiting == 2_600
+        with pytest.raises(Backpressure, match="fair share"):
+            store.append("flood", b"f", 1_400, 0, 3.0, {"accepted": 1_400}, ahead=ahead)
+
+
+def test_the_declaration_read_before_validation_is_never_a_kept_old_one(tmp_path):
+    """Another API process deletes the stream and declares it anew with other settings:
+    the next post here validates by the new declaration at once (a post reads the stored
+    declaration with its waiting count; no copy is kept by time), and a deleted one is 404."""
+    from app.store import StreamNotFound
+
+    with EmbeddedRedis(tmp_path / "redis") as server:
+        here, there = Store(server.url), Store(server.url)
+        here.declare("s", StreamConfig(max_window=60.0, value_min=0, value_max=10))
+        config, _ = here.ahead_of_ingest("s")
+        assert config.value_max == 10 and here.config("s").value_max == 10
+        assert here.ahead_of_ingest("s")[0] is config  # parsed once per stored declaration
+        there.delete("s")
+        there.declare("s", StreamConfig(max_window=60.0, value_min=0, value_max=1000))
+        assert here.ahead_of_ingest("s")[0].value_max == 1000
+        there.delete("s")
+        with pytest.raises(StreamNotFound):
+            here.ahead_of_ingest("s")

@@ -132,3 +132,46 @@ def test_without_ingest_processes_the_thread_validates(redis_url):
         assert s.app.state.ingest_pool.pids() == [] and not s.app.state.ingest_pool.ready
     finally:
         s.stop()
+
+
+def _arrow(n: int) -> bytes:
+    import pyarrow as pa
+
+    table = pa.table({"ts": pa.array([1.7e9 + i for i in range(n)], pa.float64()),
+                      "key": pa.array([f"key-{i % 97:04d}" for i in range(n)])})
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return sink.getvalue().to_pybytes()
+
+
+def test_a_small_arrow_body_is_validated_in_the_request_and_a_large_one_in_the_process(server):
+    """A small Arrow body costs less to validate than to hand over, so it never waits for
+    an ingest process (here: a stuck one); a large one still goes to the process, and is
+    answered 503 *not stored* when that process is stuck."""
+    from tidemark.events import ARROW_STREAM
+
+    pool, store = server.app.state.ingest_pool, server.app.state.store
+    name = f"ingest-inline-{os.getpid()}"
+    small, large = _arrow(500), _arrow(20_000)
+    assert len(small) <= pool.inline_arrow_bytes < len(large)
+    with server.client(timeout=60) as c:
+        assert c.put(f"/v1/streams/{name}", json={"max_window": 600}).status_code == 201
+        stuck = _wait_ready(pool)
+        pool.timeout = 1.0
+        os.kill(stuck[0], signal.SIGSTOP)
+        try:
+            started = time.monotonic()
+            r = _post(c, name, small, ARROW_STREAM)
+            assert r.status_code == 202 and r.json()["accepted"] == 500, r.text
+            assert time.monotonic() - started < 1.0  # not through the stuck process
+            r = _post(c, name, large, ARROW_STREAM)
+            assert r.status_code == 503 and "not stored" in r.json()["detail"], r.text
+        finally:
+            if os.path.exists(f"/proc/{stuck[0]}"):
+                os.kill(stuck[0], signal.SIGCONT)
+        assert _received(store, name) == 500
+        assert set(_wait_ready(pool)).isdisjoint(stuck)
+        r = _post(c, name, large, ARROW_STREAM)
+        assert r.status_code == 202 and r.json()["accepted"] == 20_000, r.text
+        assert _received(store, name) == 20_500
