@@ -23,7 +23,7 @@ from starlette.middleware.gzip import GZipMiddleware
 from starlette.requests import Request
 from starlette.types import Receive, Scope, Send
 
-from app.answer_cache import GZIP_FROM
+from app.answer_cache import GZIP_FROM, first_headers
 from app.routes.ingest import take
 from app.security import allows, may_see, presented_key
 from tidemark.streams import STREAM_NAME_PATTERN
@@ -35,21 +35,9 @@ _NAME = re.compile(STREAM_NAME_PATTERN)
 
 
 def _headers(scope: Scope) -> tuple[str, str | None, str | None]:
-    """The Host, Authorization and Idempotency-Key headers (the first of each, as
-    Starlette reads them)."""
-    host = ""
-    authorization = idempotency = None
-    for name, value in scope["headers"]:
-        if name == b"host":
-            if not host:
-                host = value.decode("latin-1")
-        elif name == b"authorization":
-            if authorization is None:
-                authorization = value.decode("latin-1")
-        elif name == b"idempotency-key":
-            if idempotency is None:
-                idempotency = value.decode("latin-1")
-    return host, authorization, idempotency
+    """The Host, Authorization and Idempotency-Key headers (the first of each)."""
+    h = first_headers(scope, b"host", b"authorization", b"idempotency-key")
+    return h.get(b"host", ""), h.get(b"authorization"), h.get(b"idempotency-key")
 
 
 class FastIngest:

@@ -216,6 +216,27 @@ def get_varint(buf, p):
 
 
 @njit(cache=True)
+def get_gaps(buf, p, n, size):
+    """``(ok, end, positions)``: ``n`` strictly increasing positions below ``size``, written
+    as varint gaps (each position less the one before, less one; the first from -1).
+    ``end`` < 0: the buffer is short or a varint malformed (``E_VARINT``); ``ok`` False: a
+    position at or past ``size``."""
+    out = np.empty(n, np.int64)
+    if n > buf.shape[0] - p:
+        return True, -1, out
+    gaps, p = decode_varints(buf, p, n)
+    if p < 0:
+        return True, E_VARINT, out
+    last = np.int64(-1)
+    for j in range(n):
+        if gaps[j] >= np.uint64(size):
+            return False, p, out
+        last += np.int64(gaps[j]) + 1
+        out[j] = last
+    return not (n and last >= size), p, out
+
+
+@njit(cache=True)
 def put_f64(out, p, x):
     """The 8 little-endian bytes of the float64 ``x``."""
     tmp = np.empty(1, np.float64)

@@ -65,8 +65,8 @@ import numba as nb
 import numpy as np
 
 from sketches._codec import (
-    E_VARINT, decode_varints, drop_stale_kernel_cache, get_floats, get_varint, put_floats,
-    put_varint, unzigzag1, zigzag1,
+    E_VARINT, decode_varints, drop_stale_kernel_cache, get_floats, get_gaps, get_varint,
+    put_floats, put_varint, unzigzag1, zigzag1,
 )
 
 drop_stale_kernel_cache(__file__)  # its kernels compile the codec's pieces in
@@ -724,19 +724,10 @@ def read_cells(buf, p, size):
     if nnz > np.uint64(size):
         return 3, p, counts
     n = np.int64(nnz)
-    if n > buf.shape[0] - p:
-        return -1, p, counts
-    gaps, p = decode_varints(buf, p, n)
+    ok, p, flat = get_gaps(buf, p, n, size)
     if p < 0:
-        return E_VARINT, p, counts
-    flat = np.empty(n, np.int64)
-    last = np.int64(-1)
-    for j in range(n):
-        if gaps[j] >= np.uint64(size):
-            return 1, p, counts
-        last += np.int64(gaps[j]) + 1
-        flat[j] = last
-    if n and last >= size:
+        return p, p, counts
+    if not ok:
         return 1, p, counts
     vals, p = get_floats(buf, p, n)
     if p < 0:

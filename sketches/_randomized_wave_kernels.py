@@ -26,7 +26,7 @@ from numba import njit
 from numba.typed import List
 
 from sketches._codec import (
-    E_VARINT, decode_varints, drop_stale_kernel_cache, get_varint, put_varint,
+    drop_stale_kernel_cache, get_gaps, get_varint, put_varint,
 )
 
 drop_stale_kernel_cache(__file__)  # its kernels compile the codec's pieces in
@@ -394,20 +394,10 @@ def _read_members(buf, p, u, n):
     form = buf[p]
     p += 1
     if form == 0:
-        if n > buf.shape[0] - p:
-            return -1, p, idx
-        steps, p = decode_varints(buf, p, n)
+        ok, p, idx = get_gaps(buf, p, n, u)
         if p < 0:
-            return E_VARINT, p, idx
-        last = np.int64(-1)
-        for j in range(n):
-            if steps[j] >= np.uint64(u):
-                return 3, p, idx
-            last += np.int64(steps[j]) + 1
-            idx[j] = last
-        if n and last >= u:
-            return 3, p, idx
-        return 0, p, idx
+            return p, p, idx
+        return (0 if ok else 3), p, idx
     if form == 1:
         nb = (u + 7) // 8
         if nb > buf.shape[0] - p:
