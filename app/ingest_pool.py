@@ -23,7 +23,8 @@ A process that dies (killed, out of memory) or that takes longer than ``timeout`
 breaks the pool: every request it held is answered 503 *not stored* (the client retries,
 with its Idempotency-Key if it sent one), and the next request starts a new pool. Until
 a pool is ready (at start, after a restart) bodies are validated in the calling thread:
-a post never waits for a process to start.
+a post never waits for a process to start. A compressed Arrow body never is (it may
+decode to gigabytes): it is answered 503 *not stored* until a process can take it.
 """
 
 from __future__ import annotations
@@ -171,6 +172,11 @@ class IngestPool:
             pool = self._pool if self._ready.is_set() else None
         if pool is None:
             self.start()  # nothing while one is starting
+            if media == ARROW_STREAM and not _small_and_plain(body, len(body)):
+                # Compressed: never in the API's thread (a body that killed the process
+                # would otherwise be validated here while it restarts).
+                raise IngestUnavailable("the ingest processes are starting; nothing of this "
+                                        "request was stored: retry it")
             return prepare(body, config, max_future, media)
         try:
             return pool.submit(prepare, body, config, max_future, media).result(self.timeout)

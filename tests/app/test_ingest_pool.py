@@ -160,7 +160,10 @@ def test_a_small_compressed_arrow_body_is_validated_in_the_process_never_the_api
     assert len(packed) < len(plain) <= 64 * 1024
     pool = IngestPool(processes=1, timeout=60.0)
     try:
-        pool.start()
+        # Before the processes are up, a plain body is validated here, a compressed one waits.
+        assert pool.prepare(plain, config, 1e9, ARROW_STREAM).accepted == 2_000
+        with pytest.raises(IngestUnavailable):
+            pool.prepare(packed, config, 1e9, ARROW_STREAM)
         got = (pool.prepare(packed, config, 1e9, ARROW_STREAM) if _wait_ready(pool) else None)
         assert got.accepted == 2_000 and not got.rejects
         stuck = pool.pids()
