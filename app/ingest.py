@@ -46,6 +46,19 @@ class IngestReceipt(dict):
 IDEMPOTENCY_TTL = 86400
 
 
+def _ask_waiting(p, name: str) -> None:
+    """Queue on pipeline ``p`` the reads a stream's waiting count is made of
+    (``_waiting_of`` takes their answers): what the API stored, what the worker's current
+    generation of shards counted."""
+    p.hget(keys.ingest_stats(name), "received")
+    p.hgetall(keys.shard_status(name))
+    p.hget(keys.GENERATIONS, name)
+
+
+def _waiting_of(received, shards, generation) -> int:
+    return max(0, _num(received) - _consumed(_shards(shards, generation)))
+
+
 class Ingest:
     """``forget(name)``: drop what the process keeps of a stream found deleted."""
 
@@ -67,14 +80,11 @@ class Ingest:
         back-pressure check). ``StreamNotFound`` when it is not declared."""
         with self.redis.pipeline(transaction=False) as p:
             p.hget(keys.STREAMS, name)
-            p.hget(keys.ingest_stats(name), "received")
-            p.hgetall(keys.shard_status(name))
-            p.hget(keys.GENERATIONS, name)
-            declaration, received, shards, generation = p.execute()
+            _ask_waiting(p, name)
+            declaration, *waiting = p.execute()
         if declaration is None:
             raise StreamNotFound(name)
-        return Ahead(declaration, max(0, _num(received) - _consumed(_shards(shards, generation))),
-                     time.monotonic())
+        return Ahead(declaration, _waiting_of(*waiting), time.monotonic())
 
     def _waiting(self, name: str, ahead: Ahead | None) -> int:
         """The stream's events waiting for the worker: read ``ahead`` when that read is no
@@ -155,11 +165,8 @@ class Ingest:
     def pending(self, name: str) -> int:
         """Events of this stream accepted but not yet counted by the worker."""
         with self.redis.pipeline(transaction=False) as p:
-            p.hget(keys.ingest_stats(name), "received")
-            p.hgetall(keys.shard_status(name))
-            p.hget(keys.GENERATIONS, name)
-            received, shards, generation = p.execute()
-        return max(0, _num(received) - _consumed(_shards(shards, generation)))
+            _ask_waiting(p, name)
+            return _waiting_of(*p.execute())
 
     def lag(self) -> LogLag:
         """The worker's lag on the ingest log (``app.backpressure``; kept 0.1 s)."""

@@ -52,12 +52,11 @@ INLINE_ARROW_BYTES = 64 * 1024
 _CODEC_MAGIC = (b"\x28\xb5\x2f\xfd", b"\x04\x22\x4d\x18")
 
 
-def _small_and_plain(body: bytes, limit: int) -> bool:
-    """A body small enough to validate in the request's thread that decodes to no more
-    than its bytes: a compressed Arrow body of a few KB can expand to gigabytes (a 5 KB
-    ZSTD body held 20 M rows), which an ingest process may take and lose, never the API.
-    A body that merely contains a magic number goes to the process too: only slower."""
-    return len(body) <= limit and not any(m in body for m in _CODEC_MAGIC)
+def _compressed(body: bytes) -> bool:
+    """Whether an Arrow body may hold compressed buffers, which can expand to gigabytes (a
+    5 KB ZSTD body held 20 M rows): an ingest process may take and lose such a body, never
+    the API. A plain body that merely contains a magic number is only slower."""
+    return any(m in body for m in _CODEC_MAGIC)
 
 
 class IngestUnavailable(RuntimeError):
@@ -166,13 +165,13 @@ class IngestPool:
         """``prepare`` in an ingest process; the calling thread waits without the GIL.
         ``IngestUnavailable`` when the process stopped or was stuck past ``timeout``.
         A small Arrow body is validated here (see the module notes)."""
-        if media == ARROW_STREAM and _small_and_plain(body, self.inline_arrow_bytes):
+        if media == ARROW_STREAM and len(body) <= self.inline_arrow_bytes and not _compressed(body):
             return prepare(body, config, max_future, media)
         with self._lock:
             pool = self._pool if self._ready.is_set() else None
         if pool is None:
             self.start()  # nothing while one is starting
-            if media == ARROW_STREAM and not _small_and_plain(body, len(body)):
+            if media == ARROW_STREAM and _compressed(body):
                 # Compressed: never in the API's thread (a body that killed the process
                 # would otherwise be validated here while it restarts).
                 raise IngestUnavailable("the ingest processes are starting; nothing of this "

@@ -34,7 +34,7 @@ sys.path.insert(1, str(HERE.parent))
 os.chdir(ROOT)  # Spark's Python workers start with -m: the working directory comes first
 
 from app.store import Store  # noqa: E402
-from bench_scale import SECRET, cpu_of, jvm_pid, visible_of  # noqa: E402
+from bench_scale import SECRET, cpu_of, freshness, jvm_pid, visible_of  # noqa: E402
 from tidemark.chunks import encode_chunk  # noqa: E402
 from tidemark.redis_server import EmbeddedRedis  # noqa: E402
 from tidemark.streams import StreamConfig  # noqa: E402
@@ -106,15 +106,8 @@ def run(spark, streams: int, rate: float, size: int, seconds: float, warm: float
             progress = [p for p in query.recentProgress if b0 < p["batchId"] <= b1]
             durations = [p["durationMs"]["triggerExecution"] / 1000 for p in progress]
             groups = sum(p["stateOperators"][0]["numRowsUpdated"] for p in progress)
-            fresh = []
-            for name, answers in accepted.items():
-                times = np.array([t for t, _ in seen[name]])
-                events = np.maximum.accumulate(np.array([e for _, e in seen[name]]))
-                for at, total in answers:
-                    if w0 <= at <= w1 - 5:
-                        after = np.nonzero((times >= at) & (events >= total))[0]
-                        if len(after):
-                            fresh.append(times[after[0]] - at)
+            fresh = freshness({n: [(at, total) for at, total in answers if w0 <= at <= w1 - 5]
+                               for n, answers in accepted.items()}, seen)
             wall = w1 - w0
             python = (cpu1 - cpu0) - (jvm1 - jvm0)
             driver.stop_event.set()
