@@ -371,3 +371,46 @@ def test_the_kept_summaries_survive_from_task_to_task_as_spark_ships_the_functio
         assert list(cloudpickle.loads(shipped)((name, 0), iter([frame]), state)) == []
     assert kept.hits - hits == 2  # decoded once, then kept from task to task
     assert StreamSummary.from_bytes(state.row[0], TEST_SECRET)["count"].clock is not None
+
+
+def test_a_python_worker_freezes_what_its_first_update_leaves_so_each_task_end_collection_is_cheap(
+        redis_url, monkeypatch):
+    """PySpark's daemon runs a full garbage collection after every task: what the worker's
+    imports and first update leave alive is frozen once, so those walks skip it."""
+    import gc
+    import weakref
+
+    import pandas as pd
+    import redis
+
+    from tidemark.wire import keys
+    from workers import job
+
+    monkeypatch.setattr(job, "_FROZEN", [])
+    name = "frozen-after-first-update"
+    redis.Redis.from_url(redis_url).hset(keys.STREAMS, name, CONFIG.model_dump_json())
+    update, state = job.shard_updater(redis_url, TEST_SECRET), _GroupState()
+    gc.unfreeze()
+    try:
+        for b in range(2):
+            chunk = _chunks([[float(10 * b + i) for i in range(5)]])[0]
+            frame = pd.DataFrame({"stream": [name], "shard": [0], "entry": [f"{b + 1}-0"],
+                                  "payload": [chunk.payload], "generation": [0], "tombstone": [False],
+                                  "clock_before": [float(10 * b - 1) if b else -math.inf]})
+            list(update((name, 0), iter([frame]), state))
+            if b == 0:
+                frozen = gc.get_freeze_count()
+                assert frozen > 1000  # the imports' objects, not only this update's
+        assert gc.get_freeze_count() <= frozen  # once per process, not once per update
+
+        class Cycle:
+            pass
+
+        made_after = Cycle()
+        made_after.me = made_after
+        probe = weakref.ref(made_after)
+        del made_after
+        gc.collect()
+        assert probe() is None  # what later tasks make is still collected
+    finally:
+        gc.unfreeze()
