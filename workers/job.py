@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 from tidemark.hash_secret import HashSecret, load_or_create
 from tidemark.streams import StreamConfig
 from tidemark.wire.records import ShardStatus, id_tuple
+from workers.chunk_rows import ChunkRows
 
 if TYPE_CHECKING:
     import pandas as pd  # the driver starts Spark first; executors import pandas anyway
@@ -71,7 +72,7 @@ def shard_status(state: dict, sizes: dict | None = None) -> ShardStatus:
                        failed_events=state["failed_events"])
 
 
-def sort_out_generations(previous: dict | None, rows: pd.DataFrame):
+def sort_out_generations(previous: dict | None, rows: ChunkRows):
     """Which state and which chunk rows a batch goes on with (``tidemark.generations``):
     ``(previous, rows, generation)``; ``previous`` None when the shard starts afresh (or has
     no state), ``generation`` None when the rows say nothing about it (then the current
@@ -81,46 +82,21 @@ def sort_out_generations(previous: dict | None, rows: pd.DataFrame):
     of a generation newer than the state's starts the state afresh (the stream was deleted
     and declared again, whether or not its tombstone was seen); an older one is dropped.
     Entries from before generations (0) belong to the state's generation."""
-    if "generation" not in rows:  # rows built by hand (tests): no generation, no tombstone
-        rows = rows.assign(generation=0, tombstone=False)
-    quick = _same_generation(previous, rows)
-    if quick is not None:
-        return quick
-    tombstones = rows[rows["tombstone"]]
-    dead = int(tombstones["generation"].max()) if len(tombstones) else None
+    gens, tombstone = rows.generation, rows.tombstone
+    dead = int(gens[tombstone].max()) if tombstone.any() else None
     held = int(previous["generation"] or 0) if previous else None
     if previous is not None and dead is not None and held <= dead:
         previous, held = None, None
-    chunks = rows[~rows["tombstone"]]
-    gens = chunks["generation"].astype("int64")
+    chunk = ~tombstone
     if dead is not None:
-        chunks, gens = chunks[gens > dead], gens[gens > dead]
-    newest = int(gens.max()) if len(gens) else 0
+        chunk &= gens > dead
+    newest = int(gens[chunk].max()) if chunk.any() else 0
     if held is not None and newest > held:
         previous, held = None, None  # a new declaration of the name: nothing of the old counts
     target = held if held is not None else (newest or None)
     if target is not None:  # (entries from before generations precede any delete)
-        chunks = chunks[((gens == target) | (gens == 0)).to_numpy()]
-    return previous, chunks, target
-
-
-def _same_generation(previous: dict | None, rows: pd.DataFrame):
-    """``sort_out_generations``' answer without pandas filtering for the common batch (no
-    tombstone, every chunk of the state's generation, or of one generation for a new
-    shard): what it would return, else None (a frame filter costs ~0.4 ms, a tenth of a
-    small stream's whole update)."""
-    tombstone = rows["tombstone"].to_numpy()
-    if len(rows) == 0 or tombstone.any():
-        return None
-    gens = rows["generation"].to_numpy().astype("int64")
-    newest = int(gens.max())
-    held = int(previous["generation"] or 0) if previous else None
-    if held is not None and newest > held:
-        return None  # a new declaration: the general path starts afresh
-    target = held if held is not None else (newest or None)
-    if target is not None and not ((gens == target) | (gens == 0)).all():
-        return None
-    return previous, rows, target
+        chunk &= (gens == target) | (gens == 0)
+    return previous, (rows if chunk.all() else rows.where(chunk)), target
 
 
 class DecodedShards:
@@ -185,7 +161,7 @@ def decoded_shards() -> DecodedShards:
     return _DECODED
 
 
-def apply_chunks(stream: str, previous: dict | None, rows: pd.DataFrame, secret: HashSecret,
+def apply_chunks(stream: str, previous: dict | None, rows: ChunkRows | pd.DataFrame, secret: HashSecret,
                  declaration_of, shard: int = 0, decoded: DecodedShards | None = None) -> dict | None:
     """One shard's new state from its previous state and this batch's rows (pure but for
     reading the stream's declaration when the shard starts, and for ``decoded``, the
@@ -194,6 +170,8 @@ def apply_chunks(stream: str, previous: dict | None, rows: pd.DataFrame, secret:
     deleted)."""
     from workers.update import Chunk, update_shard
 
+    if not isinstance(rows, ChunkRows):  # a frame built by hand (tests)
+        rows = ChunkRows.from_frame(rows)
     kept, rows, generation = sort_out_generations(previous, rows)
     if not len(rows):
         if kept is None and decoded is not None:
@@ -212,9 +190,8 @@ def apply_chunks(stream: str, previous: dict | None, rows: pd.DataFrame, secret:
         state["generation"] = declared[1]
     # Chunks go in in log order (the late rule and replays depend on it). Plain lists: a
     # pandas row lookup per chunk cost more than the sort.
-    entries = rows["entry"].tolist()
+    entries, payloads, clocks = rows.entry, rows.payload, rows.clock_before
     order = sorted(range(len(entries)), key=lambda i: id_tuple(entries[i]))
-    payloads, clocks = rows["payload"].tolist(), rows["clock_before"].tolist()
     chunks = [Chunk(bytes(payloads[i]), float(clocks[i])) for i in order]
     before = state["blob"]
     if decoded is not None:
@@ -313,11 +290,8 @@ def shard_updater(redis_url: str, secret: HashSecret):
         return iter(())  # nothing to emit: the state and the publish are the results
 
     def _update(key, pdfs, group_state) -> None:
-        import pandas as pd
-
         stream, shard = key[0], int(key[1])
-        frames = list(pdfs)
-        rows = frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
+        rows = ChunkRows.unpack(chunk for frame in pdfs for chunk in frame["chunk"])
         previous = dict(zip(_STATE_FIELDS, group_state.get)) if group_state.exists else None
         publisher = _publisher(redis_url)
         state = apply_chunks(stream, previous, rows, secret, publisher.declaration, shard,

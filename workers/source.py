@@ -12,7 +12,8 @@ the streams whose names hash to it, and an offset is one position per partition.
   (``commit``), so nothing is lost across a crash of the worker.
 
 A replayed batch reads the same entries again: an offset names entry ids. Each row is one
-chunk (``stream``, ``shard``, ``entry``, ``clock_before``, ``payload``, ``generation``):
+chunk (``stream``, ``shard``, and ``chunk``: its entry id, clock before, payload and
+generation packed by ``workers.chunk_rows``):
 events travel through Spark in columnar blobs, not as one row each. A chunk's shard is a
 stable function of its entry id and of the stream's ``shards`` setting. Every entry names
 its stream (``s``) and the generation it belongs to (``g``; 0 for an entry from before
@@ -35,8 +36,9 @@ from __future__ import annotations
 import zlib
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
-from pyspark.sql.types import (BinaryType, BooleanType, DoubleType, IntegerType, LongType,
-                               StringType, StructField, StructType)
+from pyspark.sql.types import BinaryType, IntegerType, StringType, StructField, StructType
+
+from workers.chunk_rows import pack
 
 __all__ = ["RedisChunkSource", "SCHEMA", "shard_of"]
 
@@ -44,11 +46,9 @@ SCHEMA = StructType(
     [
         StructField("stream", StringType(), False),
         StructField("shard", IntegerType(), False),
-        StructField("entry", StringType(), False),
-        StructField("clock_before", DoubleType(), False),
-        StructField("payload", BinaryType(), False),
-        StructField("generation", LongType(), False),  # 0: an entry from before generations
-        StructField("tombstone", BooleanType(), False),
+        # entry id, clock before, payload, generation (0: an entry from before
+        # generations), tombstone: one column (``workers.chunk_rows``)
+        StructField("chunk", BinaryType(), False),
     ]
 )
 
@@ -101,11 +101,11 @@ def read_range(r, part: int, start: str, end: str):
             cursor = eid
             if isinstance(entry, Tombstone):  # a DELETE's: every shard of the stream hears it
                 for shard in range(entry.shards):
-                    yield (entry.stream, shard, eid, float("-inf"), b"", entry.generation, True)
+                    yield (entry.stream, shard, pack(eid, float("-inf"), b"", entry.generation, True))
                 continue
             clock = float("-inf") if entry.clock_before is None else entry.clock_before
-            yield (entry.stream, shard_of(eid, shards[entry.stream]), eid, clock, entry.payload,
-                   entry.generation, False)
+            yield (entry.stream, shard_of(eid, shards[entry.stream]),
+                   pack(eid, clock, entry.payload, entry.generation, False))
 
 
 class _Reader(DataSourceStreamReader):

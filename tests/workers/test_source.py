@@ -18,6 +18,7 @@ from tidemark.wire import keys
 from tidemark.ingest_log import initial_offset, partition_count, partition_of
 from tidemark.redis_server import EmbeddedRedis
 from tidemark.streams import StreamConfig
+from workers.chunk_rows import ChunkRows
 from workers.migrate import migrate_legacy_queues
 from workers.source import _Reader
 
@@ -46,9 +47,14 @@ def _append_many(store, chunks):
 
 
 def _drain(reader, start, end):
+    """The rows read, each unpacked to (stream, shard, entry, clock before, payload,
+    generation, tombstone)."""
     rows = []
     for part in reader.partitions(start, end):
-        rows.extend(reader.read(part))
+        for stream, shard, chunk in reader.read(part):
+            r = ChunkRows.unpack([chunk])
+            rows.append((stream, shard, r.entry[0], r.clock_before[0], bytes(r.payload[0]),
+                         int(r.generation[0]), bool(r.tombstone[0])))
     return rows
 
 

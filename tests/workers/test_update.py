@@ -346,6 +346,19 @@ class _GroupState:
         self.row = None
 
 
+def _spark_frame(stream, entry, payload, clock_before, generation=0, tombstone=False):
+    """One chunk row as the source hands it to the group function (``SCHEMA``)."""
+    import pandas as pd
+
+    from workers.chunk_rows import pack
+    from workers.source import SCHEMA
+
+    frame = pd.DataFrame({"stream": [stream], "shard": [0],
+                          "chunk": [pack(entry, clock_before, payload, generation, tombstone)]})
+    assert list(frame.columns) == SCHEMA.names
+    return frame
+
+
 def test_the_kept_summaries_survive_from_task_to_task_as_spark_ships_the_function(redis_url):
     """Spark ships the group function to every task by value (cloudpickle), and with it a
     copy of whatever module-level object it names: the process's kept summaries must be
@@ -365,9 +378,7 @@ def test_the_kept_summaries_survive_from_task_to_task_as_spark_ships_the_functio
     hits = kept.hits
     for b in range(3):  # three batches, each a new task with a freshly unpickled function
         chunk = _chunks([[float(10 * b + i) for i in range(5)]])[0]
-        frame = pd.DataFrame({"stream": [name], "shard": [0], "entry": [f"{b + 1}-0"],
-                              "payload": [chunk.payload], "clock_before": [float(10 * b - 1) if b else -math.inf],
-                              "generation": [0], "tombstone": [False]})
+        frame = _spark_frame(name, f"{b + 1}-0", chunk.payload, float(10 * b - 1) if b else -math.inf)
         assert list(cloudpickle.loads(shipped)((name, 0), iter([frame]), state)) == []
     assert kept.hits - hits == 2  # decoded once, then kept from task to task
     assert StreamSummary.from_bytes(state.row[0], TEST_SECRET)["count"].clock is not None
@@ -394,9 +405,7 @@ def test_a_python_worker_freezes_what_its_first_update_leaves_so_each_task_end_c
     try:
         for b in range(2):
             chunk = _chunks([[float(10 * b + i) for i in range(5)]])[0]
-            frame = pd.DataFrame({"stream": [name], "shard": [0], "entry": [f"{b + 1}-0"],
-                                  "payload": [chunk.payload], "generation": [0], "tombstone": [False],
-                                  "clock_before": [float(10 * b - 1) if b else -math.inf]})
+            frame = _spark_frame(name, f"{b + 1}-0", chunk.payload, float(10 * b - 1) if b else -math.inf)
             list(update((name, 0), iter([frame]), state))
             if b == 0:
                 frozen = gc.get_freeze_count()
