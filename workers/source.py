@@ -12,9 +12,8 @@ the streams whose names hash to it, and an offset is one position per partition.
   (``commit``), so nothing is lost across a crash of the worker.
 
 A replayed batch reads the same entries again: an offset names entry ids. Each row is one
-chunk (``stream``, ``shard``, and ``chunk``: its entry id, clock before, payload and
-generation packed by ``workers.chunk_rows``):
-events travel through Spark in columnar blobs, not as one row each. A chunk's shard is a
+chunk: ``stream``, ``shard``, and ``chunk``, its entry id, clock before, payload,
+generation and tombstone flag packed in one column (``workers.chunk_rows``); events travel through Spark in columnar blobs, not as one row each. A chunk's shard is a
 stable function of its entry id and of the stream's ``shards`` setting. Every entry names
 its stream (``s``) and the generation it belongs to (``g``; 0 for an entry from before
 generations), so the chunks of a deleted stream still in the shared partitions are
@@ -22,7 +21,7 @@ dropped by generation in the worker (``workers.job.sort_out_generations``).
 
 The tombstone entry a DELETE appends to the stream's partition (fields ``t``, ``g``, ``s``,
 ``k``: the generation it ended, the stream, its shard count) becomes one row per shard with
-``tombstone`` set and no payload, so every shard's stateful function is called and removes
+the tombstone flag set and no payload, so every shard's stateful function is called and removes
 its state.
 
 An offset of the per-stream queues of earlier runs (a checkpoint written before the log
