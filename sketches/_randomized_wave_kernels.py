@@ -307,8 +307,11 @@ def count_at_least(l, lo, eT, s, bufs):
 
 
 @njit(cache=True)
-def fill_buffers(emask, n, s, bufs):
-    """Buffers of a freshly loaded pool: each level lists the entries whose bit is set."""
+def loaded_buffers(emask, s):
+    """Level buffers of a freshly loaded pool, as a new typed list: each level lists the
+    entries whose bit is set (one compiled call per instance read)."""
+    bufs = List()
+    n = emask.size
     for l in range(s.size):
         bit = _U1 << np.uint64(l)
         buf = np.empty(max(s[l], 1), np.int64)
@@ -317,7 +320,8 @@ def fill_buffers(emask, n, s, bufs):
             if emask[e] & bit:
                 buf[c] = e
                 c += 1
-        bufs[l] = buf
+        bufs.append(buf)
+    return bufs
 
 
 @njit(cache=True)
