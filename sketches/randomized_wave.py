@@ -103,6 +103,7 @@ from sketches._randomized_wave_kernels import (
     empty_buffers,
     export_entries,
     flatten_buffers,
+    grown_pool,
     insert_events,
     loaded_buffers,
     read_instance,
@@ -238,15 +239,8 @@ class _Instance:
                 self._build_table()
             return
         new = max(need, 2 * cap, 16)
-        hwm = int(self.meta[0])
-        for name, dtype in (("ekey", np.uint64), ("eT", np.int64), ("emask", np.uint64),
-                            ("eh", np.int64), ("free", np.int64)):
-            arr = np.zeros(new, dtype)
-            old = getattr(self, name)
-            n = hwm if name != "free" else int(self.meta[1])
-            arr[:n] = old[:n]
-            setattr(self, name, arr)
-        self._build_table()
+        (self.ekey, self.eT, self.emask, self.eh, self.free, self.table) = grown_pool(
+            self.ekey, self.eT, self.emask, self.eh, self.free, int(self.meta[0]), int(self.meta[1]), new)
 
     def insert(self, ticks: np.ndarray, keys: np.ndarray, cap: int, top: int) -> None:
         for i in range(0, ticks.size, _CHUNK):
