@@ -28,6 +28,7 @@ before ``clock - window + 1`` is left out (``has_old = 0``).
 
 from __future__ import annotations
 
+import functools
 import math
 import struct
 from fractions import Fraction
@@ -63,11 +64,13 @@ def _log2_window(window: int) -> int:
     return max(0, (int(window) - 1).bit_length())
 
 
+@functools.lru_cache(maxsize=256)  # (pure; every read of a histogram sizes it again)
 def suggest_alpha(epsilon: float, window: int) -> int:
     """Buckets kept per level, α = ⌈(1 + log₂ Wp)(2 + ε)/ε⌉ (§2.1, Algorithm 1)."""
     return int(math.ceil((1 + _log2_window(window)) * (2 + epsilon) / epsilon))
 
 
+@functools.lru_cache(maxsize=256)  # (pure; a loop of up to 600 steps on every read)
 def suggest_levels(max_total: float, unit: float = 1.0) -> int:
     """Top level M = ⌈log₂(B/unit)⌉ (at least 1), so 2^(M+1)·unit > B (Lemma 2)."""
     ratio = max_total / unit
