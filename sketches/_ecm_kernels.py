@@ -80,6 +80,7 @@ __all__ = [
     "cells_of",
     "materialize",
     "group_ticks",
+    "add_leaves",
     "straddle_ratio",
 ]
 
@@ -179,6 +180,96 @@ def group_ticks(ticks, weights):
         inv[i] = g
         mass[g] += weights[i]
     return uniq, inv, mass
+
+
+@nb.njit(cache=True)
+def add_leaves(lvl, idx, s, e, m, ticks, weights, horizon):
+    """The first half of ``TimeBuckets.plan_update`` in one compiled pass: the events kept
+    (positive weight, tick >= ``horizon``), their distinct ticks (sorted) with each kept
+    event's group and each group's weight (summed in event order, as ``np.bincount``
+    does), the buckets still alive (``e >= horizon``), and those buckets with each
+    group's weight added to the leaf of its tick, or a new leaf appended (in tick order).
+
+    Returns ``(sel, inv, keep, leaf_at, lvl, idx, s, e, m)``; ``leaf_at[j]`` is the row of
+    group j's leaf among the returned buckets."""
+    n = ticks.shape[0]
+    cnt = 0
+    for i in range(n):
+        if weights[i] > 0 and ticks[i] >= horizon:
+            cnt += 1
+    sel = np.empty(cnt, np.int64)
+    c = 0
+    for i in range(n):
+        if weights[i] > 0 and ticks[i] >= horizon:
+            sel[c] = i
+            c += 1
+    ts = ticks[sel]
+    order = np.argsort(ts)
+    inv = np.empty(cnt, np.int64)
+    u = 0
+    for r in range(cnt):
+        if r == 0 or ts[order[r]] != ts[order[r - 1]]:
+            u += 1
+        inv[order[r]] = u - 1
+    ut = np.empty(u, np.int64)
+    lm = np.zeros(u)
+    for i in range(cnt):
+        ut[inv[i]] = ts[i]
+        lm[inv[i]] += weights[sel[i]]
+    nb_old = lvl.shape[0]
+    alive = 0
+    for i in range(nb_old):
+        if e[i] >= horizon:
+            alive += 1
+    keep = np.empty(alive, np.int64)
+    nleaf = 0
+    c = 0
+    for i in range(nb_old):
+        if e[i] >= horizon:
+            keep[c] = i
+            c += 1
+            if lvl[i] == 0:
+                nleaf += 1
+    leaves = np.empty(nleaf, np.int64)  # rows (among the kept) of the leaves, by tick
+    c = 0
+    for r in range(alive):
+        if lvl[keep[r]] == 0:
+            leaves[c] = r
+            c += 1
+    leaf_at = np.empty(u, np.int64)
+    found = np.zeros(u, np.bool_)
+    n_new = 0
+    for j in range(u):
+        lo, hi = 0, nleaf  # first leaf with tick >= ut[j]
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if idx[keep[leaves[mid]]] < ut[j]:
+                lo = mid + 1
+            else:
+                hi = mid
+        if lo < nleaf and idx[keep[leaves[lo]]] == ut[j]:
+            found[j] = True
+            leaf_at[j] = leaves[lo]
+        else:
+            n_new += 1
+    total = alive + n_new
+    lvl2 = np.zeros(total, np.int64)
+    idx2 = np.empty(total, np.int64)
+    s2 = np.empty(total, np.int64)
+    e2 = np.empty(total, np.int64)
+    m2 = np.empty(total)
+    for r in range(alive):
+        i = keep[r]
+        lvl2[r], idx2[r], s2[r], e2[r], m2[r] = lvl[i], idx[i], s[i], e[i], m[i]
+    c = alive
+    for j in range(u):
+        if found[j]:
+            m2[leaf_at[j]] += lm[j]
+        else:
+            leaf_at[j] = c
+            idx2[c], s2[c], e2[c], m2[c] = ut[j], ut[j], ut[j], lm[j]
+            c += 1
+    return sel, inv, keep, leaf_at, lvl2, idx2, s2, e2, m2
 
 
 # --------------------------------------------------------------------------------------
@@ -456,36 +547,9 @@ class TimeBuckets:
         n_old = len(self)
         clock = max(self.clock, int(ticks.max())) if ticks.shape[0] else self.clock
         horizon = clock - self.window + 1
-        sel = np.flatnonzero((weights > 0) & (ticks >= horizon))
-        alive = self.e >= horizon
-        ts, ws = ticks[sel], weights[sel]
-        grouped = group_ticks(ts, ws) if ts.shape[0] else None
-        if grouped is None:
-            ut, inv = np.unique(ts, return_inverse=True)
-            lm = np.bincount(inv, weights=ws, minlength=ut.shape[0])
-        else:
-            ut, inv, lm = grouped
-        keep = np.flatnonzero(alive)
-        lvl, idx, s, e, m = self.lvl[keep], self.idx[keep], self.s[keep], self.e[keep], self.m[keep].copy()
-        leaf_rows = np.flatnonzero(lvl == 0)  # sorted by tick (canonical order)
-        match = np.zeros(ut.shape[0], bool)
-        jj = np.zeros(ut.shape[0], np.int64)
-        if leaf_rows.shape[0]:
-            j = np.searchsorted(idx[leaf_rows], ut)
-            jj = np.minimum(j, leaf_rows.shape[0] - 1)
-            match = (j < leaf_rows.shape[0]) & (idx[leaf_rows[jj]] == ut)
-        leaf_at = np.empty(ut.shape[0], np.int64)
-        leaf_at[match] = leaf_rows[jj[match]]
-        np.add.at(m, leaf_at[match], lm[match])
-        new = ~match
-        n_new = int(new.sum())
-        leaf_at[new] = keep.shape[0] + np.arange(n_new)
-        nt = ut[new]
-        lvl = np.concatenate([lvl, np.zeros(n_new, np.int64)])
-        idx = np.concatenate([idx, nt])
-        s = np.concatenate([s, nt])
-        e = np.concatenate([e, nt])
-        m = np.concatenate([m, lm[new]])
+        # (an empty structure's horizon is below int64: every tick and bucket is after it)
+        sel, inv, keep, leaf_at, lvl, idx, s, e, m = add_leaves(
+            self.lvl, self.idx, self.s, self.e, self.m, ticks, weights, max(horizon, NO_CLOCK))
         out = compress(lvl, idx, s, e, m, self.ratio)
         self.clock = clock
         dest = self._adopt(*out)

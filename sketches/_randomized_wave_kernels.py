@@ -146,6 +146,29 @@ def rebuild_table(table, ekey, emask, hwm):
             table[_find(table, shift, tmask, ekey, ekey[e])] = e
 
 
+@njit(cache=True)
+def grown_pool(ekey, eT, emask, eh, free, hwm, nfree, size):
+    """The pool's arrays widened to ``size`` slots (the first ``hwm`` entries and ``nfree``
+    free slots kept, the rest zero) and a key table built for them, in one call: a pool is
+    grown at the first insertion after every read."""
+    ekey2 = np.zeros(size, np.uint64)
+    eT2 = np.zeros(size, np.int64)
+    emask2 = np.zeros(size, np.uint64)
+    eh2 = np.zeros(size, np.int64)
+    free2 = np.zeros(size, np.int64)
+    ekey2[:hwm] = ekey[:hwm]
+    eT2[:hwm] = eT[:hwm]
+    emask2[:hwm] = emask[:hwm]
+    eh2[:hwm] = eh[:hwm]
+    free2[:nfree] = free[:nfree]
+    slots = 2
+    while slots < 2 * size:  # 1 << (2·size − 1).bit_length(): load factor <= 1/2
+        slots *= 2
+    table = np.full(slots, -1, np.int64)
+    rebuild_table(table, ekey2, emask2, hwm)
+    return ekey2, eT2, emask2, eh2, free2, table
+
+
 @njit(cache=True, inline="always")
 def _beats(t, key, l, fT, fK, fhas):
     return fhas[l] == 0 or t > fT[l] or (t == fT[l] and key > fK[l])
@@ -307,8 +330,11 @@ def count_at_least(l, lo, eT, s, bufs):
 
 
 @njit(cache=True)
-def fill_buffers(emask, n, s, bufs):
-    """Buffers of a freshly loaded pool: each level lists the entries whose bit is set."""
+def loaded_buffers(emask, s):
+    """Level buffers of a freshly loaded pool, as a new typed list: each level lists the
+    entries whose bit is set (one compiled call per instance read)."""
+    bufs = List()
+    n = emask.size
     for l in range(s.size):
         bit = _U1 << np.uint64(l)
         buf = np.empty(max(s[l], 1), np.int64)
@@ -317,7 +343,8 @@ def fill_buffers(emask, n, s, bufs):
             if emask[e] & bit:
                 buf[c] = e
                 c += 1
-        bufs[l] = buf
+        bufs.append(buf)
+    return bufs
 
 
 @njit(cache=True)

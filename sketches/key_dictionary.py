@@ -270,13 +270,35 @@ class KeyDictionary(TimeBucketed):
         self._tb = TimeBuckets(window_ticks(window, TICK_LIMIT - 1), self.epsilon)
         self._ids = np.zeros((0, self.capacity), np.uint64)
         self._cnt = np.zeros((0, self.capacity))
-        self._keys: dict[int, str] = {}
+        # The strings of the ids the summaries hold: ids increasing, strings alongside (NumPy
+        # arrays: a dict of a thousand keys cost a tenth of a small stream's update, built on
+        # every read, searched, pruned and sorted on every update and write).
+        self._kid = np.zeros(0, np.uint64)
+        self._kstr = np.zeros(0, object)
         self._depth, self._parts = 0, 1
 
     # -- properties (window, clock, is_empty: TimeBucketed) -----------------------------------
     def __len__(self) -> int:
         """Number of key strings held."""
-        return len(self._keys)
+        return int(self._kid.shape[0])
+
+    @property
+    def _keys(self) -> dict[int, str]:
+        """id -> string of every string held (a copy, for tests)."""
+        return dict(zip(self._kid.tolist(), self._kstr.tolist()))
+
+    def _where(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(pos, found)``: where each of ``ids`` is among the ids held, and whether it is."""
+        pos = np.searchsorted(self._kid, ids)
+        n = self._kid.shape[0]
+        found = np.zeros(ids.shape[0], bool) if n == 0 else self._kid[np.minimum(pos, n - 1)] == ids
+        return pos, found
+
+    def _strings_of(self, ids: np.ndarray) -> list[str]:
+        pos, found = self._where(ids)
+        if not found.all():
+            raise KeyError(int(ids[~found][0]))
+        return self._kstr[pos].tolist()
 
     # -- updates ----------------------------------------------------------------------------
     def update(self, ticks, keys: Sequence[str], ids=None, weights=None) -> None:
@@ -292,27 +314,27 @@ class KeyDictionary(TimeBucketed):
         sel, ev_dest, old_dest, n_out = self._tb.plan_update(t, w)
         self._ids, self._cnt = _mg_rebuild(n_out, self.capacity, self._ids, self._cnt, old_dest,
                                            ev_dest, x[sel], w[sel])
+        # Afterwards the strings are those of the ids held: the ones already known keep
+        # their string, a new one takes its first event's key, the others are dropped.
         held = self._held()
-        new = np.setdiff1d(held, np.fromiter(self._keys, np.uint64, len(self._keys)), assume_unique=True)
+        pos, found = self._where(held)
+        strings = np.empty(held.shape[0], object)
+        strings[found] = self._kstr[pos[found]]
+        new = held[~found]
         if new.shape[0]:
             first = np.unique(x[sel], return_index=True)
-            pos = first[1][np.searchsorted(first[0], new)]
-            for xid, p in zip(new.tolist(), sel[pos].tolist()):
-                key = keys[p]
+            at = first[1][np.searchsorted(first[0], new)]
+            fresh = [keys[p] for p in sel[at].tolist()]
+            for key in fresh:
                 if not isinstance(key, str) or len(key.encode()) > 65535:
                     raise SketchError("keys must be strings of at most 65535 UTF-8 bytes")
-                self._keys[xid] = key
-        self._prune(held)
+            column = np.empty(len(fresh), object)
+            column[:] = fresh
+            strings[~found] = column
+        self._kid, self._kstr = held, strings
 
     def _held(self) -> np.ndarray:
         return np.unique(self._ids[self._cnt > 0])
-
-    def _prune(self, held: np.ndarray | None = None) -> None:
-        """Drop the strings of ids no summary holds (``held``: ``_held()``, when known)."""
-        held = self._held() if held is None else held
-        if held.shape[0] != len(self._keys):
-            kept = set(held.tolist())
-            self._keys = {x: k for x, k in self._keys.items() if x in kept}
 
     # -- queries ----------------------------------------------------------------------------
     def candidates(self, lo: int, hi: int) -> Candidates:
@@ -338,7 +360,7 @@ class KeyDictionary(TimeBucketed):
         up = up + threshold
         order = np.lexsort((uid, -up))
         uid = uid[order]
-        return Candidates(uid, [self._keys[x] for x in uid.tolist()], low[order], up[order], threshold)
+        return Candidates(uid, self._strings_of(uid), low[order], up[order], threshold)
 
     def lookup(self, ids, bits: int = 64) -> list[list[str]]:
         """Keys held for each id; with ``bits < 64`` an id is a reduced id
@@ -346,16 +368,16 @@ class KeyDictionary(TimeBucketed):
         if not (1 <= bits <= 64):
             raise SketchError("bits must be in [1, 64]")
         q = np.asarray(ids, dtype=np.uint64).ravel()
-        if not self._keys:
+        if not len(self):
             return [[] for _ in q.tolist()]
-        full = np.fromiter(self._keys, np.uint64, len(self._keys))
+        full = self._kid
         red = full >> np.uint64(64 - bits) if bits < 64 else full
         order = np.argsort(red, kind="stable")
         red_s = red[order]
         out = []
         for v in q.tolist():
             a, b = np.searchsorted(red_s, v, "left"), np.searchsorted(red_s, v, "right")
-            out.append(sorted(self._keys[int(x)] for x in full[order[a:b]]))
+            out.append(sorted(self._kstr[order[a:b]].tolist()))
         return out
 
     # -- merging ----------------------------------------------------------------------------
@@ -366,9 +388,15 @@ class KeyDictionary(TimeBucketed):
         self._ids, self._cnt = _mg_rebuild(
             n_out, self.capacity, np.concatenate([self._ids, other._ids]), np.concatenate([self._cnt, other._cnt]),
             np.concatenate([d_self, d_other]), none, np.zeros(0, np.uint64), np.zeros(0))
-        for x, k in other._keys.items():
-            self._keys.setdefault(x, k)
-        self._prune()
+        # The strings of the ids held after the merge; an id both know keeps this one's.
+        held = self._held()
+        mine, in_mine = self._where(held)
+        theirs, in_theirs = other._where(held)
+        strings = np.empty(held.shape[0], object)
+        strings[in_theirs] = other._kstr[theirs[in_theirs]]
+        strings[in_mine] = self._kstr[mine[in_mine]]
+        known = in_mine | in_theirs
+        self._kid, self._kstr = held[known], strings[known]
         self._depth = max(self._depth, other._depth) + 1
         self._parts += other._parts
         return self
@@ -376,7 +404,7 @@ class KeyDictionary(TimeBucketed):
     def copy(self) -> "KeyDictionary":
         other = KeyDictionary(self.capacity, self.window, self.epsilon)
         other._tb, other._ids, other._cnt = self._tb.copy(), self._ids.copy(), self._cnt.copy()
-        other._keys = dict(self._keys)
+        other._kid, other._kstr = self._kid.copy(), self._kstr.copy()
         other._depth, other._parts = self._depth, self._parts
         return other
 
@@ -396,9 +424,8 @@ class KeyDictionary(TimeBucketed):
         tb = self._tb
         mask = self._cnt > 0
         per = mask.sum(axis=1)
-        order = sorted(self._keys)
-        ids = np.array(order, np.uint64)
-        strings = list(map(self._keys.__getitem__, order))
+        ids = self._kid
+        strings = self._kstr.tolist()
         text = "".join(strings)
         data = text.encode()  # UTF-8 of a concatenation is the concatenation of the UTF-8s
         if len(data) == len(text):  # ASCII: one byte a character
@@ -469,10 +496,12 @@ class KeyDictionary(TimeBucketed):
             strings = _split_strings(text, lengths)
         except UnicodeDecodeError:
             raise CorruptSketchError("key dictionary blob has a string that is not UTF-8") from None
-        kd._tb, kd._keys, kd._depth, kd._parts = tb, dict(zip(table.tolist(), strings)), int(depth), int(parts)
+        kd._kstr = np.empty(len(strings), object)
+        kd._kstr[:] = strings
+        kd._tb, kd._kid, kd._depth, kd._parts = tb, table.astype(np.uint64), int(depth), int(parts)
         return kd
 
     @property
     def n_keys(self) -> int:
         """Number of key strings held (``len``)."""
-        return len(self._keys)
+        return len(self)

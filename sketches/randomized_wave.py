@@ -102,9 +102,10 @@ from sketches._randomized_wave_kernels import (
     count_at_least,
     empty_buffers,
     export_entries,
-    fill_buffers,
     flatten_buffers,
+    grown_pool,
     insert_events,
+    loaded_buffers,
     read_instance,
     rebuild_table,
     write_entries,
@@ -208,22 +209,38 @@ class _Instance:
         self.fhas = np.zeros(levels, np.uint8)
         self.bufs = empty_buffers(levels)
 
+    @classmethod
+    def loaded(cls, params: np.ndarray, keys, ticks, h, emask, counts, fhas, fT, fK) -> "_Instance":
+        """An instance from entries ``read_instance`` has checked whole (fresh arrays, held
+        as they are). Its pool is exactly full and its key table is left unbuilt: the
+        next insertion grows the pool and builds the table once (``reserve``), and a
+        summary only read (the API's) never builds one. Slots are numbered as before, so
+        the state, its bytes and its answers are the same."""
+        w = object.__new__(cls)
+        w.a0, w.a1, w.b = (np.uint64(x) for x in params)
+        n = keys.size
+        w.ekey, w.eT, w.eh, w.emask = keys, ticks, h, emask
+        w.free = np.zeros(n, np.int64)
+        w.meta = np.array([n, 0, n], np.int64)
+        w.table = None
+        w.s, w.fhas, w.fT, w.fK = counts, fhas, fT, fK
+        w.bufs = loaded_buffers(emask, counts)
+        return w
+
+    def _build_table(self) -> None:
+        self.table = np.full(1 << (2 * self.ekey.size - 1).bit_length(), -1, np.int64)
+        rebuild_table(self.table, self.ekey, self.emask, int(self.meta[0]))
+
     def reserve(self, extra: int) -> None:
         need = int(self.meta[2]) + extra
         cap = self.ekey.size
         if need <= cap:
+            if self.table is None:
+                self._build_table()
             return
         new = max(need, 2 * cap, 16)
-        hwm = int(self.meta[0])
-        for name, dtype in (("ekey", np.uint64), ("eT", np.int64), ("emask", np.uint64),
-                            ("eh", np.int64), ("free", np.int64)):
-            arr = np.zeros(new, dtype)
-            old = getattr(self, name)
-            n = hwm if name != "free" else int(self.meta[1])
-            arr[:n] = old[:n]
-            setattr(self, name, arr)
-        self.table = np.full(1 << (2 * new - 1).bit_length(), -1, np.int64)
-        rebuild_table(self.table, self.ekey, self.emask, hwm)
+        (self.ekey, self.eT, self.emask, self.eh, self.free, self.table) = grown_pool(
+            self.ekey, self.eT, self.emask, self.eh, self.free, int(self.meta[0]), int(self.meta[1]), new)
 
     def insert(self, ticks: np.ndarray, keys: np.ndarray, cap: int, top: int) -> None:
         for i in range(0, ticks.size, _CHUNK):
@@ -236,6 +253,8 @@ class _Instance:
     def compact(self, cap: int, everything: bool) -> None:
         for lev in range(self.s.size):
             if self.s[lev] > cap or (everything and self.s[lev] > 0):
+                if self.table is None:
+                    self._build_table()
                 compact_level(lev, cap, self.ekey, self.eT, self.emask, self.free, self.meta,
                               self.table, self.s, self.fT, self.fK, self.fhas, self.bufs)
 
@@ -332,7 +351,7 @@ class RandomizedWave(Sketch):
     SHOWN = ("epsilon", "delta", "window", "seed", "instances", "capacity", "entries", "clock")
 
     def __init__(self, epsilon: float, delta: float, window: int, seed: int = 0,
-                 max_distinct: int = 2**40):
+                 max_distinct: int = 2**40, *, _reading: bool = False):
         # Below these, C = O(1/(ε² p)) no longer fits any machine (and k·C sizing is slow).
         if not 1e-4 <= epsilon < 1:
             raise SketchError("epsilon of a randomized wave must be in [1e-4, 1)")
@@ -347,7 +366,11 @@ class RandomizedWave(Sketch):
         self.top = _top_level(self.max_distinct, self.capacity)
         self._clock: int | None = None
         self._dirty = False  # a merge raised floors: every level needs trimming
-        self._waves = [_Instance(p, self.top + 1) for p in _hash_params(self.seed, self.instances)]
+        # (A wave being read gets its instances from the blob: ``_read``.)
+        self._waves = [] if _reading else [_Instance(p, self.top + 1) for p in self._params_of()]
+
+    def _params_of(self) -> np.ndarray:
+        return _hash_params(self.seed, self.instances)
 
     # -- updates -----------------------------------------------------------------------
     def update(self, ticks: np.ndarray, keys: np.ndarray) -> None:
@@ -502,7 +525,7 @@ class RandomizedWave(Sketch):
                 and has_clock in (0, 1) and (0 <= clock < _MAX_TICK if has_clock else clock == 0)):
             raise CorruptSketchError("randomized wave parameters out of range")
         try:
-            sk = cls(eps, delta, window, seed, maxd)
+            sk = cls(eps, delta, window, seed, maxd, _reading=True)
         except SketchError as exc:
             raise CorruptSketchError(f"randomized wave parameters rejected: {exc}") from None
         levels = sk.top + 1
@@ -526,29 +549,17 @@ class RandomizedWave(Sketch):
         else:
             uk, ut = np.zeros(0, np.uint64), np.zeros(0, np.int64)
         held = np.zeros(u, bool)
-        for w in sk._waves:
+        for params in sk._params_of():
+            a0, a1, b = (np.uint64(x) for x in params)
             code, end, idx, h, emask, counts, fhas, fT, fK = read_instance(
-                rd.buf, rd.pos, uk, ut, levels, sk.capacity, bool(has_clock), clock, w.a0, w.a1, w.b, sk.top)
+                rd.buf, rd.pos, uk, ut, levels, sk.capacity, bool(has_clock), clock, a0, a1, b, sk.top)
             if code:
                 raise rd.fail_code(code) if code < 0 else CorruptSketchError(INSTANCE_ERRORS[code])
             rd.pos = end
             held[idx] = True
-            sk._load_instance(w, uk[idx], ut[idx], h, emask, counts, fhas, fT, fK)
+            sk._waves.append(_Instance.loaded(params, uk[idx], ut[idx], h, emask, counts, fhas, fT, fK))
         rd.done()
         if not held.all():
             raise CorruptSketchError("randomized wave stores a pair no instance holds")
         sk._clock = int(clock) if has_clock else None
         return sk
-
-    @staticmethod
-    def _load_instance(w: _Instance, keys, ticks, h, emask, counts, fhas, fT, fK) -> None:
-        """Rebuild one instance from entries ``read_instance`` has checked whole."""
-        w.reserve(keys.size)
-        n = keys.size
-        w.ekey[:n], w.eT[:n], w.eh[:n], w.emask[:n] = keys, ticks, h, emask
-        w.meta[:] = (n, 0, n)
-        w.table.fill(-1)
-        rebuild_table(w.table, w.ekey, w.emask, n)
-        w.s[:] = counts
-        fill_buffers(w.emask, n, w.s, w.bufs)
-        w.fhas[:], w.fT[:], w.fK[:] = fhas, fT, fK

@@ -28,6 +28,7 @@ before ``clock - window + 1`` is left out (``has_old = 0``).
 
 from __future__ import annotations
 
+import functools
 import math
 import struct
 from fractions import Fraction
@@ -63,11 +64,13 @@ def _log2_window(window: int) -> int:
     return max(0, (int(window) - 1).bit_length())
 
 
+@functools.lru_cache(maxsize=256)  # (pure; every read of a histogram sizes it again)
 def suggest_alpha(epsilon: float, window: int) -> int:
     """Buckets kept per level, α = ⌈(1 + log₂ Wp)(2 + ε)/ε⌉ (§2.1, Algorithm 1)."""
     return int(math.ceil((1 + _log2_window(window)) * (2 + epsilon) / epsilon))
 
 
+@functools.lru_cache(maxsize=256)  # (pure; a loop of up to 600 steps on every read)
 def suggest_levels(max_total: float, unit: float = 1.0) -> int:
     """Top level M = ⌈log₂(B/unit)⌉ (at least 1), so 2^(M+1)·unit > B (Lemma 2)."""
     ratio = max_total / unit
@@ -155,27 +158,27 @@ class _Interval:
         # The top level never splits, so its one bucket holds everything inserted.
         return float(self.M[-1, 0])
 
-    def grow(self, levels: int) -> None:
-        """Add levels up to ``levels``. A level that never split is one root bucket with
-        all the mass so far, so a level added now is the one Algorithm 1 would have built."""
-        old = self.levels
-        if levels <= old:
+    def fit(self, levels: int, cap: int) -> None:
+        """At least ``levels`` levels of ``cap`` buckets, in one allocation (a read or merged
+        interval is kept compact; a worker reads one every update, so padding the rows and
+        stacking the levels one array at a time was a tenth of its update). A level added
+        never split: it is one root bucket with all the mass so far, the level Algorithm 1
+        would have built. Only the shape changes: every kernel reads a level's first n
+        buckets, so the state, its bytes and its answers are the same."""
+        old, have = self.L.shape
+        if levels <= old and cap <= have:
             return
-        extra = levels - old
-        cap = self.L.shape[1]
-        self.L = np.vstack([self.L, np.zeros((extra, cap), np.int64)])
-        self.M = np.vstack([self.M, np.zeros((extra, cap), np.float64)])
-        self.M[old:, 0] = self.M[old - 1, 0]
-        self.n = np.concatenate([self.n, np.ones(extra, np.int64)])
-        self.T = np.concatenate([self.T, np.full(extra, -1, np.int64)])
-        self.F = np.concatenate([self.F, np.full(extra, self.F[old - 1], np.int64)])
-
-    def ensure_capacity(self, cap: int) -> None:
-        """Widen the rows to ``cap`` buckets (a read or merged interval is kept compact)."""
-        have = self.L.shape[1]
-        if have < cap:
-            pad = ((0, 0), (0, cap - have))
-            self.L, self.M = np.pad(self.L, pad), np.pad(self.M, pad)
+        rows, cols = max(levels, old), max(cap, have)
+        L = np.zeros((rows, cols), np.int64)
+        M = np.zeros((rows, cols), np.float64)
+        L[:old, :have], M[:old, :have] = self.L, self.M
+        self.L, self.M = L, M
+        if rows > old:
+            extra = rows - old
+            M[old:, 0] = M[old - 1, 0]
+            self.n = np.concatenate([self.n, np.ones(extra, np.int64)])
+            self.T = np.concatenate([self.T, np.full(extra, -1, np.int64)])
+            self.F = np.concatenate([self.F, np.full(extra, self.F[old - 1], np.int64)])
 
     def copy(self, compact: bool = False) -> "_Interval":
         """A deep copy; ``compact`` keeps only the filled columns (for a part that is
@@ -404,13 +407,12 @@ class SplittableHistogram(Sketch):
         # Everything is checked; now change the state.
         for k, d, local, mass, levels in plan:
             if d is None:
-                d = _Interval(k, self._cap)
+                d = _Interval(k, self._cap, levels)
                 if k == top:
                     new = d
                 else:
                     old = d
-            d.ensure_capacity(self._cap)
-            d.grow(levels)
+            d.fit(levels, self._cap)
             if longest > 1:
                 d.F += longest - 1
             insert_all(d.L, d.M, d.n, d.T, d.F, d.levels, local, mass, self.alpha, wp, self.unit)

@@ -28,7 +28,7 @@ import json
 import math
 import struct
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -51,7 +51,7 @@ class Columns:
     weight: np.ndarray  # float64 >= 0
     keyed: np.ndarray  # bool: the event has a key
     key_ids: np.ndarray  # uint64 ids of the keyed events
-    keys: list  # the key strings of the keyed events
+    keys: Sequence[str]  # the key strings of the keyed events (a list or an object array)
     valued: np.ndarray  # bool: the event has a value
     values: np.ndarray  # float64 values of the valued events
 
@@ -270,8 +270,12 @@ class StreamSummary:
     def columns(self, table: pa.Table) -> Columns:
         ts = table.column("ts").to_numpy()
         key_col = table.column("key")
-        keyed = ~np.asarray(key_col.is_null().to_numpy(zero_copy_only=False), dtype=bool)
-        keys = key_col.filter(pa.array(keyed)).to_pylist() if keyed.any() else []
+        if key_col.null_count == 0:  # the usual chunk: every event keyed, no filtering
+            keyed = np.ones(table.num_rows, bool)
+            keys = key_col.to_numpy(zero_copy_only=False)  # object array: hashed as it is
+        else:
+            keyed = ~np.asarray(key_col.is_null().to_numpy(zero_copy_only=False), dtype=bool)
+            keys = key_col.filter(pa.array(keyed)).to_pylist() if keyed.any() else []
         values = table.column("value").to_numpy(zero_copy_only=False)
         valued = ~np.isnan(values)
         return Columns(

@@ -422,3 +422,70 @@ def test_memory_at_eps_delta_01_is_under_one_megabyte():
     for part in np.array_split(np.arange(n), 8):
         sk.update(t[part], k[part], w[part])
     assert sk.nbytes <= 1_000_000
+
+
+def _reference_plan_update(tb, ticks, weights):
+    """The former ``TimeBuckets.plan_update`` in NumPy, kept as the reference for the
+    compiled ``add_leaves`` half."""
+    from sketches._ecm_kernels import compress, group_ticks
+
+    n_old = len(tb)
+    clock = max(tb.clock, int(ticks.max())) if ticks.shape[0] else tb.clock
+    horizon = clock - tb.window + 1
+    sel = np.flatnonzero((weights > 0) & (ticks >= horizon))
+    ts, ws = ticks[sel], weights[sel]
+    grouped = group_ticks(ts, ws) if ts.shape[0] else None
+    if grouped is None:
+        ut, inv = np.unique(ts, return_inverse=True)
+        lm = np.bincount(inv, weights=ws, minlength=ut.shape[0])
+    else:
+        ut, inv, lm = grouped
+    keep = np.flatnonzero(tb.e >= horizon)
+    lvl, idx, s, e, m = tb.lvl[keep], tb.idx[keep], tb.s[keep], tb.e[keep], tb.m[keep].copy()
+    leaf_rows = np.flatnonzero(lvl == 0)
+    match = np.zeros(ut.shape[0], bool)
+    jj = np.zeros(ut.shape[0], np.int64)
+    if leaf_rows.shape[0]:
+        j = np.searchsorted(idx[leaf_rows], ut)
+        jj = np.minimum(j, leaf_rows.shape[0] - 1)
+        match = (j < leaf_rows.shape[0]) & (idx[leaf_rows[jj]] == ut)
+    leaf_at = np.empty(ut.shape[0], np.int64)
+    leaf_at[match] = leaf_rows[jj[match]]
+    np.add.at(m, leaf_at[match], lm[match])
+    new = ~match
+    n_new = int(new.sum())
+    leaf_at[new] = keep.shape[0] + np.arange(n_new)
+    nt = ut[new]
+    out = compress(np.concatenate([lvl, np.zeros(n_new, np.int64)]), np.concatenate([idx, nt]),
+                   np.concatenate([s, nt]), np.concatenate([e, nt]), np.concatenate([m, lm[new]]), tb.ratio)
+    tb.clock = clock
+    dest = tb._adopt(*out)
+    old_dest = np.full(n_old, -1, np.int64)
+    old_dest[keep] = dest[: keep.shape[0]]
+    return sel, dest[leaf_at][inv], old_dest, len(tb)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(st.integers(0, 600), st.integers(0, 2**31), st.sampled_from([1, 50, 5000, 10**6]),
+                          st.booleans()), min_size=1, max_size=10),
+       st.sampled_from([0.05, 0.3]), st.sampled_from([100, 3601, 10**7]))
+def test_compiled_plan_update_is_the_former_one(batches, ratio, window):
+    """``TimeBuckets.plan_update`` (its first half one compiled pass, ``add_leaves``) returns
+    what the former NumPy version did, and leaves the same buckets, for batches that hit
+    old leaves, add new ones, expire buckets, repeat ticks, carry zero weights and span a
+    short or a long range (the former grouped them two ways)."""
+    from sketches._ecm_kernels import TimeBuckets
+
+    new, ref = TimeBuckets(window, ratio), TimeBuckets(window, ratio)
+    clock = 10**6
+    for n, seed, span, weighted in batches:
+        rng = np.random.default_rng(seed)
+        clock += int(rng.integers(0, window // 2 + 2))
+        ticks = (clock - rng.integers(0, span, n)).astype(np.int64)
+        weights = (rng.integers(0, 4, n) * rng.random(n)) if weighted else np.ones(n)
+        got, want = new.plan_update(ticks, weights), _reference_plan_update(ref, ticks, weights)
+        assert got[3] == want[3]
+        for a, b in zip(got[:3], want[:3]):
+            assert np.array_equal(a, b)
+        for name in ("lvl", "idx", "s", "e", "m", "clock"):
+            assert np.array_equal(getattr(new, name), getattr(ref, name)), name

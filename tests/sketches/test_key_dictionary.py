@@ -188,3 +188,52 @@ def test_rebuild_copies_untouched_buckets_exactly(seed, k, n_old, n_ev):
     want = _mg_rebuild_reference(n_out, k, old_ids, old_cnt, old_dest, ev_dest, ev_ids, ev_w)
     np.testing.assert_array_equal(got[0], want[0])
     np.testing.assert_array_equal(got[1], want[1])
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 300), st.integers(0, 2**31), st.integers(0, 2)), min_size=1, max_size=8),
+       st.sampled_from([3, 64, 2**64]))
+def test_strings_held_follow_the_former_dictionary(steps, id_space):
+    """The strings (ids increasing, strings alongside) are those of the former id -> string
+    dict after every update, merge and read back: a held id keeps its string, a new one
+    takes its first event's key, an id no summary holds is dropped, and on a merge an id
+    both know keeps this side's string. Ids are given, some shared by several keys (the
+    collisions the hash makes improbable), so which string wins is checked too."""
+    def ids_of(keys):
+        return np.array([int(k[1:]) % id_space if id_space < 2**64 else int(k[1:]) * 2654435761 % 2**64
+                         for k in keys], np.uint64)
+
+    def ref_update(ref, kd, keys, ids):
+        held = set(np.unique(kd._ids[kd._cnt > 0]).tolist())
+        for x, k in zip(ids.tolist(), keys):
+            if x in held and x not in ref:
+                ref[x] = k
+        return {x: k for x, k in ref.items() if x in held}
+
+    kd, ref, clock = KeyDictionary(4, 1000, 0.2), {}, 5000
+    for n, seed, action in steps:
+        rng = np.random.default_rng(seed)
+        clock += int(rng.integers(0, 300))
+        keys = [f"k{j}" for j in rng.zipf(1.3, n) % 50]
+        ids, ticks = ids_of(keys), clock - rng.integers(0, 500, n)
+        if action == 2:  # merge in another dictionary fed these events
+            other = KeyDictionary(4, 1000, 0.2)
+            other.update(ticks, keys, ids)
+            other_ref = ref_update({}, other, keys, ids)
+            kd.merge(KeyDictionary.from_bytes(other.to_bytes()))
+            held = set(np.unique(kd._ids[kd._cnt > 0]).tolist())
+            for x, k in other_ref.items():
+                ref.setdefault(x, k)
+            ref = {x: k for x, k in ref.items() if x in held}
+        else:
+            kd.update(ticks, keys, ids)
+            ref = ref_update(ref, kd, keys, ids)
+        assert kd._keys == ref
+        assert list(kd._kid) == sorted(ref) and len(kd) == kd.n_keys == len(ref)
+        if action == 1:
+            back = KeyDictionary.from_bytes(kd.to_bytes())
+            assert back._keys == ref and back.to_bytes() == kd.to_bytes()
+            kd = back
+        c = kd.candidates(clock - 999, clock)
+        assert c.keys == [ref[x] for x in c.ids.tolist()]
+        assert kd.lookup(c.ids) == [[ref[x]] for x in c.ids.tolist()]

@@ -512,3 +512,40 @@ def test_random_byte_flips_never_crash():
         except CorruptSketchError:
             continue
         sk.query(max(0, sk.clock - 100), sk.clock)  # a blob that loads must be usable
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(streams(max_n=1500), st.integers(0, 2**64 - 1), st.integers(1, 6))
+def test_a_read_wave_takes_events_merges_and_pickles_as_one_kept_in_memory(stream, seed, chunks):
+    """A wave read from bytes holds its pool exactly full and builds its key table only on
+    the next insertion (``_Instance.loaded``). Read back before every batch (as the worker
+    does), merged into and out of while unbuilt, and pickled unbuilt, it writes the bytes
+    and answers of the wave kept in memory and of the definition (the state is canonical,
+    Lemma A)."""
+    import pickle
+
+    ticks, keys, s = stream
+    rng = np.random.default_rng(s)
+    kept, read = RandomizedWave(**SMALL, seed=seed), RandomizedWave(**SMALL, seed=seed)
+    parts = np.array_split(rng.permutation(ticks.size), chunks)
+    for part in parts:
+        read = RandomizedWave.from_bytes(read.to_bytes())
+        assert all(w.table is None for w in read._waves)
+        read.update(ticks[part], keys[part])
+        kept.update(ticks[part], keys[part])
+        assert read.to_bytes() == kept.to_bytes()
+    uk, last = _latest(ticks, keys)
+    for w in read._waves:
+        assert _state_levels(read, w) == _oracle_levels(read, w, uk, last)
+    if ticks.size:
+        lo = int(ticks.max()) - int(rng.integers(0, 10_000))
+        assert read.query(lo, read.clock) == kept.query(lo, kept.clock)
+    half = ticks.size // 2
+    a, b = RandomizedWave(**SMALL, seed=seed), RandomizedWave(**SMALL, seed=seed)
+    a.update(ticks[:half], keys[:half])
+    b.update(ticks[half:], keys[half:])
+    a_read, b_read = RandomizedWave.from_bytes(a.to_bytes()), RandomizedWave.from_bytes(b.to_bytes())
+    assert a_read.merge(pickle.loads(pickle.dumps(b_read))).to_bytes() == kept.to_bytes()
+    unbuilt = pickle.loads(pickle.dumps(RandomizedWave.from_bytes(b.to_bytes())))
+    unbuilt.update(ticks[:half], keys[:half])
+    assert unbuilt.to_bytes() == kept.to_bytes()

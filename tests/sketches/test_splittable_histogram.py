@@ -472,3 +472,59 @@ def test_structural_invariants_are_checked_on_read():
     blob[5] = 2
     with pytest.raises(CorruptSketchError):
         SplittableHistogram.from_bytes(bytes(blob))
+
+
+def _reference_fit(d, levels, cap):
+    """The former growth, kept as the reference: rows padded with np.pad, then levels
+    stacked one array at a time (a level added is one root bucket with all the mass)."""
+    have = d.L.shape[1]
+    if have < cap:
+        pad = ((0, 0), (0, cap - have))
+        d.L, d.M = np.pad(d.L, pad), np.pad(d.M, pad)
+    old = d.L.shape[0]
+    if levels > old:
+        extra, width = levels - old, d.L.shape[1]
+        d.L = np.vstack([d.L, np.zeros((extra, width), np.int64)])
+        d.M = np.vstack([d.M, np.zeros((extra, width), np.float64)])
+        d.M[old:, 0] = d.M[old - 1, 0]
+        d.n = np.concatenate([d.n, np.ones(extra, np.int64)])
+        d.T = np.concatenate([d.T, np.full(extra, -1, np.int64)])
+        d.F = np.concatenate([d.F, np.full(extra, d.F[old - 1], np.int64)])
+
+
+@settings(max_examples=40, **SETTINGS)
+@given(st.lists(st.tuples(st.integers(0, 3000), st.integers(0, 2**31), st.booleans()),
+                min_size=1, max_size=8))
+def test_one_allocation_growth_is_the_former_growth(batches):
+    """``_Interval.fit`` (one allocation for new levels and wider rows) leaves every array
+    as the former pad-then-stack did, and a sketch read back before every batch (as the
+    worker does) writes the same bytes and answers with either growth."""
+    from sketches import splittable_histogram as sh_module
+
+    def run(fit):
+        saved = sh_module._Interval.fit
+        sh_module._Interval.fit = fit
+        try:
+            sk, out = SplittableHistogram(0.05, window=3601, max_total=2.0**60), []
+            clock = 10_000
+            for n, seed, weighted in batches:
+                rng = np.random.default_rng(seed)
+                clock += int(rng.integers(0, 400))
+                sk = SplittableHistogram.from_bytes(sk.to_bytes())
+                sk.update(clock - rng.integers(0, 3000, n), rng.pareto(0.7, n) * 1000 if weighted else None)
+                out.append((sk.to_bytes(), sk.query(sk.clock - 3000, sk.clock), sk.query(sk.clock - 99, sk.clock - 9)))
+            return sk, out
+        finally:
+            sh_module._Interval.fit = saved
+
+    new_sk, new_out = run(sh_module._Interval.fit)
+    _, ref_out = run(_reference_fit)
+    assert new_out == ref_out
+    rng = np.random.default_rng(len(batches))
+    for d in (p for part in new_sk._parts for p in (part.old, part.new) if p is not None):
+        ref, new = d.copy(), d.copy()
+        levels, cap = d.levels + int(rng.integers(0, 3)), new_sk._cap + int(rng.integers(-5, 5))
+        _reference_fit(ref, levels, cap)
+        new.fit(levels, cap)
+        for name in ("L", "M", "n", "T", "F"):
+            assert np.array_equal(getattr(new, name), getattr(ref, name)), name
