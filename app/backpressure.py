@@ -63,6 +63,7 @@ CEILING = 0.8  # of max_wait: beyond it nothing is taken
 FLOOR_CAPACITY = 20_000.0  # events/s assumed before the worker has shown its own
 FLOOR_GROUPS = 50.0  # group updates/s assumed likewise (bench_scale: 11-25 ms of Spark CPU each)
 CEILING_CAPACITY = 1_000_000.0  # events/s never assumed beyond (one stream does 600 K/s here)
+CEILING_GROUPS = 10_000.0  # group updates/s never assumed beyond (a small one costs ~8 ms)
 
 
 @dataclass
@@ -124,7 +125,15 @@ class LogLag:
 
     @property
     def per_group(self) -> float:
-        return self.seconds_per_group or 1 / FLOOR_GROUPS
+        """Seconds per group update: the fit's, but never below 0.1 ms, and 1/FLOOR_GROUPS
+        until a fit exists. Requests of one size make a batch's events and group updates
+        collinear, so a fit may put the whole variable cost on events: taking that 0 for
+        "unknown" (20 ms) counted every waiting chunk twice, and at 1,000 streams refused
+        8 s of estimated wait while the worker counted everything in 1-2 s and left 0.4 of
+        its cores idle (bench_scale, 10,000:1,000)."""
+        if not self.fitted:
+            return 1 / FLOOR_GROUPS
+        return max(self.seconds_per_group, 1 / CEILING_GROUPS)
 
     @property
     def running_for(self) -> float:

@@ -120,6 +120,20 @@ def test_a_fit_that_puts_no_cost_on_events_is_not_an_unknown_one():
     assert lag.per_event == pytest.approx(1 / 20_000)
 
 
+def test_a_fit_that_puts_no_cost_on_group_updates_is_not_an_unknown_one():
+    """Requests of one size make events and group updates collinear: a fit that put the
+    whole variable cost on events was read as an unknown group cost (20 ms each), and 236
+    waiting chunks of 500 events looked like 8 s of work the worker did in about 2."""
+    lag = _lag(pending=118_000, batch=1.2)
+    lag.partitions[0]["pending_chunks"] = 236
+    lag.seconds_per_event, lag.seconds_per_group, lag.fixed_seconds = 12.2e-6, 0.0, 0.52
+    assert lag.per_group == pytest.approx(1e-4)  # the floor of a fit, not 1/FLOOR_GROUPS
+    assert lag.wait_estimate() == pytest.approx(1.2 + 0.52 + 118_000 * 12.2e-6 + 236 * 1e-4)
+    assert _decide(lag, stream_pending=0) is None  # about 3.2 s: a fair share still
+    lag.seconds_per_event = lag.fixed_seconds = 0.0  # no fit yet: the assumed floor
+    assert lag.per_group == pytest.approx(1 / 50)
+
+
 def test_the_fit_counts_group_updates_not_chunks():
     def progress(batch, start, end, ms, groups):
         return {"batchId": batch, "durationMs": {"triggerExecution": ms},
