@@ -188,8 +188,7 @@ def apply_chunks(stream: str, previous: dict | None, rows: ChunkRows | pd.DataFr
             return None
         state["config"] = declared[0].model_dump_json()
         state["generation"] = declared[1]
-    # Chunks go in in log order (the late rule and replays depend on it). Plain lists: a
-    # pandas row lookup per chunk cost more than the sort.
+    # Chunks go in in log order (the late rule and replays depend on it).
     entries, payloads, clocks = rows.entry, rows.payload, rows.clock_before
     order = sorted(range(len(entries)), key=lambda i: id_tuple(entries[i]))
     chunks = [Chunk(bytes(payloads[i]), float(clocks[i])) for i in order]
