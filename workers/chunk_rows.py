@@ -60,16 +60,6 @@ class ChunkRows:
         return cls(entry, clock, payload, np.array(generation, dtype=np.int64),
                    np.array(tombstone, dtype=bool))
 
-    @classmethod
-    def from_frame(cls, frame) -> "ChunkRows":
-        """Rows given as a pandas frame of columns (tests build them by hand): ``entry``,
-        ``payload``, ``clock_before``, and ``generation``/``tombstone`` (0/False if absent)."""
-        n = len(frame)
-        return cls(list(frame["entry"]), [float(c) for c in frame["clock_before"]],
-                   list(frame["payload"]),
-                   np.asarray(frame["generation"] if "generation" in frame else np.zeros(n), dtype=np.int64),
-                   np.asarray(frame["tombstone"] if "tombstone" in frame else np.zeros(n), dtype=bool))
-
     def where(self, mask: np.ndarray) -> "ChunkRows":
         keep = np.flatnonzero(mask).tolist()
         return ChunkRows([self.entry[i] for i in keep], [self.clock_before[i] for i in keep],

@@ -25,15 +25,11 @@ import logging
 import os
 import threading
 import time
-from typing import TYPE_CHECKING
 
 from tidemark.hash_secret import HashSecret, load_or_create
 from tidemark.streams import StreamConfig
 from tidemark.wire.records import ShardStatus, id_tuple
 from workers.chunk_rows import ChunkRows
-
-if TYPE_CHECKING:
-    import pandas as pd  # the driver starts Spark first; executors import pandas anyway
 
 __all__ = ["main", "start", "Prepared", "stand_by", "build_spark", "shard_updater", "republish_all",
            "has_commits", "read_everything_before", "STATE_SCHEMA"]
@@ -161,7 +157,7 @@ def decoded_shards() -> DecodedShards:
     return _DECODED
 
 
-def apply_chunks(stream: str, previous: dict | None, rows: ChunkRows | pd.DataFrame, secret: HashSecret,
+def apply_chunks(stream: str, previous: dict | None, rows: ChunkRows, secret: HashSecret,
                  declaration_of, shard: int = 0, decoded: DecodedShards | None = None) -> dict | None:
     """One shard's new state from its previous state and this batch's rows (pure but for
     reading the stream's declaration when the shard starts, and for ``decoded``, the
@@ -170,8 +166,6 @@ def apply_chunks(stream: str, previous: dict | None, rows: ChunkRows | pd.DataFr
     deleted)."""
     from workers.update import Chunk, update_shard
 
-    if not isinstance(rows, ChunkRows):  # a frame built by hand (tests)
-        rows = ChunkRows.from_frame(rows)
     kept, rows, generation = sort_out_generations(previous, rows)
     if not len(rows):
         if kept is None and decoded is not None:

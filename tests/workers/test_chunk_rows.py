@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 from hypothesis import given, settings, strategies as st
 
+from tests.workers.frames import rows_of
 from workers.chunk_rows import ChunkRows, pack
 
 _ids = st.tuples(st.integers(0, 2**63 - 1), st.integers(0, 2**63 - 1)).map(lambda t: f"{t[0]}-{t[1]}")
@@ -33,7 +34,7 @@ def test_what_the_source_packs_the_group_function_reads_back_unchanged(rows):
 
 def test_rows_built_by_hand_read_as_the_packed_ones():
     frame = pd.DataFrame({"entry": ["1-0", "2-0"], "payload": [b"a", b"bc"], "clock_before": [-math.inf, 3.5]})
-    plain = ChunkRows.from_frame(frame)  # no generation, no tombstone: 0 and False
+    plain = rows_of(frame)  # no generation, no tombstone: 0 and False
     packed = ChunkRows.unpack([pack("1-0", -math.inf, b"a", 0, False), pack("2-0", 3.5, b"bc", 0, False)])
     assert (plain.entry, plain.clock_before, plain.generation.tolist(), plain.tombstone.tolist()) == \
         (packed.entry, packed.clock_before, packed.generation.tolist(), packed.tombstone.tolist())

@@ -13,7 +13,8 @@ from hypothesis import assume, example, given, settings, strategies as st
 from tests.conftest import TEST_SECRET
 from tidemark.chunks import encode_chunk
 from tidemark.streams import StreamConfig
-from workers.job import DecodedShards, apply_chunks
+from tests.workers.frames import apply_chunks
+from workers.job import DecodedShards
 
 CONFIG = StreamConfig(max_window=1e6, epsilon=0.1)
 _OPS = st.lists(st.one_of(st.tuples(st.just("events"), st.integers(1, 5)),

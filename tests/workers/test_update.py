@@ -103,7 +103,7 @@ def test_summary_from_another_secret_is_refused():
 def test_a_failing_stream_keeps_its_state_and_says_why():
     import pandas as pd
 
-    from workers.job import apply_chunks
+    from tests.workers.frames import apply_chunks
 
     good = _chunks([[1.0, 2.0, 3.0]])[0]
     rows = pd.DataFrame({"entry": ["1-0"], "payload": [good.payload], "clock_before": [-math.inf]})
@@ -223,7 +223,7 @@ def test_events_a_failed_update_could_not_take_are_named_and_answers_say_incompl
     (confidence 0), while answers elsewhere keep their full confidence."""
     import pandas as pd
 
-    from workers.job import apply_chunks
+    from tests.workers.frames import apply_chunks
 
     config = StreamConfig(max_window=100, value_min=0, value_max=10)
 
@@ -272,7 +272,8 @@ def test_lost_events_no_record_places_in_time_make_every_answer_incomplete():
 def test_a_kept_decoded_summary_gives_the_same_bytes_and_never_outlives_its_version():
     import pandas as pd
 
-    from workers.job import DecodedShards, apply_chunks
+    from tests.workers.frames import apply_chunks
+    from workers.job import DecodedShards
 
     batches = [_chunks([[float(10 * b + i) for i in range(5)]])[0] for b in range(4)]
     frames = [pd.DataFrame({"entry": [f"{b + 1}-0"], "payload": [c.payload],
@@ -305,7 +306,8 @@ def test_a_re_declared_stream_never_updates_the_old_generations_kept_summary():
     ends it, and generation 2's first batch starts from an empty summary."""
     import pandas as pd
 
-    from workers.job import DecodedShards, apply_chunks
+    from tests.workers.frames import apply_chunks
+    from workers.job import DecodedShards
 
     def frame(entry, values, generation, tombstone=False):
         payload = b"" if tombstone else _chunks([values])[0].payload

@@ -1,0 +1,23 @@
+"""Chunk rows built by hand as pandas frames (columns ``entry``, ``payload``,
+``clock_before``, and ``generation``/``tombstone``, 0/False when absent), read as the
+group function reads the packed rows Spark hands it."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from workers.chunk_rows import ChunkRows
+from workers.job import apply_chunks as _apply_chunks
+
+
+def rows_of(frame) -> ChunkRows:
+    n = len(frame)
+    return ChunkRows(list(frame["entry"]), [float(c) for c in frame["clock_before"]],
+                     list(frame["payload"]),
+                     np.asarray(frame["generation"] if "generation" in frame else np.zeros(n), dtype=np.int64),
+                     np.asarray(frame["tombstone"] if "tombstone" in frame else np.zeros(n), dtype=bool))
+
+
+def apply_chunks(stream, previous, frame, *args, **kwargs):
+    """``workers.job.apply_chunks`` of a frame's rows."""
+    return _apply_chunks(stream, previous, rows_of(frame), *args, **kwargs)
