@@ -79,7 +79,6 @@ __all__ = [
     "hash_tables",
     "cells_of",
     "materialize",
-    "group_ticks",
     "add_leaves",
     "straddle_ratio",
 ]
@@ -150,36 +149,6 @@ def materialize(n_out, old_counts, old_dest, ev_dest, ev_ids, ev_w, tables, shif
         for c in range(shift.shape[0]):
             out[r, _cell(x, c, tables, shift, table, offset, width)] += w
     return out
-
-
-@nb.njit(cache=True)
-def group_ticks(ticks, weights):
-    """Distinct ticks (sorted), the group of each event and the weight of each group, by
-    counting when the ticks span a short range (``None`` otherwise: the caller sorts)."""
-    n = ticks.shape[0]
-    lo = ticks.min()
-    span = ticks.max() - lo + 1
-    if span > 4 * n + 4096:
-        return None
-    slot = np.full(span, -1, np.int64)
-    for i in range(n):
-        slot[ticks[i] - lo] = 0
-    u = 0
-    for j in range(span):
-        if slot[j] == 0:
-            slot[j] = u
-            u += 1
-    uniq = np.empty(u, np.int64)
-    mass = np.zeros(u)
-    for j in range(span):
-        if slot[j] >= 0:
-            uniq[slot[j]] = lo + j
-    inv = np.empty(n, np.int64)
-    for i in range(n):
-        g = slot[ticks[i] - lo]
-        inv[i] = g
-        mass[g] += weights[i]
-    return uniq, inv, mass
 
 
 @nb.njit(cache=True)

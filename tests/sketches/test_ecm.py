@@ -427,19 +427,15 @@ def test_memory_at_eps_delta_01_is_under_one_megabyte():
 def _reference_plan_update(tb, ticks, weights):
     """The former ``TimeBuckets.plan_update`` in NumPy, kept as the reference for the
     compiled ``add_leaves`` half."""
-    from sketches._ecm_kernels import compress, group_ticks
+    from sketches._ecm_kernels import compress
 
     n_old = len(tb)
     clock = max(tb.clock, int(ticks.max())) if ticks.shape[0] else tb.clock
     horizon = clock - tb.window + 1
     sel = np.flatnonzero((weights > 0) & (ticks >= horizon))
     ts, ws = ticks[sel], weights[sel]
-    grouped = group_ticks(ts, ws) if ts.shape[0] else None
-    if grouped is None:
-        ut, inv = np.unique(ts, return_inverse=True)
-        lm = np.bincount(inv, weights=ws, minlength=ut.shape[0])
-    else:
-        ut, inv, lm = grouped
+    ut, inv = np.unique(ts, return_inverse=True)
+    lm = np.bincount(inv, weights=ws, minlength=ut.shape[0])
     keep = np.flatnonzero(tb.e >= horizon)
     lvl, idx, s, e, m = tb.lvl[keep], tb.idx[keep], tb.s[keep], tb.e[keep], tb.m[keep].copy()
     leaf_rows = np.flatnonzero(lvl == 0)
