@@ -43,7 +43,7 @@ def test_past_the_target_a_flood_is_refused_and_trickles_beside_it_are_not():
     assert _decide(lag, stream_pending=200) is None  # a trickle: within its share
     assert _decide(lag, stream_pending=0, incoming=20_000) is None  # nothing waiting: one request
     assert _decide(lag, stream_pending=0, incoming=100_000) is not None  # but not a flood's
-    assert _decide(lag, stream_pending=20_000) is not None  # share: 8 s / 100 streams of 100 K/s
+    assert _decide(lag, stream_pending=20_000) is not None  # share: 5 s / 100 streams of 100 K/s
 
 
 def test_many_small_streams_are_judged_by_their_chunks_not_only_their_events():
@@ -51,7 +51,7 @@ def test_many_small_streams_are_judged_by_their_chunks_not_only_their_events():
     lag.partitions[0]["pending_chunks"] = 2_000
     lag.seconds_per_group = 0.004  # ...but 2,000 group updates of 4 ms each
     assert lag.wait_estimate(10, 1) == pytest.approx(0.5 + 10_010 * 1e-5 + 2_001 * 0.004)
-    assert _decide(lag, stream_pending=0, incoming=10) is not None  # 8.5 s: past 8 s
+    assert _decide(lag, stream_pending=0, incoming=10) is not None  # 8.5 s: past 5 s
     lag.partitions[0]["pending_chunks"] = 1_000  # 4.5 s: past 3 s, within its share
     assert _decide(lag, stream_pending=0, incoming=10) is None
     assert _decide(lag, stream_pending=10_000, incoming=10) is not None  # not within it
@@ -67,10 +67,11 @@ def test_a_batch_running_longer_than_the_recent_ones_is_taken_to_need_as_long_ag
     lag.batch_elapsed = 2.0  # entries wait since before the last batch ended: it runs since
     assert lag.running_for == 2.0
     assert lag.wait_estimate() == pytest.approx(2.0 + 1_000 * 1e-5 + 10 * 1e-4)
-    lag.batch_elapsed = lag.partitions[0]["oldest_age"] = 5.0
-    assert _decide(lag, stream_pending=0, incoming=100) is None  # 5 s: a fair share still
-    lag.batch_elapsed = lag.partitions[0]["oldest_age"] = 7.995
-    assert _decide(lag, stream_pending=0, incoming=100) is not None  # about 8 s more: past 8 s (its age alone is not)
+    lag.batch_elapsed = lag.partitions[0]["oldest_age"] = 3.5
+    assert _decide(lag, stream_pending=0, incoming=100) is None  # 3.5 s: a fair share still
+    lag.batch_elapsed = lag.partitions[0]["oldest_age"] = CEILING * MAX_WAIT - 0.005
+    # about 5 s more: past the 5 s ceiling (its age alone is not)
+    assert _decide(lag, stream_pending=0, incoming=100) is not None
     idle = _lag(pending=1_000, oldest=0.2, batch=1.0)
     idle.batch_elapsed = 60.0  # idle for a minute, then a request came: the batch is new
     assert idle.running_for == 0.2 and idle.wait_estimate() < 1.0
@@ -82,7 +83,7 @@ def test_a_batch_running_longer_than_the_recent_ones_is_taken_to_need_as_long_ag
 
 
 def test_nothing_is_taken_past_the_ceiling_or_once_an_entry_waited_that_long():
-    assert _decide(_lag(pending=900_000), stream_pending=0) is not None  # 9.5 s > 8 s
+    assert _decide(_lag(pending=900_000), stream_pending=0) is not None  # 9.5 s > 5 s
     stalled = _decide(_lag(pending=10, oldest=MAX_WAIT + 0.1), stream_pending=0)
     assert stalled and "waited" in stalled.reason and stalled.retry_after >= 1
     behind = _lag(pending=400_000, oldest=CEILING * MAX_WAIT + 0.1)
