@@ -269,3 +269,14 @@ def test_the_declaration_read_before_validation_is_never_a_kept_old_one(tmp_path
         there.delete("s")
         with pytest.raises(StreamNotFound):
             here.ahead_of_ingest("s")
+
+
+def test_a_saturated_worker_admits_no_more_than_half_the_promise():
+    """Each of 1,000 streams with one request in flight passes the fair-share rule, so the
+    ceiling alone bounds the wait: at 0.8 × max_wait accepted events waited a p95 of 5.4 s
+    (bench_scale, 10,000:1,000), at 0.5 × 3.3-3.6 s for as many events."""
+    lag = _lag(pending=550_000, active=1_000)  # 6 s: past half the promise, within 0.8 of it
+    assert 0.5 * MAX_WAIT < lag.wait_estimate(10, 1) < 0.8 * MAX_WAIT
+    assert _decide(lag, stream_pending=0, incoming=10) is not None
+    lag.partitions[0]["pending_events"] = 400_000  # 4.5 s
+    assert _decide(lag, stream_pending=0, incoming=10) is None
