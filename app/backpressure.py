@@ -59,8 +59,8 @@ from tidemark.ingest_log import ZERO, id_tuple, partition_count
 __all__ = ["LogLag", "LagReader", "decide", "Refusal", "read_positions", "TARGET", "CEILING", "FLOOR_CAPACITY"]
 
 TARGET = 0.3  # of max_wait: the estimated wait every stream may add to
-CEILING = 0.5  # of max_wait: beyond it nothing is taken (0.8 let 1,000 saturated streams wait
-# a p95 of 5.4 s for 3 % more events; 0.4 cut 2 s more but took a quarter fewer: bench_scale)
+CEILING = 0.5  # of max_wait: beyond it nothing is taken (0.8 let 1,000 saturated streams wait a
+# p95 of 5.4 s, not 3.3-3.6 s, for no more events; 0.4 cut 0.3-0.6 s more but took 0.77x: bench_scale)
 FLOOR_CAPACITY = 20_000.0  # events/s assumed before the worker has shown its own
 FLOOR_GROUPS = 50.0  # group updates/s assumed likewise (bench_scale: 11-25 ms of Spark CPU each)
 CEILING_CAPACITY = 1_000_000.0  # events/s never assumed beyond (one stream does 600 K/s here)
