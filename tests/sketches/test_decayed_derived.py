@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -30,10 +31,32 @@ def _weights_by_point(values, weights, g):
 
 
 def true_quantile(values, weights, g, phi):
-    pts, w = _weights_by_point(values, weights, g)
-    s0 = w.sum()
-    hit = np.flatnonzero(np.cumsum(w) > phi * s0) if s0 > 0 else []
-    return float(pts[hit[0]]) if len(hit) else VMAX
+    """v* = max{v : W(< v) <= φ·S₀}: the smallest point p with W(<= p) > φ·S₀, else VMAX,
+    compared exactly over each point's correctly rounded weight. In floats a cumulative sum
+    can end above the total (NumPy adds a sum of more than 8 in another order), and φ = 1
+    then named the largest point seen instead of VMAX: a CI run failed on the oracle."""
+    pts, inv = np.unique(values, return_inverse=True)
+    items = weights * g
+    w = [Fraction(math.fsum(items[inv == i])) for i in range(pts.size)]
+    bar, below = Fraction(phi) * sum(w), Fraction(0)
+    for p, wp in zip(pts, w):
+        below += wp
+        if below > bar:
+            return float(p)
+    return VMAX
+
+
+def test_the_quantile_oracle_is_exact_where_a_float_cumsum_overshoots():
+    w = np.array([1.7975680453095255, 5.6799351158151765, 4.061706379498719, 2.33167600132066,
+                  0.657218505307233, 2.869416504130695, 0.31550995925821407, 16.84585911623038,
+                  0.47188311773115266, 4.956252329736612, 3.80450290981876, 0.6398345187924309,
+                  3.6024898610775833, 0.09563025028303354, 2.7113501292195807, 2.3932069565947898,
+                  0.11845362312333889, 2.2073771673448843, 7.512185900820556, 1.6025736292976844,
+                  1.1311372754390943])
+    assert np.cumsum(w)[-1] > w.sum()  # the float trap
+    values = np.arange(w.size, dtype=float)
+    assert true_quantile(values, w, np.ones(w.size), 1.0) == VMAX
+    assert true_quantile(values, w, np.ones(w.size), 0.0) == 0.0
 
 
 @st.composite
