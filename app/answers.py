@@ -251,10 +251,12 @@ def shape(result: Estimate | list, **outer) -> dict:
 
 
 def answer(kind: str, name: str, config: StreamConfig, summary: StreamSummary | None,
-           status: dict, params: dict) -> dict:
-    """The contract's answer object (§6) for one query over one stream."""
+           status: dict, params: dict, window: Window | None = None) -> dict:
+    """The contract's answer object (§6) for one query over one stream; ``window``: what
+    ``parse_window`` makes of ``params`` (``app.ranges`` makes many at once)."""
     query = lookup(kind, streams=1)
-    window = parse_window(params, config, status.get("clock"))
+    if window is None:
+        window = parse_window(params, config, status.get("clock"))
     checked = query.check(config, params)
     if summary is None:  # nothing published yet: no event, exactly
         result = query.empty(config, checked)

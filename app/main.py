@@ -25,6 +25,7 @@ from app.fast_ingest import FastIngest
 from app.ingest_pool import IngestPool
 from app.live_hub import LiveHub
 from app.metrics import Metrics
+from app.ranges import RangeCache
 from app.routes import alerts, health, history, ingest, live, prometheus, queries, streams
 from app.security import (HIDDEN, PUBLIC_PATHS, Keychain, RedactKeys, SignInMiddleware, api_routes,
                           principal_of, required_scope)
@@ -175,6 +176,7 @@ def create_app(settings: Settings, redis_url: str) -> FastAPI:
     app.state.alert_engine_wake = lambda: None
     app.state.metrics = Metrics()
     app.state.answer_cache = AnswerCache()
+    app.state.range_cache = RangeCache(counter=app.state.metrics.range_points)
     app.state.store.on_decoded = partial(queries.render_ahead, app.state.answer_cache)
     app.state.live_hub = LiveHub(redis_url, settings.max_sse_clients,
                                  prepare=lambda name: app.state.store.summary(name, fresh=True))

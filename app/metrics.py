@@ -16,6 +16,10 @@ class Metrics:
             "tidemark_events_rejected", "Events rejected by ingest", ["stream"], registry=self.registry)
         self.query_seconds = Histogram(
             "tidemark_query_seconds", "Query latency", ["query"], registry=self.registry)
+        self.range_points = Counter(
+            "tidemark_range_points", "Points of answers over time (history, query_range): "
+            "computed, or kept from a request before for the same summary version",
+            ["source"], registry=self.registry)
         self.sketch_bytes = Gauge(
             "tidemark_sketch_bytes", "Serialized size of a published sketch part",
             ["stream", "part"], registry=self.registry)

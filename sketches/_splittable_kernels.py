@@ -485,3 +485,67 @@ def read_interval(buf, p, k, max_levels, wp, alpha, log_w, unit, unit_integral):
         L[i, : n[i]] = Lf[off[i] : off[i + 1]]
         M[i, : n[i]] = Mf[off[i] : off[i + 1]]
     return 0, p, exact == 1, L, M, n, T, F
+
+
+# -- many suffixes at once (range queries) ---------------------------------------------------
+_EXACT_LIMIT = 2**53  # below it an integer sum is what fsum returns, exactly
+
+
+@njit(cache=True)
+def _bit_length(x):
+    n = 0
+    while x > 0:
+        x >>= 1
+        n += 1
+    return n
+
+
+@njit(cache=True)
+def exact_suffix_terms(L, M, n, T, levels, ts, wp, log_w, unit, ok1, local_clock):
+    """``SplittableHistogram._suffix`` of an *exact* interval (integer masses, integral
+    ``unit``) at every local tick of ``ts``, in integers: per t its fsum ``f``, bracket
+    ``[low, high]``, whether ``Δ_t ≠ 0`` (the term then errs by ε), Lemma 3's ``ok``,
+    whether it is the zero term (t after the clock or the interval) and ``big`` when a
+    number reaches 2^53 (fsum would round: the caller reads that t the exact way).
+    ``ok1``: the interval's level-1 check (ε·weight(S_0) ≥ 2ρ(1 + log₂ Wp)), made once."""
+    k = ts.size
+    est = np.zeros(k, np.int64)
+    low = np.zeros(k, np.int64)
+    high = np.zeros(k, np.int64)
+    has_delta = np.zeros(k, np.bool_)
+    ok = np.ones(k, np.bool_)
+    zero = np.zeros(k, np.bool_)
+    big = np.zeros(k, np.bool_)
+    for j in range(k):
+        t = ts[j]
+        if t > local_clock or t >= wp:
+            zero[j] = True
+            continue
+        level, first, bucket = suffix_at(L, n, T, levels, t, wp, -1)
+        f = 0
+        for i in range(first, n[level]):
+            f += np.int64(M[level, i])
+        if f >= _EXACT_LIMIT or level >= 60:
+            big[j] = True
+            continue
+        delta = 0
+        if level > 0 and t > 0:
+            unit_l = unit << level
+            blo = L[level, bucket]
+            bhi = L[level, bucket + 1] - 1 if bucket + 1 < n[level] else wp - 1
+            depth = log_w - (_bit_length(bhi - blo + 1) - 1)
+            zeros = _bit_length(t & -t) - 1
+            ancestors = min(depth, log_w - zeros)
+            delta = unit_l * (ancestors + (1 if ancestors else 0))
+            if t > blo:
+                delta += np.int64(M[level, bucket]) - (unit_l if depth else 0)
+        if delta >= _EXACT_LIMIT:
+            big[j] = True
+            continue
+        est[j] = f
+        low[j] = max(f - delta, 0)
+        high[j] = f + delta
+        if delta != 0:
+            has_delta[j] = True
+            ok[j] = level >= 2 or (level == 1 and ok1)
+    return est, low, high, has_delta, ok, zero, big

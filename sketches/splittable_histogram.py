@@ -37,8 +37,8 @@ import numpy as np
 
 from sketches._bytes import HEADER_SIZE, Reader, Writer
 from sketches._codec import max_float_column_size, varint_size
-from sketches._splittable_kernels import (INTERVAL_ERRORS, aggregate_sorted, insert_all, is_sorted, read_interval,
-                                          suffix_at, write_interval)
+from sketches._splittable_kernels import (_EXACT_LIMIT, INTERVAL_ERRORS, aggregate_sorted, exact_suffix_terms,
+                                          insert_all, is_sorted, read_interval, suffix_at, write_interval)
 from sketches.base import CorruptSketchError, Estimate, Family, Sketch, SketchError, epsilon_and_window, window_range
 
 __all__ = [
@@ -114,6 +114,20 @@ def _up(x: Fraction | None) -> float:
         return math.inf
     f = float(x)
     return math.nextafter(f, math.inf) if Fraction(f) < x else f
+
+
+def _down_ratio(num: int, den: int) -> float:
+    """``_down(Fraction(num, den))`` for ``den > 0`` without building the Fraction."""
+    f = num / den  # correctly rounded, as float(Fraction) is
+    a, b = f.as_integer_ratio()
+    return math.nextafter(f, -math.inf) if a * den > num * b else f
+
+
+def _up_ratio(num: int, den: int) -> float:
+    """``_up(Fraction(num, den))`` for ``den > 0``."""
+    f = num / den
+    a, b = f.as_integer_ratio()
+    return math.nextafter(f, math.inf) if a * den < num * b else f
 
 
 def _ceil_digits(x: Fraction, digits: int = 9) -> float:
@@ -516,6 +530,111 @@ class SplittableHistogram(Sketch):
         lo_f, up_f = _down(lower), _up(upper)
         est_f = min(max(est_f, lo_f), up_f)
         eps_f = self.epsilon if eps_rep <= eps else _ceil_digits(eps_rep)
+        return Estimate(est_f, lo_f, up_f, kind, eps_f, 1.0, METHOD)
+
+    def query_many(self, ranges) -> list:
+        """:meth:`query` of every ``(lo, hi)`` of ``ranges``, each result equal to what
+        :meth:`query` returns for it (or the :class:`SketchError` it raises), computed in
+        one pass: the suffix terms of all ranges read per interval in one compiled call,
+        in integers when the interval is exact (integer masses: counts, integer sums),
+        and the bracket finished in integers (``_finish_exact``). Ranges over an interval
+        that is not exact, or whose numbers reach 2^53, are read by :meth:`query`."""
+        ranges = [(int(lo), int(hi)) for lo, hi in ranges]
+        out: list = [None] * len(ranges)
+        todo = []
+        for i, (lo, hi) in enumerate(ranges):
+            try:
+                window_range(lo, hi, self.window, None if self.is_empty else self.clock)
+            except SketchError as e:
+                out[i] = e
+                continue
+            if self.is_empty:
+                out[i] = Estimate(0.0, 0.0, 0.0, "relative", self.epsilon, 1.0, METHOD)
+            else:
+                todo.append(i)
+        if not todo:
+            return out
+        exact = self.unit.is_integer() and self.unit < 2.0**53 and all(
+            d.exact for p in self._parts if p.clock is not None for d in (p.old, p.new) if d is not None)
+        if not exact:
+            for i in todo:
+                out[i] = self.query(*ranges[i])
+            return out
+        los = np.array([ranges[i][0] for i in todo], np.int64)
+        his = np.array([ranges[i][1] for i in todo], np.int64)
+        k = los.size
+        est = np.zeros(k, np.int64)
+        lower = np.zeros(k, np.int64)
+        upper = np.zeros(k, np.int64)
+        any_delta = np.zeros(k, bool)
+        relative = np.ones(k, bool)
+        big = np.zeros(k, bool)
+        eps_terms = np.zeros(k, np.int64)  # the largest per-part count of terms erring by ε
+        unit = int(self.unit)
+        for part in self._parts:
+            if part.clock is None:
+                continue
+            part_terms = np.zeros(k, np.int64)
+            for d in (part.old, part.new):
+                if d is None:
+                    continue
+                start = d.k * self.wp
+                end = start + self.wp - 1
+                a, b = np.maximum(los, start), np.minimum(np.minimum(his, end), part.clock)
+                live = a <= b
+                if not live.any():
+                    continue
+                local_clock = min(part.clock, end) - start
+                m0 = Fraction(math.fsum(d.M[0, : d.n[0]].tolist()))
+                ok1 = Fraction(self.epsilon) * m0 >= 2 * Fraction(self.unit) * (1 + self.log_w)
+                ts = np.concatenate([a[live] - start, b[live] + 1 - start])
+                f, lo_t, hi_t, hd, ok, zero, too_big = exact_suffix_terms(
+                    d.L, d.M, d.n, d.T, d.levels, ts, self.wp, self.log_w, unit, ok1, local_clock)
+                m = int(live.sum())
+                f1, f2, l1, l2, h1, h2 = f[:m], f[m:], lo_t[:m], lo_t[m:], hi_t[:m], hi_t[m:]
+                est[live] += f1 - f2
+                lower[live] += l1 - h2
+                upper[live] += h1 - l2
+                part_terms[live] += hd[:m].astype(np.int64) + hd[m:]
+                any_delta[live] |= hd[:m] | hd[m:]
+                relative[live] &= (zero[m:] & ok[:m]) | ~(hd[:m] | hd[m:])
+                big[live] |= too_big[:m] | too_big[m:]
+            eps_terms = np.maximum(eps_terms, part_terms)
+        for j, i in enumerate(todo):
+            if big[j] or est[j] >= _EXACT_LIMIT:
+                out[i] = self.query(*ranges[i])
+            else:
+                out[i] = self._finish_exact(int(est[j]), int(lower[j]), int(upper[j]),
+                                            bool(any_delta[j]), bool(relative[j]), int(eps_terms[j]))
+        return out
+
+    def _finish_exact(self, est: int, lower: int, upper: int, any_delta: bool, relative: bool,
+                      eps_terms: int) -> Estimate:
+        """The end of :meth:`query` for an exact state, in integers: the same bracket, the
+        same outward rounding (``_down``/``_up`` of the same rationals: an int's true
+        division is correctly rounded, as ``float(Fraction)`` is)."""
+        lower = max(lower, 0)
+        p, q = Fraction(self.epsilon).as_integer_ratio()
+        lo_f = up_f = None
+        if relative:
+            if not any_delta:  # ε_max = 0: est/(1 ± 0)
+                lower, upper = max(lower, est), min(upper, est)
+            else:  # est/(1 + ε) = est·q/(q + p), est/(1 − ε) = est·q/(q − p)
+                num, den = est * q, q + p
+                if lower * den < num:
+                    lo_f = _down_ratio(num, den)
+                num, den = est * q, q - p
+                if p < q and upper * den > num:
+                    up_f = _up_ratio(num, den)
+            kind = "relative"
+            eps_f = self.epsilon
+        else:
+            kind = "additive"
+            eps_f = self.epsilon if eps_terms <= 1 else _ceil_digits(eps_terms * Fraction(self.epsilon))
+        est = max(est, 0)
+        lo_f = float(lower) if lo_f is None else lo_f
+        up_f = float(upper) if up_f is None else up_f
+        est_f = min(max(float(est), lo_f), up_f)
         return Estimate(est_f, lo_f, up_f, kind, eps_f, 1.0, METHOD)
 
     def _suffix(self, d: _Interval, t: int, local_clock: int, force: int = -1) -> _Term:

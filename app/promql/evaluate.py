@@ -20,7 +20,8 @@ import time
 from dataclasses import dataclass, field
 from decimal import Decimal
 
-from app.answers import QueryError, answer, answer_streams, lookup
+from app.answers import QueryError, answer_streams, lookup
+from app.ranges import RangeCache, answers_at
 from app.promql.query import SeriesQuery
 from app.promql.times import seconds
 from app.store import StreamNotFound
@@ -31,6 +32,7 @@ log = logging.getLogger(__name__)
 __all__ = ["Series", "EvaluationTimeout", "evaluate", "format_value", "window_seconds", "DEFAULT_WINDOW_MS"]
 
 DEFAULT_WINDOW_MS = 300_000
+_CHUNK = 500  # instants answered between two looks at the time budget
 ITEM_LABELS = ("q", "key", "value")  # what tells the items of a list answer apart
 
 
@@ -94,34 +96,43 @@ def _checked(query: SeriesQuery, kind, configs: list, step_ms: int | None) -> di
 
 
 def _collect(out: dict, query: SeriesQuery, whose, base: dict, times_ms: list[int],
-             deadline: float, answer_at) -> None:
-    """Each instant's answer (``answer_at(at)``, the native answer object) as samples of
-    the series ``(whose, item, bound)``; an instant the answer path refuses has none."""
+             deadline: float, answers_at) -> None:
+    """Each instant's answer (``answers_at(ats)``: the native answer objects of those
+    instants, or the ``QueryError`` an instant raises) as samples of the series
+    ``(whose, item, bound)``; an instant the answer path refuses has none. Instants are
+    answered a chunk at a time, the time budget checked between chunks."""
     wanted = {b: i for i, b in enumerate(("estimate", "lower", "upper")) if b in query.bounds}
-    for t in times_ms:
+    for first in range(0, len(times_ms), _CHUNK):
         if time.monotonic() > deadline:
             raise EvaluationTimeout("query timed out in expression evaluation")
-        try:
-            body = answer_at(repr(seconds(t)))
-        except QueryError:
-            continue  # a refusal at this instant: no sample
-        for item, *values in _samples(body):
-            for bound, i in wanted.items():
-                series = out.get((whose, item, bound))
-                if series is None:
-                    labels = {**base, **dict([item] if item else []), "bound": bound}
-                    series = out[(whose, item, bound)] = Series(labels)
-                series.samples.append((t, float(values[i])))
+        chunk = times_ms[first : first + _CHUNK]
+        for t, body in zip(chunk, answers_at([seconds(t) for t in chunk])):
+            if isinstance(body, QueryError):
+                continue  # a refusal at this instant: no sample
+            for item, *values in _samples(body):
+                for bound, i in wanted.items():
+                    series = out.get((whose, item, bound))
+                    if series is None:
+                        labels = {**base, **dict([item] if item else []), "bound": bound}
+                        series = out[(whose, item, bound)] = Series(labels)
+                    series.samples.append((t, float(values[i])))
+
+
+def _refusal_or(answer_one, *args):
+    try:
+        return answer_one(*args)
+    except QueryError as e:
+        return e
 
 
 def _one_stream(store, query: SeriesQuery, name: str, times_ms: list[int], step_ms: int | None,
-                out: dict, deadline: float) -> None:
+                out: dict, deadline: float, cache: RangeCache | None) -> None:
     config = store.config(name)
     summary, status = store.summary(name)  # one read: every instant below is of this version
     params = _checked(query, lookup(query.kind, streams=1), [config], step_ms)
     base = {"__name__": query.metric, **dict(query.labels), "stream": name}
     _collect(out, query, name, base, times_ms, deadline,
-             lambda at: answer(query.kind, name, config, summary, status, {**params, "at": at}))
+             lambda ats: answers_at(query.kind, name, config, summary, status, params, ats, cache))
 
 
 def _together(store, query: SeriesQuery, names: tuple[str, ...], times_ms: list[int],
@@ -133,11 +144,13 @@ def _together(store, query: SeriesQuery, names: tuple[str, ...], times_ms: list[
     params = _checked(query, lookup(query.kind), configs, step_ms)
     base = {"__name__": query.metric, **dict(query.labels)}
     _collect(out, query, names, base, times_ms, deadline,
-             lambda at: answer_streams(query.kind, list(names), configs, read, {**params, "at": at}))
+             lambda ats: [_refusal_or(answer_streams, query.kind, list(names), configs, read,
+                                      {**params, "at": repr(at)}) for at in ats])
 
 
 def evaluate(store, query: SeriesQuery, names: list[str], times_ms: list[int],
-             step_ms: int | None = None, timeout: float = math.inf) -> list[Series]:
+             step_ms: int | None = None, timeout: float = math.inf,
+             cache: RangeCache | None = None) -> list[Series]:
     """The series of ``query`` over the streams ``names`` (already matched and allowed; a
     kind over several streams reads them together) at
     ``times_ms``, sorted by their labels; :class:`EvaluationTimeout` after ``timeout``
@@ -150,7 +163,7 @@ def evaluate(store, query: SeriesQuery, names: list[str], times_ms: list[int],
         return sorted(out.values(), key=lambda s: sorted(s.labels.items()))
     for name in names:
         try:
-            _one_stream(store, query, name, times_ms, step_ms, out, deadline)
+            _one_stream(store, query, name, times_ms, step_ms, out, deadline, cache)
         except StreamNotFound:
             if isinstance(query.stream, str):
                 raise

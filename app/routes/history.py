@@ -4,8 +4,9 @@
 ``points`` evenly spaced instants, from the earliest ``at`` whose window is still kept
 (``clock - max_window + window``) to ``at`` (default: the stream's clock). Every answer has
 the contract's shape (§6) and is exactly what ``GET /v1/streams/{name}/{query}?at=…`` would
-give for the same sketch version: all of them are computed from one read of the summary, so
-a chart opened now shows a full line (and one consistent version) in a single request.
+give for the same sketch version: all of them are computed from one read of the summary, in
+one pass (``app.ranges``), so a chart opened now shows a full line (and one consistent
+version) in a single request.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, Request
 
-from app.answers import answer, parse_window
+from app.answers import QueryError, parse_window
+from app.ranges import answers_at
 from app.deps import READ, MetricsDep, StoreDep
 from app.routes.streams import StreamName
 
@@ -49,7 +51,10 @@ def history(name: StreamName, query: str, request: Request, store: StoreDep, met
     clock = status.get("clock")
     last = parse_window(params, config, clock)  # checks window and at (a 422 when wrong)
     earliest = last.at if clock is None else clock - config.max_window + last.seconds
-    answers = [answer(query, name, config, summary, status, {**params, "at": repr(float(at))})
-               for at in instants(last.at, earliest, points)]
+    answers = answers_at(query, name, config, summary, status, params,
+                         instants(last.at, earliest, points), request.app.state.range_cache)
+    refused = next((a for a in answers if isinstance(a, QueryError)), None)
+    if refused is not None:  # every instant is one the stream keeps: a refusal is the query's
+        raise refused
     metrics.query_seconds.labels("history").observe(time.perf_counter() - started)
     return {"stream": name, "query": query, "window": last.seconds, "answers": answers}

@@ -149,7 +149,8 @@ def _run(request: Request, query: SeriesQuery, times_ms: list[int], step_ms: int
     started = time.perf_counter()
     try:
         names = _streams(request, store, query)
-        series = evaluate(store, query, names, times_ms, step_ms, timeout)
+        series = evaluate(store, query, names, times_ms, step_ms, timeout,
+                          getattr(request.app.state, "range_cache", None))
     except EvaluationTimeout as e:
         # Prometheus answers 503; here a 5xx is a bug (contract §8) and asking more than the
         # budget is the caller's to change (fewer points or streams, a longer ``timeout``).

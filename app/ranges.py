@@ -1,0 +1,249 @@
+"""Answers over time: one query at many instants of one published summary, in one pass.
+
+The history route, the Prometheus ``query_range`` and the dashboard's charts ask the same
+query at hundreds of instants. Each point here is exactly the answer
+``GET /v1/streams/{name}/{kind}?at=t`` gives from the same summary (``app.answers.answer``,
+bound included: ``tests/app/test_ranges.py`` holds them equal at every step), but the work
+is shared across the instants:
+
+* **Windows in one pass.** The tick ranges of every instant's window come from one call of
+  the exact batched tick rule (``tidemark.ticks.ticks_of``) instead of one exact rational
+  computation per instant (``windows_at``; equal to ``app.answers.parse_window``).
+* **Sketch reads in one pass.** Before any instant is answered, every tick range the
+  instants will read from the count and sum histograms is read in one compiled pass
+  (``SplittableHistogram.query_many``: the suffix terms of all ranges per interval, in
+  integers), and the instants' answers take their readings from it (``_RangeView``).
+* **Points kept per version.** A point is a pure function of the summary version it was
+  read from, the query and the instant, so the points of a range are kept beside that
+  version (``RangeCache``): a panel refreshed while the version is unchanged, or the steps
+  a step-aligned refresh shares with the last one, are not computed again. A new
+  version drops them with the summary they were read from.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections import OrderedDict
+from fractions import Fraction
+
+import numpy as np
+
+from app.answers import QueryError, answer, parse_window
+from app.windows import EMPTY_RANGE, Window
+from sketches.base import SketchError
+from tidemark.streams import StreamConfig
+from tidemark.summary import StreamSummary
+from tidemark.ticks import ticks_of
+
+__all__ = ["windows_at", "answers_at", "RangeCache"]
+
+# The parts whose reads are batched, and the kinds that read them (window_estimate over the
+# window's inner and outer ticks).
+_BATCHED = {"count": ("count", "heavy-hitters"), "sum": ("sum",)}
+
+
+def windows_at(params: dict, config: StreamConfig, clock: float | None,
+               ats: list[float]) -> list[Window | QueryError]:
+    """``parse_window({**params, "at": repr(at)}, config, clock)`` for every ``at`` (the
+    ``window`` parameter read once), each a :class:`Window` or the :class:`QueryError` it
+    raises. The ticks of the four floats each window is read from (module notes of
+    ``app.windows``) are found for all instants at once."""
+    # The window itself checked once (at the clock, where no window is too old to answer).
+    seconds = parse_window({k: v for k, v in params.items() if k != "at"}, config, clock).seconds
+    res = config.resolution
+    at = np.asarray(ats, np.float64)
+    # ``float_at_or_above(at − seconds)``: the rounded difference, one float up when the
+    # rounding went down (TwoSum gives its exact error e: at − seconds = d + e).
+    d = at - seconds
+    bb = d - at
+    e = (at - (d - bb)) + (-seconds - bb)
+    start = np.where(e > 0, np.nextafter(d, np.inf), d)
+    floats = np.concatenate([start, np.nextafter(start, -np.inf), at, np.nextafter(at, np.inf)])
+    if not np.isfinite(floats).all():  # beyond what the batched rule covers: one at a time
+        return [_one(params, config, clock, a) for a in ats]
+    k = at.size
+    ticks = ticks_of(floats, res)
+    t_start, t_before, t_at, t_after = ticks[:k], ticks[k:2 * k], ticks[2 * k:3 * k], ticks[3 * k:]
+    t_clock = None if clock is None else int(ticks_of(np.array([clock]), res)[0])
+    res_q = Fraction(res)
+    oldest = None if clock is None else Fraction(clock) - Fraction(config.max_window)
+    out: list[Window | QueryError] = []
+    for i, a in enumerate(ats):
+        a = float(a)
+        if oldest is not None and Fraction(a) - Fraction(seconds) < oldest:
+            out.append(_one(params, config, clock, a))  # the refusal, worded by parse_window
+            continue
+        if clock is not None and clock <= a:
+            last = (t_clock, t_clock)
+        else:
+            top = int(t_at[i])
+            last = (min(int(t_after[i]) - 1, top), top)
+        if start[i] > a or (clock is not None and clock < start[i]):
+            inner = outer = EMPTY_RANGE
+        else:
+            outer = (int(t_start[i]), last[1])
+            inner = (max(int(t_before[i]) + 1, outer[0]), last[0])
+            inner = inner if inner[0] <= inner[1] else EMPTY_RANGE
+            outer = outer if outer[0] <= outer[1] else EMPTY_RANGE
+        now = int(t_at[i])
+        offset = float(Fraction(a) - now * res_q)
+        out.append(Window(seconds, a, inner, outer, last, now, offset, clock, res))
+    return out
+
+
+def _one(params, config, clock, at) -> Window | QueryError:
+    try:
+        return parse_window({**params, "at": repr(float(at))}, config, clock)
+    except QueryError as e:
+        return e
+
+
+class _Readings:
+    """A histogram part whose ``query`` answers the ranges read ahead from the readings
+    (and reads any other range itself)."""
+
+    def __init__(self, part, readings: dict):
+        self._part, self._readings = part, readings
+
+    def query(self, lo: int, hi: int):
+        got = self._readings.get((lo, hi))
+        if got is None:
+            return self._part.query(lo, hi)
+        if isinstance(got, SketchError):
+            raise got
+        return got
+
+    def __getattr__(self, name):
+        return getattr(self._part, name)
+
+
+class _RangeView:
+    """The summary, with the batched parts answering from their readings."""
+
+    def __init__(self, summary: StreamSummary, parts: dict):
+        self._summary, self._parts = summary, parts
+
+    def __getitem__(self, name: str):
+        got = self._parts.get(name)
+        return got if got is not None else self._summary[name]
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._summary
+
+    def __getattr__(self, name):
+        return getattr(self._summary, name)
+
+
+def _read_ahead(kind: str, summary: StreamSummary, windows: list) -> StreamSummary | _RangeView:
+    parts = {}
+    for part, kinds in _BATCHED.items():
+        if kind not in kinds or part not in summary.parts:
+            continue
+        ranges = {r for w in windows if isinstance(w, Window)
+                  for r in (w.inner, w.outer) if r[0] <= r[1]}
+        ranges = sorted(ranges)
+        readings = summary[part].query_many(ranges)
+        parts[part] = _Readings(summary[part], dict(zip(ranges, readings)))
+    return _RangeView(summary, parts) if parts else summary
+
+
+def _params_key(params: dict) -> tuple:
+    return tuple(sorted((k, str(v)) for k, v in params.items() if k != "at"))
+
+
+class RangeCache:
+    """Points already computed, kept beside the summary version they were read from (a
+    weak reference: a version no longer served takes its points with it), at most
+    ``points`` of them in all (least recently used first out). ``hits``/``misses`` count
+    points, and so does ``counter`` (``/metrics``: ``tidemark_range_points_total``)."""
+
+    def __init__(self, points: int = 200_000, counter=None):
+        self.points = points
+        self._counter = counter
+        self._by_summary: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        self._order: OrderedDict = OrderedDict()  # (id of the summary's map, key) -> None
+        self._lock = threading.Lock()
+        self.hits = self.misses = 0
+
+    def get(self, summary, key):
+        with self._lock:
+            kept = self._by_summary.get(summary)
+            got = None if kept is None else kept.get(key)
+            if got is None:
+                self.misses += 1
+                if self._counter is not None:
+                    self._counter.labels("computed").inc()
+                return None
+            self.hits += 1
+            if self._counter is not None:
+                self._counter.labels("kept").inc()
+            self._order.move_to_end((id(kept), key))
+            return got
+
+    def put(self, summary, key, body) -> None:
+        with self._lock:
+            kept = self._by_summary.get(summary)
+            if kept is None:
+                kept = self._by_summary[summary] = {}
+                weakref.finalize(summary, self._drop, id(kept), kept)
+            kept[key] = body
+            self._order[(id(kept), key)] = kept
+            while len(self._order) > self.points:
+                (_, old), owner = self._order.popitem(last=False)
+                owner.pop(old, None)
+
+    def _drop(self, owner_id: int, owner: dict) -> None:
+        with self._lock:
+            for key in list(owner):
+                self._order.pop((owner_id, key), None)
+            owner.clear()
+
+    def __len__(self) -> int:
+        return len(self._order)
+
+
+def answers_at(kind: str, name: str, config: StreamConfig, summary: StreamSummary | None,
+               status: dict, params: dict, ats: list[float],
+               cache: RangeCache | None = None) -> list[dict | QueryError]:
+    """``answer(kind, name, config, summary, status, {**params, "at": repr(at)})`` for every
+    ``at``: each the answer object or the :class:`QueryError` that instant raises."""
+    out: list = [None] * len(ats)
+    base = _params_key(params)
+    todo = []
+    for i, at in enumerate(ats):
+        got = None if cache is None or summary is None else cache.get(summary, (kind, base, float(at)))
+        if got is not None:
+            out[i] = _copy(got)
+        else:
+            todo.append(i)
+    if not todo:
+        return out
+    windows = windows_at(params, config, status.get("clock"), [ats[i] for i in todo])
+    view = summary if summary is None else _read_ahead(kind, summary, windows)
+    for i, window in zip(todo, windows):
+        if isinstance(window, QueryError):
+            out[i] = window
+            continue
+        try:
+            body = answer(kind, name, config, view, status, {**params, "at": repr(float(ats[i]))}, window)
+        except QueryError as e:
+            out[i] = e
+            continue
+        if cache is not None and summary is not None:
+            cache.put(summary, (kind, base, float(ats[i])), body)
+            body = _copy(body)
+        out[i] = body
+    return out
+
+
+def _copy(body: dict) -> dict:
+    """A kept answer as a caller may change it (``mark_incomplete`` and the routes write
+    into answers): the outer dict and its bounds copied, the rest shared."""
+    out = dict(body)
+    if isinstance(out.get("bound"), dict):
+        out["bound"] = dict(out["bound"])
+    if isinstance(out.get("items"), list):
+        out["items"] = [dict(item, bound=dict(item["bound"])) if isinstance(item, dict)
+                        and isinstance(item.get("bound"), dict) else item for item in out["items"]]
+    return out
