@@ -1,0 +1,251 @@
+"""``app.ranges``: every point of a range is the instant answer, bound included.
+
+Generated streams (``tests/strategies.py``: out-of-order batches, several shards merged,
+fractional resolutions, times on and one ulp off tick edges, zero and fractional weights)
+are answered at many instants in one pass and one instant at a time; the two must be
+equal, answer object for answer object, for every kind — refusals included — and points
+kept for a version must be what computing them again gives.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import app.kinds  # noqa: F401  (registers the kinds)
+from app.answers import QueryError, answer
+from app.ranges import RangeCache, answers_at, windows_at
+from app.answers import parse_window
+from sketches.splittable_histogram import SplittableHistogram
+from sketches.base import SketchError
+from tests.strategies import cases, status, summarize
+
+KINDS = {
+    "count": {}, "sum": {}, "distinct": {}, "frequency": {"key": "a"}, "self-join": {},
+    "heavy-hitters": {"phi": "0.2"}, "quantiles": {"q": "0,0.5,0.99,1"},
+    "distribution": {"buckets": "8"},
+    "decayed-sum": {"tau": "2", "decay": "polynomial", "alpha": "1.5", "guarantee": "additive"},
+}
+
+
+def _instant(kind, case, summary, params, at):
+    try:
+        return answer(kind, "s", case.config, summary, status(case), {**params, "at": repr(float(at))})
+    except QueryError as e:
+        return e
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, QueryError) or isinstance(b, QueryError):
+        return type(a) is type(b) and str(a) == str(b)
+    return a == b
+
+
+@st.composite
+def instants(draw, case):
+    """Instants over the kept span, on ticks, one ulp off them, past the clock, and some
+    too old to answer (a refusal), in any order, repeated."""
+    res, clock = case.config.resolution, case.clock or 0.0
+    lo = clock - case.config.max_window
+    raw = draw(st.lists(st.one_of(
+        st.floats(lo - res, clock + 3 * res, allow_nan=False, allow_infinity=False),
+        st.integers(int(lo / res) - 1, int(clock / res) + 2).map(lambda k: k * res),
+        st.integers(int(lo / res) - 1, int(clock / res) + 2).map(
+            lambda k: math.nextafter(k * res, draw(st.sampled_from([-math.inf, math.inf]))))),
+        min_size=1, max_size=25))
+    return raw
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.data())
+def test_every_point_of_a_range_is_the_instant_answer(data):
+    case = data.draw(cases(max_events=60))
+    summary = summarize(case)
+    res = case.config.resolution
+    window = data.draw(st.sampled_from([case.config.max_window, res, res / 3, res * 2.5,
+                                        case.config.max_window / 2]))
+    window = min(window, case.config.max_window)
+    ats = data.draw(instants(case))
+    kind = data.draw(st.sampled_from(sorted(KINDS)))
+    params = {**KINDS[kind], "window": repr(window)}
+    cache = RangeCache(points=data.draw(st.sampled_from([3, 1000])))
+    for attempt in range(2):  # computed, then (partly) kept for this version
+        got = answers_at(kind, "s", case.config, summary, status(case), params, ats, cache)
+        for at, point in zip(ats, got):
+            expected = _instant(kind, case, summary, params, at)
+            assert _same(point, expected), (attempt, kind, at, point, expected)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.data())
+def test_windows_in_one_pass_are_parse_window(data):
+    case = data.draw(cases(max_events=20))
+    window = data.draw(st.floats(case.config.resolution / 100, case.config.max_window))
+    params = {"window": repr(window)}
+    ats = data.draw(instants(case))
+    for at, w in zip(ats, windows_at(params, case.config, case.clock, ats)):
+        try:
+            expected = parse_window({**params, "at": repr(float(at))}, case.config, case.clock)
+        except QueryError as e:
+            expected = e
+        assert _same(w, expected), (at, w, expected)
+
+
+def _tick_edge_cases(res: float, count: int) -> list[tuple[float, float]]:
+    """(window, at) whose rounded ``at − window`` lies one ulp below a tick edge that the
+    exact start is at or above: the first event time the window admits is in the next tick."""
+    import random
+    from fractions import Fraction
+
+    from tidemark.ticks import tick_of
+
+    rng, out = random.Random(5), []
+    while len(out) < count:
+        k, w = rng.randint(1, 10**7), rng.choice([0.1, 0.3, 0.7, 2.2, 1e-3, 59.9])
+        at = float(Fraction(k) * Fraction(res)) + w
+        d = at - w
+        if Fraction(d) < Fraction(at) - Fraction(w) and \
+                tick_of(d, res) != tick_of(math.nextafter(d, math.inf), res):
+            out.append((w, at))
+    return out
+
+
+@pytest.mark.parametrize("res", [0.3, 0.1, 1.5])
+def test_a_window_start_rounded_below_a_tick_edge_is_read_exactly(res):
+    from tidemark.streams import StreamConfig
+
+    config = StreamConfig(max_window=1e9, resolution=res)
+    for w, at in _tick_edge_cases(res, 3):
+        params = {"window": repr(w)}
+        [got] = windows_at(params, config, None, [at])
+        assert got == parse_window({**params, "at": repr(at)}, config, None)
+
+
+def _histogram_states(data, eps, window):
+    """Histograms fed past their exact levels: thousands of events on spread ticks, in a
+    few out-of-order batches, integer or fractional weights, merged parts."""
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
+    parts = []
+    for _ in range(data.draw(st.integers(1, 4))):
+        h = SplittableHistogram(eps, window, max_total=2.0**62)
+        weights = data.draw(st.sampled_from(["one", "int", "frac", "big"]))
+        top = int(rng.integers(window, 5 * window))
+        for _ in range(data.draw(st.integers(1, 3))):
+            n = int(rng.integers(0, 3000))
+            ticks = np.sort(rng.integers(max(0, top - window + 1), top + 1, n))[::-1].copy() \
+                if rng.random() < 0.3 else rng.integers(max(0, top - window + 1), top + 1, n)
+            w = {"one": None, "int": rng.integers(0, 40, n).astype(float),
+                 "frac": rng.choice([0.0, 0.5, 2.25, 1e-3], n),
+                 "big": rng.integers(0, 2**40, n).astype(float)}[weights]
+            try:
+                h.update(ticks.astype(np.int64), w)
+            except SketchError:
+                pass  # ticks expired by an earlier batch: refused whole
+            top += int(rng.integers(0, window // 2 + 1))
+        parts.append(h)
+    h = parts[0]
+    for other in parts[1:]:
+        h.merge(other)
+    return h
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.data())
+def test_query_many_is_query_on_full_states(data):
+    window = data.draw(st.sampled_from([64, 1000, 4096]))
+    h = _histogram_states(data, data.draw(st.sampled_from([0.05, 0.2, 0.5])), window)
+    clock = h.clock
+    los = data.draw(st.lists(st.integers(clock - window - 2, clock + 1), min_size=1, max_size=60))
+    ranges = [(lo, lo + data.draw(st.integers(-1, window))) for lo in los]
+    for r, got in zip(ranges, h.query_many(ranges)):
+        try:
+            expected = h.query(*r)
+        except SketchError as e:
+            expected = e
+        if isinstance(expected, SketchError):
+            assert isinstance(got, SketchError) and str(got) == str(expected), (r, got, expected)
+        else:
+            assert got == expected, (r, got, expected)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.data())
+def test_query_many_is_query_on_every_state(data):
+    """Integer and fractional weights (the exact and the rounding state), merged parts,
+    ranges before the clock, at it, expired or too long (the refusal is the same)."""
+    window = data.draw(st.sampled_from([4, 16, 64, 1000]))
+    eps = data.draw(st.sampled_from([0.01, 0.1, 0.5]))
+    parts = []
+    for _ in range(data.draw(st.integers(1, 4))):
+        h = SplittableHistogram(eps, window)
+        for _ in range(data.draw(st.integers(0, 3))):
+            n = data.draw(st.integers(0, 80))
+            top = data.draw(st.integers(0, 4 * window))
+            ticks = np.array(data.draw(st.lists(st.integers(max(0, top - window), top), min_size=n, max_size=n)),
+                             np.int64)
+            weights = data.draw(st.sampled_from([None, "int", "frac"]))
+            if weights == "int":
+                w = np.array(data.draw(st.lists(st.integers(0, 50), min_size=n, max_size=n)), float)
+            elif weights == "frac":
+                w = np.array(data.draw(st.lists(st.sampled_from([0.0, 0.5, 1.0, 2.25, 1e-3]),
+                                                min_size=n, max_size=n)), float)
+            else:
+                w = None
+            try:
+                h.update(ticks, w)
+            except SketchError:
+                pass  # ticks already expired: the sketch refuses the batch whole
+        parts.append(h)
+    h = parts[0]
+    for other in parts[1:]:
+        h.merge(other)
+    clock = h.clock if not h.is_empty else 0
+    ranges = data.draw(st.lists(st.tuples(st.integers(clock - 2 * window, clock + 3),
+                                          st.integers(0, window + 1)).map(lambda r: (r[0], r[0] + r[1] - 1)),
+                                min_size=1, max_size=30))
+    for r, got in zip(ranges, h.query_many(ranges)):
+        try:
+            expected = h.query(*r)
+        except SketchError as e:
+            expected = e
+        if isinstance(expected, SketchError):
+            assert isinstance(got, SketchError) and str(got) == str(expected), (r, got, expected)
+        else:
+            assert got == expected, (r, got, expected)
+
+
+def test_kept_points_go_with_their_version():
+    """A version no longer referenced takes its kept points with it; the bound on points holds."""
+    import gc
+
+    class Version:  # stands for a decoded summary (weakly referenced, as a StreamSummary)
+        pass
+
+    cache = RangeCache(points=5)
+    v1, v2 = Version(), Version()
+    for i in range(4):
+        cache.put(v1, ("count", (), float(i)), {"i": i})
+    assert cache.get(v1, ("count", (), 3.0)) == {"i": 3}
+    for i in range(3):
+        cache.put(v2, ("count", (), float(i)), {"i": i})
+    assert len(cache) == 5  # the oldest of v1 went first
+    assert cache.get(v1, ("count", (), 0.0)) is None
+    del v1
+    gc.collect()
+    assert len(cache) == 3
+    assert cache.hits == 1 and cache.misses == 1
+
+
+@pytest.mark.parametrize("kind", ["count", "quantiles"])
+def test_a_range_before_anything_was_published_is_the_empty_answer(kind):
+    from tidemark.streams import StreamConfig
+
+    config = StreamConfig(max_window=60, value_min=0, value_max=10)
+    st_ = {"clock": None, "sketch_version": 0, "updated_at": None, "events": 0, "late_dropped": 0}
+    params = {**KINDS[kind], "window": "30"}
+    got = answers_at(kind, "s", config, None, st_, params, [0.0, 10.0])
+    assert got == [answer(kind, "s", config, None, st_, {**params, "at": repr(a)}) for a in (0.0, 10.0)]
