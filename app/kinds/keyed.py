@@ -76,16 +76,36 @@ def _window_uppers(ecm, ids, window: Window) -> tuple[np.ndarray, list | None]:
     return np.maximum(upper_outer, lower_inner), [inner, outer]
 
 
-def _estimate(readings: list, i: int, window: Window) -> Estimate:
-    def reading(r):
-        if r is None:
-            return _exact_zero(METHOD)
-        return Estimate(float(r[0][i]), float(r[1][i]), float(r[2][i]), "additive", r[3], r[4], r[5])
-
+def _items(keys, readings: list, listed: np.ndarray, window: Window) -> list[dict]:
+    """The answer items of the ``listed`` candidates: each key's ``window_estimate`` (its
+    inner and outer readings bracketed, as ``bracket`` does) with ``bound_of``'s fields,
+    computed for all keys at once with the same float operations."""
     inner, outer = readings
-    if window.inner == window.outer:
-        return reading(outer)
-    return bracket(reading(inner), reading(outer))
+
+    def reading(r):
+        if r is None:  # an exact 0 (``_exact_zero``)
+            z = np.zeros(listed.size)
+            return z, z, z, "relative", 0.0, 1.0, METHOD
+        return r[0][listed], r[1][listed], r[2][listed], "additive", r[3], r[4], r[5]
+
+    est, lower, upper, kind, eps, conf, method = reading(outer)
+    if window.inner != window.outer:
+        low = reading(inner)
+        lower, upper = low[1], np.maximum(upper, low[1])
+        conf = max(0.0, low[5] + conf - 1.0)
+        if kind == "relative":
+            mid = np.where((lower >= 0) & (upper > 0), 2 * lower * upper / (lower + upper), (lower + upper) / 2)
+        else:
+            mid = (lower + upper) / 2
+        est = np.minimum(np.maximum(mid, lower), upper)
+    half = (upper - lower) / 2
+    items = []
+    for key, e, lo, up, h in zip([keys[i] for i in listed.tolist()], est.tolist(), lower.tolist(),
+                                 upper.tolist(), half.tolist()):
+        items.append({"key": key, "estimate": e, "bound": {
+            "lower": lo, "upper": up, "kind": kind, "epsilon": eps, "confidence": conf, "method": method,
+            "half_width": h, "half_width_relative": 0.0 if h == 0 else (h / abs(e) if e else None)}})
+    return items
 
 
 def _heavy_hitters(summary, config, window, params):
@@ -113,9 +133,7 @@ def _heavy_hitters(summary, config, window, params):
     if len(found.ids):
         uppers, readings = _window_uppers(summary["keys"], found.ids, window)
         listed = (uppers >= level) & (uppers > 0)
-        for i in np.flatnonzero(listed).tolist():
-            e = _estimate(readings, i, window)
-            items.append({"key": found.keys[i], "estimate": e.estimate, "bound": bound_of(e)})
+        items = _items(found.keys, readings, np.flatnonzero(listed), window)
         if not listed.all():
             dropped_max = float(uppers[~listed].max())
     items.sort(key=lambda item: -item["estimate"])

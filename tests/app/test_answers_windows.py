@@ -89,6 +89,9 @@ def test_key_upper_bounds_and_heavy_hitters_are_complete(data):
                 assert f <= hh["unlisted_max"], (key, f, hh["unlisted_max"], w, at)
             if (hh["complete"] or reader_sure) and f >= phi * n:
                 assert key in listed, (key, f, n, phi, w, at)
+        for item in hh["items"]:  # a listed key reads as its frequency answer, bound and all
+            one = ask(case, summary, "frequency", key=item["key"], window=w, at=at)
+            assert (item["estimate"], item["bound"]) == (one["estimate"], one["bound"]), (item, one)
 
 
 # -- probabilistic bounds at their rate ---------------------------------------------------------
