@@ -11,6 +11,7 @@ version) in a single request.
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Annotated
 
@@ -29,14 +30,30 @@ MAX_POINTS = 500      # a long line on any screen; bounds the work of one reques
 DEFAULT_POINTS = 120
 
 
-def instants(end: float, earliest: float, points: int) -> list[float]:
-    """``points`` instants evenly from ``earliest`` to ``end`` (both included); only ``end``
-    when there is no room before it. The last one is ``end`` exactly, so the newest point
-    of a history is the answer a plain query gives."""
+def instants(end: float, earliest: float, points: int, span: float | None = None) -> list[float]:
+    """``points`` instants from ``earliest`` to ``end`` (both included); only ``end`` when
+    there is no room before it. The last one is ``end`` exactly, so the newest point of a
+    history is the answer a plain query gives.
+
+    The ones between lie on a fixed grid, the multiples of a step just under
+    ``span/(points − 1)`` (``span``: the nominal ``end − earliest``, which the rounded
+    difference may miss by an ulp; its mantissa cut to 30 bits, so the grid always has
+    room): a history asked again a few seconds later over a span as long shares all its
+    inner instants but the newest with the one before, and the points kept for an
+    unchanged version answer them (``app.ranges``)."""
     if points == 1 or not earliest < end:
         return [end]
-    step = (end - earliest) / (points - 1)
-    return [earliest + i * step for i in range(points - 1)] + [end]
+    if points == 2:
+        return [earliest, end]
+    mantissa, exponent = math.frexp((end - earliest if span is None else span) / (points - 1))
+    step = math.ldexp(math.floor(mantissa * 2**30) / 2**30, exponent)
+    top = math.ceil(end / step)  # the grid below end: k·step < end, the newest points - 2 of them
+    grid = [k * step for k in range(top - points, top + 1)]
+    grid = [t for t in grid if earliest < t < end][-(points - 2):]
+    if len(grid) < points - 2:  # (a step below the float grain of these times): evenly
+        even = (end - earliest) / (points - 1)
+        grid = [earliest + i * even for i in range(1, points - 1)]
+    return [earliest, *grid, end]
 
 
 @router.get("/v1/streams/{name}/{query}/history", dependencies=[READ])
@@ -51,8 +68,10 @@ def history(name: StreamName, query: str, request: Request, store: StoreDep, met
     clock = status.get("clock")
     last = parse_window(params, config, clock)  # checks window and at (a 422 when wrong)
     earliest = last.at if clock is None else clock - config.max_window + last.seconds
+    # Ending at the clock, the span is max_window - window whatever the clock: one grid.
+    span = config.max_window - last.seconds if last.at == clock else None
     answers = answers_at(query, name, config, summary, status, params,
-                         instants(last.at, earliest, points), request.app.state.range_cache)
+                         instants(last.at, earliest, points, span), request.app.state.range_cache)
     refused = next((a for a in answers if isinstance(a, QueryError)), None)
     if refused is not None:  # every instant is one the stream keeps: a refusal is the query's
         raise refused

@@ -61,6 +61,21 @@ def test_instants_end_at_the_last_and_are_even():
     assert got[-1] == T0 + 0.1 and got == sorted(got) and len(got) == 7
 
 
+@given(st.floats(1e3, 2e9), st.sampled_from([60.0, 95.5, 3300.0, 86400.0 * 7]), st.integers(3, MAX_POINTS),
+       st.floats(0.01, 30.0))
+@settings(max_examples=200, deadline=None)
+def test_a_history_asked_again_later_shares_its_inner_instants(clock, span, points, later):
+    """The inner instants lie on a grid of the nominal span: asked again ``later`` seconds
+    on (the route's span is ``max_window − window`` at every clock), all inner instants
+    up to the first history's end are instants of the first, so their points are kept."""
+    first = instants(clock, clock - span, points, span)
+    again = instants(clock + later, clock + later - span, points, span)
+    assert len(first) == len(again) == points and first == sorted(first) and again == sorted(again)
+    assert first[0] == clock - span and again[-1] == clock + later
+    inner = set(first[1:-1])
+    assert all(t in inner for t in again[1:-1] if t < first[-1])
+
+
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=streams(), window=st.sampled_from([1.0, 30.0, 95.5, MAX_WINDOW]),
        points=st.integers(1, 40))
