@@ -41,6 +41,7 @@ __all__ = ["windows_at", "answers_at", "RangeCache"]
 # The parts whose reads are batched, and the kinds that read them (window_estimate over the
 # window's inner and outer ticks).
 _BATCHED = {"count": ("count", "heavy-hitters"), "sum": ("sum",)}
+_TABLES = ("quantiles", "distribution")  # kinds reading rank tables of the value part
 
 
 def windows_at(params: dict, config: StreamConfig, clock: float | None,
@@ -118,6 +119,29 @@ class _Readings:
         return getattr(self._part, name)
 
 
+class _Tables:
+    """The value part, answering the ranges read ahead from their rank tables."""
+
+    def __init__(self, part, tables: dict):
+        self._part, self._tables = part, tables
+
+    def _table(self, lo, hi, inner):
+        got = self._tables.get(((lo, hi), None if inner is None else tuple(inner)))
+        if isinstance(got, SketchError):
+            raise got
+        return got
+
+    def quantiles(self, qs, lo, hi, inner=None):
+        return self._part.quantiles(qs, lo, hi, inner, table=self._table(lo, hi, inner))
+
+    def rank_table(self, lo, hi, inner=None):
+        table = self._table(lo, hi, inner)
+        return self._part.rank_table(lo, hi, inner) if table is None else table
+
+    def __getattr__(self, name):
+        return getattr(self._part, name)
+
+
 class _RangeView:
     """The summary, with the batched parts answering from their readings."""
 
@@ -135,8 +159,18 @@ class _RangeView:
         return getattr(self._summary, name)
 
 
+def _value_ranges(window: Window):
+    """The (outer, inner) pair the value kinds read (``app.kinds.values._ranges``)."""
+    return window.outer, window.inner if window.inner[0] <= window.inner[1] else (1, 0)
+
+
 def _read_ahead(kind: str, summary: StreamSummary, windows: list) -> StreamSummary | _RangeView:
     parts = {}
+    if kind in _TABLES and "values" in summary.parts:
+        pairs = sorted({_value_ranges(w) for w in windows
+                        if isinstance(w, Window) and w.outer[0] <= w.outer[1]})
+        tables = summary["values"].rank_tables(pairs)
+        parts["values"] = _Tables(summary["values"], dict(zip(pairs, tables)))
     for part, kinds in _BATCHED.items():
         if kind not in kinds or part not in summary.parts:
             continue

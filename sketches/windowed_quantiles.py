@@ -456,7 +456,10 @@ class WindowedQuantiles(Sketch):
         certain = cum(c * inside[node])
         cu = certain + cum(c * cut[node])
         cl = certain if i_inside is inside else cum(c * i_inside[node])
-        est_f = np.cumsum(np.bincount(inv, weights=c * share[node], minlength=m))
+        # The estimate: every event certainly in the range (an integer, exact) and each cut
+        # node's share of its events; the cut part alone is summed in floats, so the same
+        # number comes from ``rank_tables``' sweep, which never sums the inside per entry.
+        est_f = certain + np.cumsum(np.bincount(inv, weights=c * (share * cut)[node], minlength=m))
         est = np.minimum(np.maximum(np.floor(est_f + 0.5).astype(np.int64), certain), cu)
         n_upper = int(cu[-1]) if m else 0
         n_lower = int(cl[-1]) if m else 0
@@ -467,13 +470,119 @@ class WindowedQuantiles(Sketch):
         return RankTable(universe, lo_edge, hi_edge, est, cl, cu, n_lower, n_upper,
                          int(est[-1]) if m else 0, delta, eps, to_clock)
 
+    def rank_tables(self, ranges) -> list:
+        """:meth:`rank_table` of every ``((lo, hi), inner)`` of ``ranges`` (each the table
+        it returns, or the :class:`SketchError` it raises), in one sweep over time.
+
+        A range's table needs the value histogram of the nodes wholly inside it, which
+        :meth:`rank_table` sums entry by entry. Here the ranges are taken in time order,
+        and that histogram is kept as ``Σ(nodes with last ≤ hi) − Σ(nodes with first < lo)
+        + Σ(nodes with first < lo and last > hi)`` (the first two are running sums over the
+        nodes in order of their last and first ticks, each node's entries added once; the
+        third holds the few nodes spanning the whole range): the work is the entries once,
+        plus per range the nodes cut by its edges and a pass over the value keys, not the
+        entries of every range. Integer counts, so the sums are exact; the estimate's
+        float part comes from the cut nodes alone, as :meth:`rank_table` computes it."""
+        out: list = [None] * len(ranges)
+        todo = []
+        for i, ((lo, hi), inner) in enumerate(ranges):
+            try:
+                lo, hi = self._check_range(lo, hi)
+                if inner is not None and tuple(inner) != (lo, hi) and inner[0] <= inner[1]:
+                    self._check_range(*inner)
+            except SketchError as e:
+                out[i] = e
+                continue
+            todo.append((i, lo, hi, inner))
+        if not todo or self._keys.size == 0:
+            for i, lo, hi, inner in todo:
+                out[i] = self.rank_table(lo, hi, inner)
+            return out
+        todo.sort(key=lambda r: (r[2], r[1]))
+        if any(b[1] < a[1] for a, b in zip(todo, todo[1:])):  # not one sweep: one at a time
+            for i, lo, hi, inner in todo:
+                out[i] = self.rank_table(lo, hi, inner)
+            return out
+        first, last = self._spans()
+        universe, inv = _universe(self._keys)
+        m = universe.size
+        lo_edges, hi_edges = self.edges_of(universe)
+        sizes = np.diff(self._off)
+        cnt = self._cnts.astype(np.float64)
+
+        def by(order):  # the entries of the nodes in ``order``, and each node's end among them
+            n = sizes[order]
+            ends = np.cumsum(n)
+            idx = np.arange(int(ends[-1]) if n.size else 0) + np.repeat(self._off[order] - (ends - n), n)
+            return inv[idx], cnt[idx], ends
+
+        by_last, by_first = np.argsort(last, kind="stable"), np.argsort(first, kind="stable")
+        last_sorted, first_sorted = last[by_last], first[by_first]
+        l_inv, l_cnt, l_end = by(by_last)
+        f_inv, f_cnt, f_end = by(by_first)
+        upto_hi = np.zeros(m)   # Σ of the nodes with last ≤ hi
+        before_lo = np.zeros(m)  # Σ of the nodes with first < lo
+        n_hi = n_lo = 0  # nodes taken so far in each order
+        e_hi = e_lo = 0  # their entries
+
+        def hist(mask):
+            idx, _ = self._entries(mask)
+            return np.bincount(inv[idx], weights=cnt[idx], minlength=m)
+
+        for i, lo, hi, inner in todo:
+            top = min(hi, self._clock)
+            k = int(np.searchsorted(last_sorted, top, "right"))
+            if k > n_hi:
+                end = int(l_end[k - 1])
+                upto_hi += np.bincount(l_inv[e_hi:end], weights=l_cnt[e_hi:end], minlength=m)
+                n_hi, e_hi = k, end
+            k = int(np.searchsorted(first_sorted, lo, "left"))
+            if k > n_lo:
+                end = int(f_end[k - 1])
+                before_lo += np.bincount(f_inv[e_lo:end], weights=f_cnt[e_lo:end], minlength=m)
+                n_lo, e_lo = k, end
+            meets, inside, cut, share = self._classify(lo, hi)
+            spanning = (first < lo) & (last > top)
+            inside_h = upto_hi - before_lo + (hist(spanning) if spanning.any() else 0.0)
+            cut_h = hist(cut) if cut.any() else np.zeros(m)
+            if inner is None or tuple(inner) == (lo, hi):
+                i_inside, i_cut, i_h = inside, cut, inside_h
+            elif inner[0] > inner[1]:
+                i_inside = i_cut = np.zeros_like(inside)
+                i_h = np.zeros(m)
+            else:
+                _, i_inside, i_cut, _ = self._classify(*self._check_range(*inner))
+                dropped = inside & ~i_inside
+                i_h = inside_h - hist(dropped) if dropped.any() else inside_h
+            present = (inside_h + cut_h) > 0
+            certain = np.cumsum(inside_h)[present].astype(np.int64)
+            cu = certain + np.cumsum(cut_h)[present].astype(np.int64)
+            cl = certain if i_h is inside_h else np.cumsum(i_h)[present].astype(np.int64)
+            if cut.any():
+                idx, node = self._entries(cut)
+                shares = np.bincount(inv[idx], weights=cnt[idx] * share[node], minlength=m)
+                est_f = certain + np.cumsum(shares)[present]
+            else:
+                est_f = certain + np.zeros(certain.size)
+            est = np.minimum(np.maximum(np.floor(est_f + 0.5).astype(np.int64), certain), cu)
+            n = int(present.sum())
+            delta = max(int(self._wt[cut].sum()), int(self._wt[i_cut].sum()))
+            to_clock = hi >= self._clock
+            out[i] = RankTable(universe[present], lo_edges[present], hi_edges[present], est, cl, cu,
+                               int(cl[-1]) if n else 0, int(cu[-1]) if n else 0, int(est[-1]) if n else 0,
+                               delta, self.epsilon if to_clock else 2 * self.epsilon, to_clock)
+        return out
+
     # -- queries -----------------------------------------------------------------------------
-    def quantiles(self, qs, lo: int, hi: int, inner: tuple[int, int] | None = None) -> list:
-        """A :class:`QuantileBracket` per q (None when the range has no event)."""
+    def quantiles(self, qs, lo: int, hi: int, inner: tuple[int, int] | None = None,
+                  table: RankTable | None = None) -> list:
+        """A :class:`QuantileBracket` per q (None when the range has no event); ``table``:
+        the range's :meth:`rank_table` when it was read already (``rank_tables``)."""
         qs = [float(q) for q in qs]
         if any(not 0.0 <= q <= 1.0 for q in qs):
             raise SketchError("each q must be in [0, 1]")
-        table = self.rank_table(lo, hi, inner)
+        if table is None:
+            table = self.rank_table(lo, hi, inner)
         return [self._bracket(q, table) for q in qs]
 
     def _bracket(self, q: float, tb: RankTable) -> QuantileBracket | None:

@@ -392,3 +392,59 @@ def test_format_1_blobs_are_refused():
     blob[4] = 1  # the header's format byte
     with pytest.raises(CorruptSketchError, match="^unsupported sketch format version 1$"):
         WindowedQuantiles.from_bytes(bytes(blob))
+
+
+def _same_table(a, b) -> bool:
+    return all(np.array_equal(getattr(a, f), getattr(b, f)) if isinstance(getattr(a, f), np.ndarray)
+               else getattr(a, f) == getattr(b, f) for f in a.__dataclass_fields__)
+
+
+@st.composite
+def long_streams(draw):
+    """Thousands of events over several windows (collapsed nodes of many widths, nested
+    after a merge), in order or not, besides ``streams``' small ones."""
+    if draw(st.booleans()):
+        return draw(streams())
+    window = draw(st.sampled_from([256, 1024, 4096]))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    n = int(rng.integers(2000, 30000))
+    ticks = np.sort(rng.integers(0, 3 * window, n))
+    if draw(st.booleans()):
+        ticks = ticks[rng.permutation(n)]
+    values = rng.lognormal(2, 1.5, n)
+    return window, ticks, values, draw(st.integers(1, 6)), draw(st.sampled_from([0.2, 0.5, 0.9]))
+
+
+@SETTINGS
+@given(long_streams(), st.integers(1, 4), st.data())
+def test_rank_tables_in_one_sweep_are_rank_table(stream, k, data):
+    """Every range of a sweep (sliding windows of one length, with inner ranges a tick in
+    from each edge, empty ones, ranges past the clock, expired ones refused) reads the
+    table ``rank_table`` reads, array for array; merged parts included (nested nodes)."""
+    window, ticks, values, batches, eps = stream
+    parts = []
+    for s in range(k):
+        sk = WindowedQuantiles(eps, window, 0.02)
+        m = np.arange(ticks.size) % k == s
+        if m.any():
+            feed(sk, ticks[m], values[m], batches)
+        parts.append(sk)
+    sk = parts[0]
+    for p in parts[1:]:
+        sk.merge(p)
+    clock = int(ticks.max())
+    length = data.draw(st.one_of(st.integers(1, 3), st.integers(1, window)))  # short: inside one node
+    starts = data.draw(st.lists(st.integers(clock - window - 1, clock + 2), min_size=1, max_size=40))
+    how = data.draw(st.sampled_from(["none", "same", "in", "empty"]))
+    ranges = []
+    for lo in starts:
+        hi = lo + length - 1
+        inner = {"none": None, "same": (lo, hi), "in": (lo + 1, hi - 1), "empty": (1, 0)}[how]
+        ranges.append(((lo, hi), inner))
+    for r, got in zip(ranges, sk.rank_tables(ranges)):
+        try:
+            expected = sk.rank_table(*r[0], r[1])
+        except SketchError as e:
+            assert isinstance(got, SketchError) and str(got) == str(e), (r, got, e)
+            continue
+        assert _same_table(got, expected), (r, got, expected)
