@@ -190,3 +190,31 @@ def is_descending(ticks, rs):
         if not _less(ticks[j], rs[j], ticks[j - 1], rs[j - 1]):
             return False
     return True
+
+
+@njit(cache=True)
+def coefficients(levels, weights, theta_unit, k, top):
+    """``max(w_j, θ_{λ_j})`` of each kept element (``w_j`` at level 0): the factor
+    ``contributions`` multiplies by ``g_j``, which depends on the scan alone, not on the
+    decay (so a sketch computes it once for every query)."""
+    n = levels.shape[0]
+    L = top + 1
+    y = np.empty(n, np.float64)
+    hist = np.zeros(L, np.int64)
+    ptr = 0
+    cnt = 0
+    for j in range(n):
+        while ptr < L and cnt >= k:
+            cnt -= hist[ptr]
+            ptr += 1
+        m = levels[j]
+        w = weights[j]
+        if ptr == 0:
+            y[j] = w
+        else:
+            theta = theta_unit * 2.0**ptr
+            y[j] = w if w > theta else theta
+        hist[m] += 1
+        if m >= ptr:
+            cnt += 1
+    return y

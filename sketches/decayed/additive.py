@@ -62,8 +62,14 @@ newest such tick ``t_o`` is kept and the interval widens by ``f(at − t_o)·W_t
 re-scan — yields exactly the sketch of the union stream with the same draws: merges of
 any depth add no error, and arrival order does not matter.
 
-Floating point: each stored contribution is rounded once and the sums have at most
-``n`` additions, so the interval also widens by ``(n + 8)·2^-52·Ŝ₀``.
+Floating point: a sum ``Σ_j c_j·m_j`` (``m_j = max(w_j, θ_{λ_j})``) is taken tick by
+tick, as ``Σ_t f(at − t)·M_t`` with ``M_t`` the sum of the ``m_j`` of the elements of tick
+``t`` (all of a tick's elements share their age): each exact term ``f·m_j`` reaches the
+result through at most ``(m_t − 1) + 1 + (T − 1) <= n`` roundings (its tick's ``m_t``
+elements summed, one product, ``T`` ticks summed), no more than a per-element product
+and an ``n``-term sum would take, so the interval widens by ``(n + 8)·2^-52·Ŝ₀``. The
+``M_t`` depend on the state alone: kept once per state, a query (or a range of ``at``)
+evaluates the decay once per tick, not once per element.
 """
 
 from __future__ import annotations
@@ -79,6 +85,7 @@ from sketches._codec import max_float_column_size
 from sketches.base import CorruptSketchError, Estimate, Family, IncompatibleSketchError, Sketch, SketchError
 from sketches.base import integer_ticks, seed_value, unit_interval
 from sketches.decayed._sample_kernels import (
+    coefficients,
     contributions,
     draw,
     is_descending,
@@ -250,6 +257,7 @@ class DecayedAdditiveSketch(Sketch):
 
     def _set(self, t, r, v, w, lev) -> None:
         self._t, self._r, self._v, self._w, self._lev = t, r, v, w, lev
+        self._ticks = None  # per tick sums of the state (``_by_tick``), kept until it changes
 
     def _params(self) -> tuple:
         return (self.epsilon, self.delta, self.value_min, self.value_max, self.seed, self.max_total)
@@ -334,14 +342,52 @@ class DecayedAdditiveSketch(Sketch):
         (``c_j = 0`` for them): the proof is unchanged, ``S₀`` still counts every event."""
         return np.ones(self._t.shape, bool) if until is None else self._t <= int(until)
 
-    def _estimate(self, decay, at, mask_fn, until: int | None = None) -> Estimate:
+    def _by_tick(self, selection, mask_fn):
+        """``(ticks, M, M_sel)``: the distinct ticks held (newest first: the state is
+        sorted by key), the sum of ``max(w_j, θ_{λ_j})`` of each tick's elements, and the
+        same over the elements ``mask_fn`` selects (module notes, floating point). Kept
+        per state and per ``selection`` (a hashable name of ``mask_fn``'s test)."""
+        kept = self._ticks
+        if kept is None:
+            coef = coefficients(self._lev, self._w, self.theta_unit, self.k, TOP)
+            starts = np.flatnonzero(np.concatenate(([True], self._t[1:] != self._t[:-1])))
+            kept = self._ticks = (self._t[starts], starts, coef, np.add.reduceat(coef, starts), {})
+        ticks, starts, coef, total, selected = kept
+        sums = selected.get(selection)
+        if sums is None:
+            if len(selected) >= 16:
+                selected.clear()
+            sums = selected[selection] = np.add.reduceat(np.where(mask_fn(self._v), coef, 0.0), starts)
+        return ticks, total, sums
+
+    def _estimate(self, decay, at, mask_fn, until: int | None = None, selection=None) -> Estimate:
         if self.is_empty:
             return Estimate(0.0, 0.0, 0.0, "additive", self.epsilon, 1.0, METHOD)
-        y, unc = self._contrib(decay, at)
-        s0 = float(y.sum())
-        keep = mask_fn(self._v) & self._upto(until)
-        est = float(y[keep].sum())
-        lower, upper = self._interval_fn(s0, unc, y.size)(est, est, est, 3)
+        if self._t.size == 0:
+            y, unc = self._contrib(decay, at)
+            return self._interval(0.0, 0.0, unc, 0)
+        ticks, total, sums = self._by_tick(selection, mask_fn)
+        d = as_decay(decay)
+        at = check_at(at)
+        g = np.asarray(d(np.maximum(at - ticks, 0)), dtype=np.float64)
+        if g.shape != ticks.shape:
+            raise SketchError("decay function must return one value per age")
+        g0 = float(np.asarray(d(np.zeros(1)))[0])
+        # ``contributions``' check, tick by tick (a tick's elements share g): in [0, 1] and
+        # never growing along the scan, newest first.
+        if not (bool(np.all((g >= 0.0) & (g <= np.concatenate(([1.0], g[:-1]))))) and 0.0 <= g0 <= 1.0):
+            raise SketchError("decay must take values in [0, 1] and never increase with age")
+        unc = 0.0
+        if self._ovf >= 0:
+            f_ovf = float(np.asarray(d(np.array([max(at - self._ovf, 0)])))[0])
+            unc = f_ovf * self._total * (1 + (self._inserted + 2) * _ULP)
+        s0 = float((g * total).sum())
+        part = g * sums
+        est = float((part if until is None else part[ticks <= int(until)]).sum())
+        return self._interval(s0, est, unc, self._t.size)
+
+    def _interval(self, s0: float, est: float, unc: float, n: int) -> Estimate:
+        lower, upper = self._interval_fn(s0, unc, n)(est, est, est, 3)
         return Estimate(est, float(lower), float(upper), "additive", self.epsilon, 1.0 - self.delta, METHOD)
 
     def query(self, decay, tau: float, at: int, until: int | None = None) -> Estimate:
@@ -350,14 +396,14 @@ class DecayedAdditiveSketch(Sketch):
         tau = float(tau)
         if math.isnan(tau):
             raise SketchError("tau must be a number")
-        return self._estimate(decay, at, lambda v: v >= tau, until)
+        return self._estimate(decay, at, lambda v: v >= tau, until, (">=", tau))
 
     def range_sum(self, decay, lo_value, hi_value, at, until: int | None = None) -> Estimate:
         """Decayed sum of the events with value in ``[lo_value, hi_value]``, same bound."""
         lo, hi = float(lo_value), float(hi_value)
         if math.isnan(lo) or math.isnan(hi) or hi < lo:
             raise SketchError("value range must be numbers with lo <= hi")
-        return self._estimate(decay, at, lambda v: (v >= lo) & (v <= hi), until)
+        return self._estimate(decay, at, lambda v: (v >= lo) & (v <= hi), until, ("in", lo, hi))
 
     def _view(self, decay, at, until: int | None = None) -> View:
         """The §1.1 view at ``at`` for the derived aggregates (see :mod:`.derived`),
