@@ -241,14 +241,16 @@ def answers_at(kind: str, name: str, config: StreamConfig, summary: StreamSummar
                status: dict, params: dict, ats: list[float],
                cache: RangeCache | None = None) -> list[dict | QueryError]:
     """``answer(kind, name, config, summary, status, {**params, "at": repr(at)})`` for every
-    ``at``: each the answer object or the :class:`QueryError` that instant raises."""
+    ``at``: each the answer object or the :class:`QueryError` that instant raises. Answers
+    kept in ``cache`` are handed out as they are, to every caller: read them, never change
+    them (the routes render them; ``app.promql`` reads their numbers)."""
     out: list = [None] * len(ats)
     base = _params_key(params)
     todo = []
     for i, at in enumerate(ats):
         got = None if cache is None or summary is None else cache.get(summary, (kind, base, float(at)))
         if got is not None:
-            out[i] = _copy(got)
+            out[i] = got
         else:
             todo.append(i)
     if not todo:
@@ -266,18 +268,5 @@ def answers_at(kind: str, name: str, config: StreamConfig, summary: StreamSummar
             continue
         if cache is not None and summary is not None:
             cache.put(summary, (kind, base, float(ats[i])), body)
-            body = _copy(body)
         out[i] = body
-    return out
-
-
-def _copy(body: dict) -> dict:
-    """A kept answer as a caller may change it (``mark_incomplete`` and the routes write
-    into answers): the outer dict and its bounds copied, the rest shared."""
-    out = dict(body)
-    if isinstance(out.get("bound"), dict):
-        out["bound"] = dict(out["bound"])
-    if isinstance(out.get("items"), list):
-        out["items"] = [dict(item, bound=dict(item["bound"])) if isinstance(item, dict)
-                        and isinstance(item.get("bound"), dict) else item for item in out["items"]]
     return out

@@ -4,6 +4,7 @@ kernels loaded (Numba's cache) instead of loading them while fifty requests wait
 
 from __future__ import annotations
 
+import gc
 import logging
 
 from app.answers import QUERY_KINDS, answer
@@ -33,4 +34,9 @@ def warm_answers() -> int:
             answered += 1
         except Exception as e:  # best effort: the real query will say what is wrong
             log.debug("warming %s: %s", kind, type(e).__name__)
+    # What the process holds now (modules, the app, compiled kernels) lasts its lifetime:
+    # out of the collector's reach, a full collection scans only what requests made since.
+    # An answer over 500 instants builds some 50,000 containers, and collections walking
+    # every module object each time were a third of it.
+    gc.freeze()
     return answered

@@ -101,7 +101,8 @@ def _collect(out: dict, query: SeriesQuery, whose, base: dict, times_ms: list[in
     instants, or the ``QueryError`` an instant raises) as samples of the series
     ``(whose, item, bound)``; an instant the answer path refuses has none. Instants are
     answered a chunk at a time, the time budget checked between chunks."""
-    wanted = {b: i for i, b in enumerate(("estimate", "lower", "upper")) if b in query.bounds}
+    wanted = [(b, i) for i, b in enumerate(("estimate", "lower", "upper")) if b in query.bounds]
+    targets: dict = {}  # (whose, item) -> [(series samples, index of the bound)]
     for first in range(0, len(times_ms), _CHUNK):
         if time.monotonic() > deadline:
             raise EvaluationTimeout("query timed out in expression evaluation")
@@ -110,12 +111,15 @@ def _collect(out: dict, query: SeriesQuery, whose, base: dict, times_ms: list[in
             if isinstance(body, QueryError):
                 continue  # a refusal at this instant: no sample
             for item, *values in _samples(body):
-                for bound, i in wanted.items():
-                    series = out.get((whose, item, bound))
-                    if series is None:
+                to = targets.get((whose, item))
+                if to is None:
+                    to = targets[(whose, item)] = []
+                    for bound, i in wanted:
                         labels = {**base, **dict([item] if item else []), "bound": bound}
                         series = out[(whose, item, bound)] = Series(labels)
-                    series.samples.append((t, float(values[i])))
+                        to.append((series.samples, i))
+                for samples, i in to:
+                    samples.append((t, float(values[i])))
 
 
 def _refusal_or(answer_one, *args):
