@@ -68,11 +68,12 @@ def windows_at(params: dict, config: StreamConfig, clock: float | None,
     t_start, t_before, t_at, t_after = ticks[:k], ticks[k:2 * k], ticks[2 * k:3 * k], ticks[3 * k:]
     t_clock = None if clock is None else int(ticks_of(np.array([clock]), res)[0])
     res_q = Fraction(res)
-    oldest = None if clock is None else Fraction(clock) - Fraction(config.max_window)
+    late = _too_old(at, seconds, d, e, clock, config.max_window)
+    offsets = _offsets(at, t_at, res)
     out: list[Window | QueryError] = []
     for i, a in enumerate(ats):
         a = float(a)
-        if oldest is not None and Fraction(a) - Fraction(seconds) < oldest:
+        if late[i]:
             out.append(_one(params, config, clock, a))  # the refusal, worded by parse_window
             continue
         if clock is not None and clock <= a:
@@ -88,9 +89,36 @@ def windows_at(params: dict, config: StreamConfig, clock: float | None,
             inner = inner if inner[0] <= inner[1] else EMPTY_RANGE
             outer = outer if outer[0] <= outer[1] else EMPTY_RANGE
         now = int(t_at[i])
-        offset = float(Fraction(a) - now * res_q)
+        offset = float(Fraction(a) - now * res_q) if offsets is None else float(offsets[i])
         out.append(Window(seconds, a, inner, outer, last, now, offset, clock, res))
     return out
+
+
+def _too_old(at, seconds, d, e, clock, max_window) -> np.ndarray:
+    """``at − seconds < clock − max_window`` exactly (``parse_window``'s refusal): decided
+    on the rounded differences where they are far apart (each is within half an ulp of
+    its exact value, ``d + e``), in rationals where they are close."""
+    if clock is None:
+        return np.zeros(at.shape, bool)
+    oldest = clock - max_window
+    gap = np.abs(d - oldest)
+    near = gap <= 4 * np.spacing(np.maximum(np.abs(d), abs(oldest)))
+    late = d < oldest
+    if near.any():
+        exact_oldest = Fraction(clock) - Fraction(max_window)
+        for i in np.flatnonzero(near).tolist():
+            late[i] = Fraction(float(at[i])) - Fraction(seconds) < exact_oldest
+    return late
+
+
+def _offsets(at, now, res: float):
+    """``at − now·res`` exactly, where floats give it: ``res`` a power of two (``now·res``
+    exact below 2^53 ticks) and ``at`` at least twice it (Sterbenz: the difference of two
+    floats within a factor two is exact). None otherwise (rationals, one at a time)."""
+    mantissa, _ = np.frexp(res)
+    if mantissa != 0.5 or np.any(np.abs(now) >= 2**53) or np.any(at < 2 * res):
+        return None
+    return at - now.astype(np.float64) * res
 
 
 def _one(params, config, clock, at) -> Window | QueryError:

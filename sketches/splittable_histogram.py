@@ -600,21 +600,23 @@ class SplittableHistogram(Sketch):
                 relative[live] &= (zero[m:] & ok[:m]) | ~(hd[:m] | hd[m:])
                 big[live] |= too_big[:m] | too_big[m:]
             eps_terms = np.maximum(eps_terms, part_terms)
+        p, q = Fraction(self.epsilon).as_integer_ratio()
+        additive_eps: dict[int, float] = {}
         for j, i in enumerate(todo):
             if big[j] or est[j] >= _EXACT_LIMIT:
                 out[i] = self.query(*ranges[i])
             else:
-                out[i] = self._finish_exact(int(est[j]), int(lower[j]), int(upper[j]),
-                                            bool(any_delta[j]), bool(relative[j]), int(eps_terms[j]))
+                out[i] = self._finish_exact(int(est[j]), int(lower[j]), int(upper[j]), bool(any_delta[j]),
+                                            bool(relative[j]), int(eps_terms[j]), p, q, additive_eps)
         return out
 
     def _finish_exact(self, est: int, lower: int, upper: int, any_delta: bool, relative: bool,
-                      eps_terms: int) -> Estimate:
+                      eps_terms: int, p: int, q: int, additive_eps: dict) -> Estimate:
         """The end of :meth:`query` for an exact state, in integers: the same bracket, the
         same outward rounding (``_down``/``_up`` of the same rationals: an int's true
-        division is correctly rounded, as ``float(Fraction)`` is)."""
+        division is correctly rounded, as ``float(Fraction)`` is). ``p/q`` is ε;
+        ``additive_eps`` keeps the reported ε of each count of erring terms."""
         lower = max(lower, 0)
-        p, q = Fraction(self.epsilon).as_integer_ratio()
         lo_f = up_f = None
         if relative:
             if not any_delta:  # ε_max = 0: est/(1 ± 0)
@@ -630,7 +632,10 @@ class SplittableHistogram(Sketch):
             eps_f = self.epsilon
         else:
             kind = "additive"
-            eps_f = self.epsilon if eps_terms <= 1 else _ceil_digits(eps_terms * Fraction(self.epsilon))
+            eps_f = additive_eps.get(eps_terms)
+            if eps_f is None:
+                eps_f = additive_eps[eps_terms] = (self.epsilon if eps_terms <= 1 else
+                                                   _ceil_digits(eps_terms * Fraction(self.epsilon)))
         est = max(est, 0)
         lo_f = float(lower) if lo_f is None else lo_f
         up_f = float(upper) if up_f is None else up_f

@@ -87,6 +87,9 @@ def test_windows_in_one_pass_are_parse_window(data):
     window = data.draw(st.floats(case.config.resolution / 100, case.config.max_window))
     params = {"window": repr(window)}
     ats = data.draw(instants(case))
+    if case.clock is not None:  # the oldest instant kept and its float neighbours: refused or not
+        edge = case.clock - case.config.max_window + window
+        ats += [math.nextafter(edge, -math.inf), edge, math.nextafter(edge, math.inf)]
     for at, w in zip(ats, windows_at(params, case.config, case.clock, ats)):
         try:
             expected = parse_window({**params, "at": repr(float(at))}, case.config, case.clock)
