@@ -122,6 +122,7 @@ async def _lifespan(app: FastAPI):
     engine = AlertEngine(app.state.store, app.state.alerts, app.state.redis_url,
                          settings.webhook_retry_for, settings.webhook_allow_hosts)
     app.state.live_hub.listen(engine.heard, engine.paused)
+    app.state.live_hub.listen(app.state.range_cache.heard, app.state.range_cache.paused)
     engine.start()
     app.state.live_hub.start()
     app.state.alert_engine_wake = engine.wake

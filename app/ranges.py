@@ -13,17 +13,16 @@ is shared across the instants:
   instants will read from the count and sum histograms is read in one compiled pass
   (``SplittableHistogram.query_many``: the suffix terms of all ranges per interval, in
   integers), and the instants' answers take their readings from it (``_RangeView``).
-* **Points kept per version.** A point is a pure function of the summary version it was
-  read from, the query and the instant, so the points of a range are kept beside that
-  version (``RangeCache``): a panel refreshed while the version is unchanged, or the steps
-  a step-aligned refresh shares with the last one, are not computed again. A new
-  version drops them with the summary they were read from.
+* **Points kept across versions.** A point is the answer of the version it was read
+  from; it stays the answer of every later version that added no event at or before its
+  instant. Each publish says the smallest event time it added, so a refreshed panel
+  (Grafana's, the dashboard's) computes only its new steps and the steps a publish
+  reached (``RangeCache``).
 """
 
 from __future__ import annotations
 
 import threading
-import weakref
 from collections import OrderedDict
 from fractions import Fraction
 
@@ -214,87 +213,195 @@ def _params_key(params: dict) -> tuple:
     return tuple(sorted((k, str(v)) for k, v in params.items() if k != "at"))
 
 
-class RangeCache:
-    """Points already computed, kept beside the summary version they were read from (a
-    weak reference: a version no longer served takes its points with it), at most
-    ``points`` of them in all (least recently used first out). ``hits``/``misses`` count
-    points, and so does ``counter`` (``/metrics``: ``tidemark_range_points_total``)."""
+class _Kept:
+    __slots__ = ("versions", "points", "used")
 
-    def __init__(self, points: int = 200_000, counter=None):
-        self.points = points
+    def __init__(self, versions: tuple):
+        self.versions, self.points, self.used = versions, {}, 0.0
+
+
+class RangeCache:
+    """Points already computed, per stream, and what each publish since changed.
+
+    A point — the answer at instant ``t`` — read from one version of a stream stays the
+    answer of every later version that added no event at or before ``t``: the events its
+    window (or a decayed kind's ``ts <= t``) counts are the same, so the bracket read from
+    the older version holds for the same truth (it says which version it is, ``as_of``).
+    Each publish announces ``touched``, the smallest event time it added
+    (``tidemark.wire.records.ShardStatus``); the announcements heard (``heard``, from the
+    process's one subscription, ``app.live_hub``) tell, for a stream served at newer
+    versions, from which instant on its kept points are dropped. A version the ledger
+    lacks (an announcement missed, a republish, a re-declaration) drops them all.
+
+    Bounded: at most ``points`` in all, a quarter of them per stream (a stream's points
+    dropped whole, least recently used first). Every process keeps its own."""
+
+    def __init__(self, points: int = 200_000, counter=None, ledger: int = 256):
+        self.points, self.per_stream, self.ledger_size = points, max(1, points // 4), ledger
         self._counter = counter
-        self._by_summary: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-        self._order: OrderedDict = OrderedDict()  # (id of the summary's map, key) -> None
+        self._kept: OrderedDict[str, _Kept] = OrderedDict()
+        self._held = 0
+        self._ledger: dict[str, dict[int, OrderedDict]] = {}  # stream -> shard -> version -> (gen, touched)
         self._lock = threading.Lock()
         self.hits = self.misses = 0
 
-    def get(self, summary, key):
+    # -- what publishes changed ------------------------------------------------------------
+    def heard(self, note: dict) -> None:
+        """A publish announcement (on the event loop: quick, never blocks for long)."""
+        name = note.get("stream")
+        if name is None:
+            return
         with self._lock:
-            kept = self._by_summary.get(summary)
-            got = None if kept is None else kept.get(key)
-            if got is None:
-                self.misses += 1
-                if self._counter is not None:
-                    self._counter.labels("computed").inc()
+            if note.get("deleted"):
+                self._drop(name)
+                self._ledger.pop(name, None)
+                return
+            if "version" not in note or "shard" not in note:
+                return
+            shards = self._ledger.setdefault(name, {})
+            versions = shards.setdefault(int(note["shard"]), OrderedDict())
+            generation = note.get("generation")
+            versions[int(note["version"])] = (None if generation is None else int(generation), note.get("touched"))
+            while len(versions) > self.ledger_size:
+                versions.popitem(last=False)
+            if len(self._ledger) > 4 * len(self._kept) + 1024:  # streams no one asks about
+                for stale in [n for n in self._ledger if n not in self._kept][:len(self._ledger) // 2]:
+                    del self._ledger[stale]
+
+    def paused(self) -> None:
+        """The subscription broke: announcements may be missing, so no gap is trusted."""
+        with self._lock:
+            self._ledger.clear()
+
+    def _touched_since(self, name: str, old: tuple, new: tuple) -> float | None:
+        """The smallest event time any publish between the versions ``old`` and ``new``
+        added (inf: none added); None when the ledger cannot say."""
+        before, after = dict(old), dict(new)
+        if not set(before) <= set(after):
+            return None
+        shards = self._ledger.get(name, {})
+        first = float("inf")
+        for shard, (generation, version) in after.items():
+            was = before.get(shard)
+            if was is not None and was[0] != generation:
                 return None
+            heard = shards.get(shard, {})
+            for v in range((was[1] if was else 0) + 1, version + 1):
+                entry = heard.get(v)
+                if entry is None or entry[0] != generation or entry[1] is None:
+                    return None
+                if entry[1] != "":
+                    first = min(first, float(entry[1]))
+        return first
+
+    # -- points ------------------------------------------------------------------------------
+    def points_of(self, name: str, versions: tuple | None) -> dict | None:
+        """The points kept for the stream at ``versions`` (those of an earlier version that
+        no publish since reached carried over), to read and add to under ``lock``; None
+        when ``versions`` is unknown or older than what is kept (a request that read the
+        stream before a newer version was swapped in)."""
+        if not versions:
+            return None
+        with self._lock:
+            kept = self._kept.get(name)
+            if kept is None:
+                kept = self._kept[name] = _Kept(versions)
+            elif kept.versions != versions:
+                if self._newer(kept.versions, versions):
+                    return None
+                since = self._touched_since(name, kept.versions, versions)
+                if since is None:
+                    self._held -= len(kept.points)
+                    kept.points = {}
+                elif since != float("inf"):
+                    stale = [key for key in kept.points if key[2] >= since]
+                    for key in stale:
+                        del kept.points[key]
+                    self._held -= len(stale)
+                kept.versions = versions
+            self._kept.move_to_end(name)
+            return kept.points
+
+    @staticmethod
+    def _newer(a: tuple, b: tuple) -> bool:
+        """Does ``a`` hold a shard at a later version (of its generation) than ``b``?"""
+        bd = dict(b)
+        return any(s in bd and g == bd[s][0] and v > bd[s][1] for s, (g, v) in a)
+
+    def get(self, points: dict, key):
+        got = points.get(key)
+        if got is None:
+            self.misses += 1
+            if self._counter is not None:
+                self._counter.labels("computed").inc()
+        else:
             self.hits += 1
             if self._counter is not None:
                 self._counter.labels("kept").inc()
-            self._order.move_to_end((id(kept), key))
-            return got
+        return got
 
-    def put(self, summary, key, body) -> None:
+    def put(self, name: str, points: dict, key, body) -> None:
         with self._lock:
-            kept = self._by_summary.get(summary)
-            if kept is None:
-                kept = self._by_summary[summary] = {}
-                weakref.finalize(summary, self._drop, id(kept), kept)
-            kept[key] = body
-            self._order[(id(kept), key)] = kept
-            while len(self._order) > self.points:
-                (_, old), owner = self._order.popitem(last=False)
-                owner.pop(old, None)
+            if key not in points:
+                self._held += 1
+            points[key] = body
+            if len(points) > self.per_stream:
+                self._held -= len(points)
+                points.clear()
+            while self._held > self.points and self._kept:
+                old, kept = self._kept.popitem(last=False)
+                self._held -= len(kept.points)
+                kept.points.clear()
 
-    def _drop(self, owner_id: int, owner: dict) -> None:
+    def _drop(self, name: str) -> None:
+        kept = self._kept.pop(name, None)
+        if kept is not None:
+            self._held -= len(kept.points)
+            kept.points.clear()
+
+    def forget(self, name: str) -> None:
         with self._lock:
-            for key in list(owner):
-                self._order.pop((owner_id, key), None)
-            owner.clear()
+            self._drop(name)
 
     def __len__(self) -> int:
-        return len(self._order)
+        return self._held
 
 
 def answers_at(kind: str, name: str, config: StreamConfig, summary: StreamSummary | None,
-               status: dict, params: dict, ats: list[float],
-               cache: RangeCache | None = None) -> list[dict | QueryError]:
+               status: dict, params: dict, ats: list[float], cache: RangeCache | None = None,
+               versions: tuple | None = None) -> list[dict | QueryError]:
     """``answer(kind, name, config, summary, status, {**params, "at": repr(at)})`` for every
-    ``at``: each the answer object or the :class:`QueryError` that instant raises. Answers
-    kept in ``cache`` are handed out as they are, to every caller: read them, never change
+    ``at``: each the answer object or the :class:`QueryError` that instant raises.
+
+    With ``cache`` and the shard ``versions`` the summary was merged from, points kept for
+    them (or carried over from an earlier version no publish since reached: ``RangeCache``)
+    are not computed again; an instant the current clock refuses is refused whatever was
+    kept. Kept answers are handed out as they are, to every caller: read them, never change
     them (the routes render them; ``app.promql`` reads their numbers)."""
     out: list = [None] * len(ats)
+    windows = windows_at(params, config, status.get("clock"), ats)
+    points = None if cache is None or summary is None else cache.points_of(name, versions)
     base = _params_key(params)
     todo = []
-    for i, at in enumerate(ats):
-        got = None if cache is None or summary is None else cache.get(summary, (kind, base, float(at)))
+    for i, (at, window) in enumerate(zip(ats, windows)):
+        if isinstance(window, QueryError):
+            out[i] = window
+            continue
+        got = None if points is None else cache.get(points, (kind, base, float(at)))
         if got is not None:
             out[i] = got
         else:
             todo.append(i)
     if not todo:
         return out
-    windows = windows_at(params, config, status.get("clock"), [ats[i] for i in todo])
-    view = summary if summary is None else _read_ahead(kind, summary, windows)
-    for i, window in zip(todo, windows):
-        if isinstance(window, QueryError):
-            out[i] = window
-            continue
+    view = summary if summary is None else _read_ahead(kind, summary, [windows[i] for i in todo])
+    for i in todo:
         try:
-            body = answer(kind, name, config, view, status, {**params, "at": repr(float(ats[i]))}, window)
+            body = answer(kind, name, config, view, status, {**params, "at": repr(float(ats[i]))}, windows[i])
         except QueryError as e:
             out[i] = e
             continue
-        if cache is not None and summary is not None:
-            cache.put(summary, (kind, base, float(ats[i])), body)
+        if points is not None:
+            cache.put(name, points, (kind, base, float(ats[i])), body)
         out[i] = body
     return out

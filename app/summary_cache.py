@@ -38,6 +38,12 @@ log = logging.getLogger("tidemark.store")
 class Served(Protocol):
     """What the fast answer path may ask: is this version the one served, without Redis?"""
 
+    def versions_of(self, name: str, summary) -> tuple | None:
+        """The shard versions ``summary`` (one this cache handed out) was merged from, while
+        it is the one served; None once a newer one is."""
+        served = self._merged.get(name)
+        return served[0] if served and served[1] is summary else None
+
     def served_versions(self, name: str) -> tuple | None: ...
 
     def in_memory(self, name: str) -> bool: ...
@@ -117,6 +123,12 @@ class SummaryCache:
         kept = self._reads.get(name)
         if kept:
             self._reads[name] = (-math.inf, kept[1])
+
+    def versions_of(self, name: str, summary) -> tuple | None:
+        """The shard versions ``summary`` (one this cache handed out) was merged from, while
+        it is the one served; None once a newer one is."""
+        served = self._merged.get(name)
+        return served[0] if served and served[1] is summary else None
 
     def served_versions(self, name: str) -> tuple | None:
         """The shard versions answers of this stream come from now (None: none decoded).

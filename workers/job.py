@@ -62,10 +62,12 @@ def _now() -> str:
 
 
 def shard_status(state: dict, sizes: dict | None = None) -> ShardStatus:
+    """The status a shard's state publishes; ``touched`` is known only right after the
+    update that made the version (a republish from the state store says None: unknown)."""
     return ShardStatus(generation=state["generation"], version=state["version"], events=state["events"],
                        late_dropped=state["late_dropped"], clock=state["clock"],
                        updated_at=_now(), sizes=sizes or {}, failed=state["failed"] or None,
-                       failed_events=state["failed_events"])
+                       failed_events=state["failed_events"], touched=state.get("touched"))
 
 
 def sort_out_generations(previous: dict | None, rows: ChunkRows):
@@ -206,11 +208,13 @@ def apply_chunks(stream: str, previous: dict | None, rows: ChunkRows, secret: Ha
                            f"{lost['ts_max']!r}] not counted" if lost["events"] else why)[:500]
         state["failed_events"] += lost["events"]
         state["blob"] = blob
+        # Lost events make answers over their times incomplete: from their first time on.
+        state["touched"] = repr(lost["ts_min"]) if lost["events"] else None
         log.error("stream %s: update failed, its other shards and streams go on: %s", stream, e)
         return state
     state.update(blob=result.blob, events=state["events"] + result.events,
                  late_dropped=state["late_dropped"] + result.late_dropped, clock=result.clock,
-                 failed="", sizes=result.sizes)
+                 failed="", sizes=result.sizes, touched=result.touched)
     if decoded is not None:
         decoded.keep(stream, shard, state["generation"] or 0, state["version"], result.blob,
                      result.summary)

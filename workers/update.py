@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from tidemark.chunks import decode_chunk
 from tidemark.hash_secret import HashSecret
@@ -47,6 +48,7 @@ class ShardUpdate:
     clock: float | None  # largest event time inserted into this shard so far
     sizes: dict  # bytes of each part
     summary: StreamSummary | None = None  # the decoded new summary (``blob`` is its bytes)
+    touched: str = ""  # repr of the smallest event time inserted ("" for none): ShardStatus.touched
 
 
 def update_shard(previous: bytes | StreamSummary | None, config: StreamConfig, secret: HashSecret,
@@ -69,9 +71,10 @@ def update_shard(previous: bytes | StreamSummary | None, config: StreamConfig, s
         late += n_late
         kept.append(table)
     table = pa.concat_tables(kept) if kept else None
-    events = 0
+    events, touched = 0, ""
     if table is not None and table.num_rows:
         summary.update_table(table)
         events = table.num_rows
+        touched = repr(float(pc.min(table.column("ts")).as_py()))
     blob, sizes = summary.encode()
-    return ShardUpdate(blob, events, late, summary.clock_seconds, sizes, summary)
+    return ShardUpdate(blob, events, late, summary.clock_seconds, sizes, summary, touched)

@@ -122,6 +122,11 @@ def _collect(out: dict, query: SeriesQuery, whose, base: dict, times_ms: list[in
                     samples.append((t, float(values[i])))
 
 
+def _versions_of(store, name: str, summary):
+    summaries = getattr(store, "summaries", None)
+    return None if summaries is None else summaries.versions_of(name, summary)
+
+
 def _refusal_or(answer_one, *args):
     try:
         return answer_one(*args)
@@ -136,7 +141,8 @@ def _one_stream(store, query: SeriesQuery, name: str, times_ms: list[int], step_
     params = _checked(query, lookup(query.kind, streams=1), [config], step_ms)
     base = {"__name__": query.metric, **dict(query.labels), "stream": name}
     _collect(out, query, name, base, times_ms, deadline,
-             lambda ats: answers_at(query.kind, name, config, summary, status, params, ats, cache))
+             lambda ats: answers_at(query.kind, name, config, summary, status, params, ats, cache,
+                                    _versions_of(store, name, summary)))
 
 
 def _together(store, query: SeriesQuery, names: tuple[str, ...], times_ms: list[int],

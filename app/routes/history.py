@@ -71,7 +71,8 @@ def history(name: StreamName, query: str, request: Request, store: StoreDep, met
     # Ending at the clock, the span is max_window - window whatever the clock: one grid.
     span = config.max_window - last.seconds if last.at == clock else None
     answers = answers_at(query, name, config, summary, status, params,
-                         instants(last.at, earliest, points, span), request.app.state.range_cache)
+                         instants(last.at, earliest, points, span), request.app.state.range_cache,
+                         store.summaries.versions_of(name, summary))
     refused = next((a for a in answers if isinstance(a, QueryError)), None)
     if refused is not None:  # every instant is one the stream keeps: a refusal is the query's
         raise refused

@@ -180,3 +180,55 @@ def test_history_of_a_list_query_and_of_a_stream_never_published(api, redis_url)
     r = httpx.get(f"{api.url}/v1/streams/{name}/heavy-hitters/history", params={"window": 60, "points": 5, "phi": 0.5}, headers=api.headers)
     assert r.status_code == 200 and len(r.json()["answers"]) == 5
     assert all("items" in a for a in r.json()["answers"])
+
+
+def test_a_refreshed_history_computes_only_what_a_publish_reached(api, redis_url):
+    """A publish that added events from ``touched`` on keeps every point before it: the
+    refresh computes the new instants and those at or after ``touched``; a kept point is
+    still the answer of its version and still brackets the truth over every event."""
+    import time
+
+    from tidemark.wire.records import ShardStatus
+
+    name = next(_names)
+    config = StreamConfig(max_window=MAX_WINDOW, epsilon=0.05)
+    first = T0 + np.arange(0.0, 500.0)
+    later = T0 + np.concatenate([np.arange(450.0, 470.0), np.arange(500.0, 520.0)])  # late ones too
+    publisher = Publisher(redis_url)
+
+    def publish(ts, version, touched):
+        summary = StreamSummary.create(config, TEST_SECRET)
+        summary.update_table(decode_chunk(encode_chunk(ts, [None] * len(ts), np.full(len(ts), np.nan),
+                                                       np.ones(len(ts)))))
+        status = ShardStatus(version=version, events=len(ts), clock=float(ts.max()), touched=touched)
+        assert publisher.publish(name, 0, status, summary.to_bytes(), config.model_dump())
+
+    def history(c, version):
+        deadline = time.monotonic() + 10
+        while True:
+            body = c.get(f"/v1/streams/{name}/count/history", params={"window": 60, "points": 200}).json()
+            if body["answers"][-1]["as_of"]["sketch_version"] == version or time.monotonic() > deadline:
+                return body["answers"]
+            time.sleep(0.05)
+
+    cache = api.app.state.range_cache
+    publish(first, 1, repr(float(first.min())))
+    with api.client() as c:
+        before = {a["at"]: a for a in history(c, 1)}
+        hits = cache.hits
+        publish(np.concatenate([first, later]), 2, repr(float(later.min())))
+        deadline = time.monotonic() + 10
+        while 2 not in cache._ledger.get(name, {}).get(0, {}) and time.monotonic() < deadline:
+            time.sleep(0.02)  # the announcement reaches the process's subscription
+        after = history(c, 2)
+    touched = float(later.min())
+    kept = [a for a in after if a["as_of"]["sketch_version"] == 1]
+    assert kept and all(a["at"] < touched for a in kept)
+    assert all(a["as_of"]["sketch_version"] == 2 for a in after if a["at"] >= touched)
+    shared_before = [t for t in before if t < touched and t in {a["at"] for a in after}]
+    assert len(kept) == len(shared_before) and cache.hits - hits >= len(kept)
+    every = np.concatenate([first, later])
+    for a in kept:
+        assert a == before[a["at"]]
+        truth = int(((every >= a["at"] - 60) & (every <= a["at"])).sum())
+        assert a["bound"]["lower"] <= truth <= a["bound"]["upper"]

@@ -72,9 +72,9 @@ def test_every_point_of_a_range_is_the_instant_answer(data):
     ats = data.draw(instants(case))
     kind = data.draw(st.sampled_from(sorted(KINDS)))
     params = {**KINDS[kind], "window": repr(window)}
-    cache = RangeCache(points=data.draw(st.sampled_from([3, 1000])))
+    cache = RangeCache(points=data.draw(st.sampled_from([8, 1000])))
     for attempt in range(2):  # computed, then (partly) kept for this version
-        got = answers_at(kind, "s", case.config, summary, status(case), params, ats, cache)
+        got = answers_at(kind, "s", case.config, summary, status(case), params, ats, cache, V1)
         for at, point in zip(ats, got):
             expected = _instant(kind, case, summary, params, at)
             assert _same(point, expected), (attempt, kind, at, point, expected)
@@ -223,26 +223,107 @@ def test_query_many_is_query_on_every_state(data):
             assert got == expected, (r, got, expected)
 
 
-def test_kept_points_go_with_their_version():
-    """A version no longer referenced takes its kept points with it; the bound on points holds."""
-    import gc
+V1 = ((0, (1, 1)),)  # shard 0, generation 1, version 1
+V2 = ((0, (1, 2)),)
 
-    class Version:  # stands for a decoded summary (weakly referenced, as a StreamSummary)
-        pass
 
-    cache = RangeCache(points=5)
-    v1, v2 = Version(), Version()
-    for i in range(4):
-        cache.put(v1, ("count", (), float(i)), {"i": i})
-    assert cache.get(v1, ("count", (), 3.0)) == {"i": 3}
-    for i in range(3):
-        cache.put(v2, ("count", (), float(i)), {"i": i})
-    assert len(cache) == 5  # the oldest of v1 went first
-    assert cache.get(v1, ("count", (), 0.0)) is None
-    del v1
-    gc.collect()
-    assert len(cache) == 3
-    assert cache.hits == 1 and cache.misses == 1
+def _note(version, touched, generation=1, shard=0):
+    return {"stream": "s", "shard": shard, "version": version, "generation": generation, "touched": touched}
+
+
+@pytest.mark.parametrize("note, kept", [
+    (_note(2, "10.0"), {1.0, 5.0, 9.5}),    # a publish that added events from t = 10 on
+    (_note(2, ""), {1.0, 5.0, 9.5, 10.0, 20.0}),  # one that added none
+    (_note(2, None), set()),                # unknown (a republish): nothing is kept
+    (_note(2, "10.0", generation=2), set()),  # another generation: nothing is kept
+    (None, set()),                          # not heard (missed): nothing is kept
+])
+def test_a_publish_drops_the_points_from_its_first_event_on(note, kept):
+    cache = RangeCache()
+    points = cache.points_of("s", V1)
+    for t in (1.0, 5.0, 9.5, 10.0, 20.0):
+        cache.put("s", points, ("count", (), t), {"t": t})
+    if note is not None:
+        cache.heard(note)
+    again = cache.points_of("s", V2)
+    assert {key[2] for key in again} == kept
+    assert len(cache) == len(kept)
+    assert cache.points_of("s", V1) is None  # a request that read the older version: not served
+
+
+def test_a_gap_in_what_was_heard_drops_everything_and_a_deletion_forgets():
+    cache = RangeCache()
+    points = cache.points_of("s", V1)
+    cache.put("s", points, ("count", (), 1.0), {})
+    cache.heard(_note(3, "50.0"))  # version 2 never heard
+    assert cache.points_of("s", ((0, (1, 3)),)) == {}
+    cache.put("s", cache.points_of("s", ((0, (1, 3)),)), ("count", (), 1.0), {})
+    cache.heard({"stream": "s", "deleted": True})
+    assert len(cache) == 0
+    cache.heard(_note(4, "1.0"))
+    cache.paused()  # the subscription broke: no gap is trusted
+    assert cache.points_of("s", ((0, (1, 4)),)) == {}
+
+
+def test_kept_points_are_bounded_per_stream_and_in_all():
+    cache = RangeCache(points=8)
+    for name in ("a", "b", "c"):
+        points = cache.points_of(name, V1)
+        for t in range(2):
+            cache.put(name, points, ("count", (), float(t)), {})
+    assert len(cache) == 6
+    points = cache.points_of("d", V1)
+    for t in range(3):
+        cache.put("d", points, ("count", (), float(t)), {})  # past the per-stream share (2)
+    assert len(cache) == 6 and len(points) == 0
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.data())
+def test_points_kept_across_a_publish_still_hold_the_truth(data):
+    """Version 1 holds some events; version 2 adds more, all at or after ``touched`` (late
+    ones included). Points kept from version 1 at instants before ``touched`` still bracket
+    the exact count and sum over every event; the rest are version 2's instant answers."""
+    import math as _m
+    from fractions import Fraction
+
+    from tests.strategies import Case
+
+    case = data.draw(cases(max_events=50))
+    if len(case.ts) < 2:
+        return
+    order = sorted(range(len(case.ts)), key=lambda i: case.ts[i])
+    cut = data.draw(st.integers(1, len(order) - 1))
+    later = set(order[cut:])
+    touched = min(case.ts[i] for i in later)
+
+    def part(idx):
+        idx = sorted(idx)
+        return Case(case.config, [case.ts[i] for i in idx], [case.keys[i] for i in idx],
+                    [case.values[i] for i in idx], [case.weights[i] for i in idx], [case.shards[i] for i in idx])
+
+    first = part(set(range(len(case.ts))) - later)
+    s1, s2 = summarize(first), summarize(case)
+    kind = data.draw(st.sampled_from(["count", "sum"]))
+    window = min(case.config.max_window, data.draw(st.sampled_from([case.config.resolution * 2.5,
+                                                                       case.config.max_window])))
+    params = {"window": repr(window)}
+    ats = data.draw(instants(case))
+    cache = RangeCache()
+    answers_at(kind, "s", case.config, s1, status(first), params, ats, cache, V1)
+    cache.heard(_note(2, repr(touched)))
+    got = answers_at(kind, "s", case.config, s2, status(case), params, ats, cache, V2)
+    for at, point in zip(ats, got):
+        now = _instant(kind, case, s2, params, at)
+        if isinstance(now, QueryError) or at >= touched:
+            assert _same(point, now), (at, point, now)
+            continue
+        start = Fraction(at) - Fraction(window)
+        inside = [i for i, t in enumerate(case.ts) if start <= Fraction(t) <= Fraction(at)]
+        truth = len(inside) if kind == "count" else _m.fsum(case.weights[i] for i in inside)
+        b = point["bound"]
+        assert b["lower"] <= truth * (1 + 1e-12) and truth <= b["upper"] * (1 + 1e-12), (at, point, truth)
+        assert _same(point, _instant(kind, first, s1, params, at))  # version 1's own answer
 
 
 @pytest.mark.parametrize("kind", ["count", "quantiles"])

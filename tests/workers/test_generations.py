@@ -105,3 +105,22 @@ def test_a_shard_counts_exactly_the_current_declaration(ops, cuts, looks, legacy
     else:
         assert served is not None and served["events"] == expected, (state, expected)
         assert not served["failed"]
+
+
+def test_a_shards_status_says_the_first_time_its_batch_added():
+    """The published status carries ``touched`` of the version just made (the API keeps
+    answers at instants before it); a state read back from the store knows none."""
+    from workers.job import shard_status
+
+    def declared(name):
+        return CONFIG, 1
+
+    rows = pd.DataFrame([{"entry": "1-0", "payload": _payload(3, 40), "clock_before": -np.inf},
+                         {"entry": "2-0", "payload": _payload(2, 7), "clock_before": 42.0}])
+    state = apply_chunks("s", None, rows, TEST_SECRET, declared)
+    assert shard_status(state).touched == repr(7.0)
+    again = apply_chunks("s", {k: v for k, v in state.items() if k not in ("touched", "sizes")},
+                         rows.iloc[:1].assign(entry="3-0", clock_before=3e6), TEST_SECRET, declared)
+    assert shard_status(again).touched == ""  # 40-42 are late behind 3e6: nothing added
+    stored = {k: v for k, v in again.items() if k not in ("touched", "sizes")}
+    assert shard_status(stored).touched is None  # a republish cannot say

@@ -4,6 +4,8 @@ lands is announced."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import itertools
 import json
 import time
@@ -70,7 +72,7 @@ def test_only_a_publish_that_lands_is_announced(redis_url):
     sub.subscribe(keys.ANNOUNCE)
     while sub.get_message(timeout=0.05) is None and not sub.subscribed:
         pass
-    p.publish(name, 3, _status(2), b"x", CONFIG)
+    p.publish(name, 3, dataclasses.replace(_status(2), touched="1700000000.25"), b"x", CONFIG)
     p.publish(name, 3, _status(2), b"y", CONFIG)  # refused: not announced
     p.publish(name, 3, _status(1), b"z", CONFIG)  # refused: not announced
     got, deadline = [], time.monotonic() + 2
@@ -79,7 +81,10 @@ def test_only_a_publish_that_lands_is_announced(redis_url):
         if m:
             got.append(json.loads(m["data"]))
     sub.close()
-    assert [g for g in got if g["stream"] == name] == [{"stream": name, "shard": 3, "version": 2}]
+    # with the generation and the first event time it added (a string: exactly the float)
+    generation = p.redis.hget(keys.GENERATIONS, name).decode()
+    assert [g for g in got if g["stream"] == name] == [
+        {"stream": name, "shard": 3, "version": 2, "generation": generation, "touched": "1700000000.25"}]
 
 
 def test_a_publisher_that_remembers_segments_redis_lost_sends_them_again(redis_url):

@@ -425,3 +425,21 @@ def test_a_python_worker_freezes_what_its_first_update_leaves_so_each_task_end_c
         assert probe() is None  # what later tasks make is still collected
     finally:
         gc.unfreeze()
+
+
+@given(st.lists(st.lists(st.floats(0, 400, allow_nan=False), min_size=1, max_size=8), min_size=1, max_size=6))
+@settings(max_examples=100, deadline=None)
+def test_an_update_says_the_first_time_it_added(requests):
+    """``touched``: the smallest time among the events inserted (late ones are not), exactly
+    as a float's repr; empty when every event was late."""
+    late, kept = _oracle(requests)
+    result = update_shard(None, CONFIG, TEST_SECRET, _chunks(requests))
+    assert result.touched == (repr(min(kept)) if kept else "")
+    if kept:
+        assert float(result.touched) == min(kept)
+
+
+def test_an_update_of_late_events_only_touches_nothing():
+    blob = update_shard(None, CONFIG, TEST_SECRET, _chunks([[500.0]])).blob
+    result = update_shard(blob, CONFIG, TEST_SECRET, [Chunk(_chunks([[1.0, 2.0]])[0].payload, 500.0)])
+    assert result.events == 0 and result.late_dropped == 2 and result.touched == ""

@@ -89,7 +89,12 @@ class ShardStatus:
     """What the API needs to know of one published shard: its generation and version,
     events counted and dropped as late, its clock, when it was published, its parts'
     sizes, ``failed`` (the reason, when its last update failed) and the accepted events
-    failed updates could not take, and the segments its summary is made of, in order."""
+    failed updates could not take, the segments its summary is made of, in order, and
+    ``touched``: the smallest event time this version added to the summary (or recorded
+    as lost), as ``repr`` of the float — a string, because the publish script's JSON
+    prints numbers to 14 digits — ``""`` when it added none, None when unknown (a
+    republish, a publish from outside the worker). Answers at instants before it are
+    the same truth in this version as in the one before (``app.ranges``)."""
 
     version: int
     events: int
@@ -101,6 +106,7 @@ class ShardStatus:
     failed_events: int = 0
     generation: int | None = None  # None: the publisher stamps the current one
     segments: list = field(default_factory=list)  # [[part, digest], …] (tidemark/segments.py)
+    touched: str | None = None
 
     def encode(self) -> str:
         # Shallow: the fields are JSON already (``asdict``'s deep copy cost 6x more, once
@@ -115,7 +121,7 @@ class ShardStatus:
                    clock=d.get("clock"), updated_at=d.get("updated_at"),
                    sizes=d.get("sizes") or {}, failed=d.get("failed"),
                    failed_events=d.get("failed_events", 0), generation=d.get("generation"),
-                   segments=d.get("segments") or [])
+                   segments=d.get("segments") or [], touched=d.get("touched"))
 
 
 def write_config(config: StreamConfig) -> str:

@@ -139,6 +139,8 @@ return shards
 # KEYS: shard statuses hash, segments hash, declarations hash, generations hash, deleted hash
 # ARGV: shard, version, status JSON, stream name, config JSON, announce channel,
 #       generation, then digest, bytes, digest, bytes, ... (the segments sent)
+# The announcement names the generation as the string it was sent (cjson prints numbers
+# to 14 digits; generations have 16) and the status's ``touched`` (a string already).
 PUBLISH = """
 local cur = redis.call('HGET', KEYS[4], ARGV[4])
 if cur then
@@ -174,7 +176,8 @@ if old and old['segments'] then
     if not named[seg[2]] then redis.call('HDEL', KEYS[2], seg[2]) end
   end
 end
-redis.call('PUBLISH', ARGV[6], cjson.encode({stream=ARGV[4], shard=tonumber(ARGV[1]), version=tonumber(ARGV[2])}))
+redis.call('PUBLISH', ARGV[6], cjson.encode({stream=ARGV[4], shard=tonumber(ARGV[1]), version=tonumber(ARGV[2]),
+                                             generation=ARGV[7], touched=status['touched']}))
 return 1
 """
 
