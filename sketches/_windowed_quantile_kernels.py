@@ -468,3 +468,85 @@ def keys_from_gaps(gaps, off, max_key):
             keys[x] = k
             prev = k
     return keys, True
+
+
+# -- rank tables of many ranges (WindowedQuantiles.rank_tables) ------------------------------
+@njit(cache=True)
+def _add_entries(n, off, kidx, cnts, into):
+    for e in range(off[n], off[n + 1]):
+        into[kidx[e]] += cnts[e]
+
+
+@njit(cache=True)
+def sweep_table(first, last, off, kidx, cnts, wt, m, by_last, by_first, upto, before, ptr,
+                lo, top, mode, ilo, itop):
+    """One range of ``rank_tables``' sweep, ranges taken with ``top`` and ``lo`` never
+    decreasing: ``upto``/``before`` (int64 per value key) hold the nodes with
+    ``last <= top`` and with ``first < lo`` so far, ``ptr`` how many of each order they are.
+
+    Returns the range's table on the keys present: (key positions, est, cl, cu, delta),
+    the same numbers as ``WindowedQuantiles.rank_table``: nodes classified as its
+    ``_classify`` does (``mode`` 0: the inner range is the range, 1: it is empty, 2: it is
+    ``[ilo, itop]``), the inside histogram ``upto − before + spanning nodes``, and the cut
+    nodes' shares summed per key in entry order (the float sums ``rank_table`` takes)."""
+    N = first.shape[0]
+    while ptr[0] < N and last[by_last[ptr[0]]] <= top:
+        _add_entries(by_last[ptr[0]], off, kidx, cnts, upto)
+        ptr[0] += 1
+    while ptr[1] < N and first[by_first[ptr[1]]] < lo:
+        _add_entries(by_first[ptr[1]], off, kidx, cnts, before)
+        ptr[1] += 1
+    inside_h = upto - before
+    cut_h = np.zeros(m, np.int64)
+    drop_h = np.zeros(m, np.int64)
+    share_h = np.zeros(m, np.float64)
+    delta_o = 0
+    delta_i = 0
+    for n in range(N):
+        f, l = first[n], last[n]
+        meets = l >= lo and f <= top
+        inside = meets and f >= lo and l <= top
+        if meets and not inside:
+            delta_o += wt[n]
+            share = (min(l, top) - max(f, lo) + 1) / (l - f + 1)
+            for e in range(off[n], off[n + 1]):
+                cut_h[kidx[e]] += cnts[e]
+                share_h[kidx[e]] += np.float64(cnts[e]) * share
+        if f < lo and l > top:  # spanning the whole range: in ``before``, not in ``upto``
+            _add_entries(n, off, kidx, cnts, inside_h)
+        if mode == 2:
+            i_meets = l >= ilo and f <= itop
+            i_inside = i_meets and f >= ilo and l <= itop
+            if i_meets and not i_inside:
+                delta_i += wt[n]
+            if inside and not i_inside:
+                _add_entries(n, off, kidx, cnts, drop_h)
+    if mode == 0:
+        delta_i = delta_o
+    present = 0
+    for k in range(m):
+        if inside_h[k] + cut_h[k] > 0:
+            present += 1
+    pos = np.empty(present, np.int64)
+    est = np.empty(present, np.int64)
+    cl = np.empty(present, np.int64)
+    cu = np.empty(present, np.int64)
+    c_in = 0
+    c_cut = 0
+    c_i = 0
+    c_share = 0.0
+    j = 0
+    for k in range(m):
+        c_in += inside_h[k]
+        c_cut += cut_h[k]
+        c_share += share_h[k]
+        if mode == 2:
+            c_i += inside_h[k] - drop_h[k]
+        if inside_h[k] + cut_h[k] > 0:
+            pos[j] = k
+            cu[j] = c_in + c_cut
+            cl[j] = c_in if mode == 0 else (0 if mode == 1 else c_i)
+            e = np.int64(np.floor((c_in + c_share) + 0.5))
+            est[j] = min(max(e, c_in), c_in + c_cut)
+            j += 1
+    return pos, est, cl, cu, max(delta_o, delta_i)

@@ -123,6 +123,7 @@ and refuses the whole blob otherwise.
 
 from __future__ import annotations
 
+import functools
 import math
 import operator
 import struct
@@ -184,6 +185,12 @@ def _first_passing(rank: np.ndarray, basis: np.ndarray, q: Fraction) -> int:
         else:
             lo = mid + 1
     return lo
+
+
+@functools.lru_cache(maxsize=1024)
+def _exact_q(q: float) -> Fraction:
+    """``q`` as the decimal it prints as (a range asks the same few q at every instant)."""
+    return Fraction(repr(q))
 
 
 @dataclass(frozen=True)
@@ -505,72 +512,28 @@ class WindowedQuantiles(Sketch):
             return out
         first, last = self._spans()
         universe, inv = _universe(self._keys)
-        m = universe.size
         lo_edges, hi_edges = self.edges_of(universe)
-        sizes = np.diff(self._off)
-        cnt = self._cnts.astype(np.float64)
-
-        def by(order):  # the entries of the nodes in ``order``, and each node's end among them
-            n = sizes[order]
-            ends = np.cumsum(n)
-            idx = np.arange(int(ends[-1]) if n.size else 0) + np.repeat(self._off[order] - (ends - n), n)
-            return inv[idx], cnt[idx], ends
-
         by_last, by_first = np.argsort(last, kind="stable"), np.argsort(first, kind="stable")
-        last_sorted, first_sorted = last[by_last], first[by_first]
-        l_inv, l_cnt, l_end = by(by_last)
-        f_inv, f_cnt, f_end = by(by_first)
-        upto_hi = np.zeros(m)   # Σ of the nodes with last ≤ hi
-        before_lo = np.zeros(m)  # Σ of the nodes with first < lo
-        n_hi = n_lo = 0  # nodes taken so far in each order
-        e_hi = e_lo = 0  # their entries
-
-        def hist(mask):
-            idx, _ = self._entries(mask)
-            return np.bincount(inv[idx], weights=cnt[idx], minlength=m)
-
+        kidx, cnts = inv.astype(np.int64), self._cnts.astype(np.int64)
+        upto, before = np.zeros(universe.size, np.int64), np.zeros(universe.size, np.int64)
+        ptr = np.zeros(2, np.int64)
         for i, lo, hi, inner in todo:
             top = min(hi, self._clock)
-            k = int(np.searchsorted(last_sorted, top, "right"))
-            if k > n_hi:
-                end = int(l_end[k - 1])
-                upto_hi += np.bincount(l_inv[e_hi:end], weights=l_cnt[e_hi:end], minlength=m)
-                n_hi, e_hi = k, end
-            k = int(np.searchsorted(first_sorted, lo, "left"))
-            if k > n_lo:
-                end = int(f_end[k - 1])
-                before_lo += np.bincount(f_inv[e_lo:end], weights=f_cnt[e_lo:end], minlength=m)
-                n_lo, e_lo = k, end
-            meets, inside, cut, share = self._classify(lo, hi)
-            spanning = (first < lo) & (last > top)
-            inside_h = upto_hi - before_lo + (hist(spanning) if spanning.any() else 0.0)
-            cut_h = hist(cut) if cut.any() else np.zeros(m)
             if inner is None or tuple(inner) == (lo, hi):
-                i_inside, i_cut, i_h = inside, cut, inside_h
+                mode, ilo, itop = 0, 0, 0
             elif inner[0] > inner[1]:
-                i_inside = i_cut = np.zeros_like(inside)
-                i_h = np.zeros(m)
+                mode, ilo, itop = 1, 0, 0
             else:
-                _, i_inside, i_cut, _ = self._classify(*self._check_range(*inner))
-                dropped = inside & ~i_inside
-                i_h = inside_h - hist(dropped) if dropped.any() else inside_h
-            present = (inside_h + cut_h) > 0
-            certain = np.cumsum(inside_h)[present].astype(np.int64)
-            cu = certain + np.cumsum(cut_h)[present].astype(np.int64)
-            cl = certain if i_h is inside_h else np.cumsum(i_h)[present].astype(np.int64)
-            if cut.any():
-                idx, node = self._entries(cut)
-                shares = np.bincount(inv[idx], weights=cnt[idx] * share[node], minlength=m)
-                est_f = certain + np.cumsum(shares)[present]
-            else:
-                est_f = certain + np.zeros(certain.size)
-            est = np.minimum(np.maximum(np.floor(est_f + 0.5).astype(np.int64), certain), cu)
-            n = int(present.sum())
-            delta = max(int(self._wt[cut].sum()), int(self._wt[i_cut].sum()))
+                ilo, ihi = self._check_range(*inner)
+                mode, itop = 2, min(ihi, self._clock)
+            pos, est, cl, cu, delta = K.sweep_table(
+                first, last, self._off, kidx, cnts, self._wt, universe.size, by_last, by_first,
+                upto, before, ptr, lo, top, mode, ilo, itop)
+            n = pos.size
             to_clock = hi >= self._clock
-            out[i] = RankTable(universe[present], lo_edges[present], hi_edges[present], est, cl, cu,
+            out[i] = RankTable(universe[pos], lo_edges[pos], hi_edges[pos], est, cl, cu,
                                int(cl[-1]) if n else 0, int(cu[-1]) if n else 0, int(est[-1]) if n else 0,
-                               delta, self.epsilon if to_clock else 2 * self.epsilon, to_clock)
+                               int(delta), self.epsilon if to_clock else 2 * self.epsilon, to_clock)
         return out
 
     # -- queries -----------------------------------------------------------------------------
@@ -589,7 +552,7 @@ class WindowedQuantiles(Sketch):
         """The bracket of one q from one consistent world per side (module notes)."""
         if tb.n_upper == 0 or tb.keys.size == 0:
             return None
-        fq = Fraction(repr(q))  # q as written: 0.1 is one tenth, not its binary neighbour
+        fq = _exact_q(q)  # q as written: 0.1 is one tenth, not its binary neighbour
         straddle = tb.cu - tb.cl  # X(≤k)
         j_lo = _first_passing(tb.cu, tb.n_lower + straddle, fq)
         j_hi = _first_passing(tb.cl, tb.n_upper - straddle, fq)
