@@ -1,6 +1,8 @@
 """Each API process answers every single-stream query kind once on a tiny summary at
-start, in the background: the first real query a process takes then finds its compiled
-kernels loaded (Numba's cache) instead of loading them while fifty requests wait."""
+start, at an instant and over a range, in the background: the first real query a process
+takes then finds its compiled kernels loaded (Numba's cache) instead of loading them while
+fifty requests wait. ``make`` runs it once when it installs, so the cache is written before
+any process starts (a compile holds the interpreter for seconds)."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ import gc
 import logging
 
 from app.answers import QUERY_KINDS, answer
+from app.ranges import answers_at
 from app.stream_status import _status
 from tidemark.wire.records import ShardStatus
 
@@ -31,6 +34,7 @@ def warm_answers() -> int:
             continue
         try:
             answer(kind, "warm-up", config, summary, status, params)
+            answers_at(kind, "warm-up", config, summary, status, params, [1.5, 2.5])  # the range kernels
             answered += 1
         except Exception as e:  # best effort: the real query will say what is wrong
             log.debug("warming %s: %s", kind, type(e).__name__)
