@@ -14,8 +14,16 @@ one request at a time on a kept-alive connection, for every kind of one stream:
   end aligned to the step and moved by one step: all points but one shared with the
   request before; the version unchanged). On a live stream a publish between the two
   makes a refresh cold (the points are kept per version);
+* **live refresh**: as a live stream refreshes, ``--repeats`` times: five more seconds of
+  events published as a new version (``touched`` at their first time, as the worker
+  announces it), then the panel asked again ending at the new clock (on the step's grid
+  for ``query_range``; the history route at the clock). Points before the new events are
+  kept; the new steps and those whose windows the events reach are computed;
 * **11,000 points** (``--big``): one cold ``query_range`` of the most points a series may
-  have, per kind.
+  have, per kind;
+* **panels** (``--panels N``): N panels (the kinds in turn) each refreshed every 5 s for
+  ``--run`` seconds while a version is published every second, four viewers' worth of
+  refreshes in all; the API's CPU seconds per second of run.
 
 Latency is from sending the request to the last byte of the answer.
 
@@ -33,9 +41,10 @@ from pathlib import Path
 import httpx
 import numpy as np
 
-from _common import KEY, ROOT, SECRET, redis_server, run_label, start_api, stop, table_of
+from _common import KEY, ROOT, SECRET, cpu_seconds, redis_server, run_label, start_api, stop, table_of
 from tidemark.streams import StreamConfig
 from tidemark.summary import StreamSummary
+from tidemark.wire.records import ShardStatus
 from workers.publish import Publisher
 
 STREAM = "prom"
@@ -69,6 +78,36 @@ def build(rate: float, seconds: float) -> StreamSummary:
     return summary
 
 
+class Live:
+    """The stream going on: each ``advance`` adds ``seconds`` of events after the clock and
+    publishes the summary as the next version, with ``touched`` as the worker says it."""
+
+    def __init__(self, publisher: Publisher, summary: StreamSummary, rate: float, events: int):
+        self.publisher, self.summary, self.rate, self.events = publisher, summary, rate, events
+        self.version, self.rng = 1, np.random.default_rng(11)
+
+    def advance(self, seconds: float = 5.0) -> None:
+        clock = self.summary.clock_seconds
+        m = int(self.rate * seconds)
+        ts = clock + np.sort(self.rng.uniform(0.001, seconds, m))
+        keys = [f"k{k}" for k in self.rng.zipf(1.3, m) % 5000]
+        self.summary.update_table(table_of(ts, keys, np.minimum(self.rng.lognormal(3, 1, m), 1000.0)))
+        self.version += 1
+        self.events += m
+        status = ShardStatus(version=self.version, events=self.events, clock=self.summary.clock_seconds,
+                             touched=repr(float(ts.min())))
+        self.publisher.publish(STREAM, 0, status, self.summary.to_bytes(), self.summary.config.model_dump())
+
+    def served(self, clients: list) -> None:
+        """Wait until every API serves the newest version (it decodes off the request path)."""
+        for c in clients:
+            deadline = time.monotonic() + 60
+            while c.get(f"/v1/streams/{STREAM}/count", params={"window": WINDOW},
+                        headers={"Authorization": f"Bearer {KEY}"}).json()["as_of"]["sketch_version"] != self.version:
+                assert time.monotonic() < deadline, "an API never served the new version"
+                time.sleep(0.02)
+
+
 def timed(send) -> float:
     started = time.perf_counter()
     r = send()
@@ -92,14 +131,43 @@ class Panel:
         form = {"query": self.query, "start": repr(start), "end": repr(end), "step": repr(self.step)}
         return self.client.post("/api/v1/query_range", data=form, auth=("grafana", KEY))
 
-    def native(self, at: float):
+    def native(self, at: float | None):
+        """The history route, at ``at`` (None: at the clock, as the dashboard asks it)."""
+        when = {} if at is None else {"at": repr(at)}
         return self.client.get(f"/v1/streams/{STREAM}/{self.kind}/history",
-                               params={**self.params, "window": WINDOW, "points": self.points, "at": repr(at)},
+                               params={**self.params, "window": WINDOW, "points": self.points, **when},
                                headers={"Authorization": f"Bearer {KEY}"})
 
-    def aligned_end(self) -> float:
-        """An end on the step's grid, a minute before the clock (room for the refreshes)."""
+    def aligned_end(self, clock: float | None = None) -> float:
+        """An end on the step's grid, a minute before the clock (room for the refreshes);
+        with ``clock``, the last step at or before it (as Grafana aligns ``now``)."""
+        if clock is not None:
+            return math.floor(clock / self.step) * self.step
         return math.floor((self.clock - 60) / self.step) * self.step
+
+
+def run_panels(client, proc, live: Live, clients, kinds, panels: int, seconds: float, span: float,
+               points: int) -> float:
+    """``panels`` panels over the kinds, each refreshed every 5 s, a version published every
+    second: the API's CPU seconds per second (cores)."""
+    boards = [Panel(client, kinds[i % len(kinds)], live.summary.clock_seconds, span, points)
+              for i in range(panels)]
+    for b in boards:
+        b.prom(b.aligned_end(live.summary.clock_seconds))
+    started, cpu0 = time.monotonic(), cpu_seconds(proc.pid)
+    due = [started + 5 * i / panels for i in range(panels)]
+    next_publish = started + 1
+    while time.monotonic() - started < seconds:
+        now = time.monotonic()
+        if now >= next_publish:
+            live.advance(1.0)
+            next_publish += 1
+        for i, b in enumerate(boards):
+            if now >= due[i]:
+                b.prom(b.aligned_end(live.summary.clock_seconds))
+                due[i] += 5
+        time.sleep(0.01)
+    return (cpu_seconds(proc.pid) - cpu0) / (time.monotonic() - started)
 
 
 def main() -> None:
@@ -111,6 +179,8 @@ def main() -> None:
     ap.add_argument("--compare", help="another source tree whose API runs beside this one")
     ap.add_argument("--big", action="store_true", help="also one 11,000-point range per kind")
     ap.add_argument("--kinds", default=",".join(KINDS))
+    ap.add_argument("--panels", type=int, default=0, help="panels refreshed every 5 s (0: skip)")
+    ap.add_argument("--run", type=float, default=60.0, help="seconds of the panels run")
     args = ap.parse_args()
     kinds = args.kinds.split(",")
     started = time.perf_counter()
@@ -121,7 +191,9 @@ def main() -> None:
     trees = ([Path(args.compare)] if args.compare else []) + [ROOT]
     results: dict = {}
     with redis_server("tm-bench-prom-") as (redis, tmp):
-        Publisher(redis.url).publish_summary(STREAM, summary, version=1, events=int(args.rate * args.seconds))
+        publisher = Publisher(redis.url)
+        publisher.publish_summary(STREAM, summary, version=1, events=int(args.rate * args.seconds))
+        live = Live(publisher, summary, args.rate, int(args.rate * args.seconds))
         apis = [start_api(tree, redis.url, tmp) for tree in trees]
         try:
             clients = [httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=600) for _, port in apis]
@@ -146,13 +218,29 @@ def main() -> None:
                     if args.big:
                         big = Panel(p.client, kind, clock, span, 11_000)
                         results[(t, kind, "11,000 points")] = [timed(lambda: big.prom(clock - 60.5))]
+                for p in panels:  # the panels as they are now, then the stream goes on
+                    p.prom(p.aligned_end(live.summary.clock_seconds)), p.native(None)
+                for r in range(args.repeats):
+                    live.advance()
+                    live.served(clients)
+                    for t, p in enumerate(panels):
+                        end = p.aligned_end(live.summary.clock_seconds)
+                        results.setdefault((t, kind, "live refresh prom"), []).append(timed(lambda: p.prom(end)))
+                        results.setdefault((t, kind, "live refresh native"), []).append(timed(lambda: p.native(None)))
+                clock = live.summary.clock_seconds
                 print(f"  {kind}: done", flush=True)
+            if args.panels:
+                for t, (proc, _) in enumerate(apis):
+                    results[(t, "panels", "cpu")] = run_panels(clients[t], proc, live, clients, kinds,
+                                                               args.panels, args.run, span, args.points)
+                    print(f"  panels on {run_label(trees[t])}: {results[(t, 'panels', 'cpu')]:.3f} cores", flush=True)
         finally:
             for proc, _ in apis:
                 stop(proc)
     print(f"\n{args.points}-point ranges, window 5m, {args.rate:g} events/s over {args.seconds:g} s, "
           f"{args.repeats} requests each, one at a time (p50 / p99, ms):")
-    cols = ["cold prom", "cold native", "refresh prom", "refresh native"] + (["11,000 points"] if args.big else [])
+    cols = ["cold prom", "cold native", "refresh prom", "refresh native", "live refresh prom",
+            "live refresh native"] + (["11,000 points"] if args.big else [])
     print("| query | tree | " + " | ".join(cols) + " |")
     print("|---|---|" + "---|" * len(cols))
     for kind in kinds:
@@ -163,6 +251,11 @@ def main() -> None:
                 cells.append(f"{np.percentile(lat, 50):.0f} / {np.percentile(lat, 99):.0f}"
                              if lat.size > 1 else f"{lat[0]:.0f}")
             print(f"| {kind} | {run_label(tree)} | " + " | ".join(cells) + " |")
+    if args.panels:
+        print(f"\n{args.panels} panels refreshed every 5 s, a version published every second, "
+              f"{args.run:g} s: API CPU (cores)")
+        for t, tree in enumerate(trees):
+            print(f"| {run_label(tree)} | {results[(t, 'panels', 'cpu')]:.3f} |")
 
 
 if __name__ == "__main__":

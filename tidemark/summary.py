@@ -266,6 +266,16 @@ class StreamSummary:
         """The ids under which this summary's sketches know ``keys``."""
         return hash_keys(keys, self.secret.key_hash_key)
 
+    def key_id(self, key: str) -> int:
+        """The id of one key, kept (an answer over time asks the same key at every instant)."""
+        kept = self.__dict__.setdefault("_key_id", {})
+        got = kept.get(key)
+        if got is None:
+            if len(kept) >= 1024:
+                kept.clear()
+            got = kept[key] = int(self.key_ids([key])[0])
+        return got
+
     # -- updates --------------------------------------------------------------------------
     def columns(self, table: pa.Table) -> Columns:
         ts = table.column("ts").to_numpy()

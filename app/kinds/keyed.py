@@ -31,7 +31,7 @@ def _check_key(config: StreamConfig, params: dict) -> dict:
 
 def _frequency(summary, config, window, params):
     ecm = summary["keys"]
-    key_id = int(summary.key_ids([params["key"]])[0])  # under the deployment's secret
+    key_id = summary.key_id(params["key"])  # under the deployment's secret
     return window_estimate(lambda lo, hi: ecm.frequency(key_id, lo, hi), window, METHOD)
 
 
