@@ -12,7 +12,11 @@ is shared across the instants:
 * **Sketch reads in one pass.** Before any instant is answered, every tick range the
   instants will read from the count and sum histograms is read in one compiled pass
   (``SplittableHistogram.query_many``: the suffix terms of all ranges per interval, in
-  integers), and the instants' answers take their readings from it (``_RangeView``).
+  integers), and the rank tables of the quantile and distribution kinds in one sweep over
+  time (``WindowedQuantiles.rank_tables``); the instants' answers take their readings from
+  them (``_RangeView``), so the answer code is the instant's own. (The additive decayed
+  sum needs no read-ahead: its sketch keeps per-tick sums and evaluates a decay once per
+  tick at any instant.)
 * **Points kept across versions.** A point is the answer of the version it was read
   from; it stays the answer of every later version that added no event at or before its
   instant. Each publish says the smallest event time it added, so a refreshed panel
@@ -22,6 +26,7 @@ is shared across the instants:
 
 from __future__ import annotations
 
+import json
 import threading
 from collections import OrderedDict
 from fractions import Fraction
@@ -369,39 +374,65 @@ class RangeCache:
 
 def answers_at(kind: str, name: str, config: StreamConfig, summary: StreamSummary | None,
                status: dict, params: dict, ats: list[float], cache: RangeCache | None = None,
-               versions: tuple | None = None) -> list[dict | QueryError]:
+               versions: tuple | None = None, as_text: bool = False) -> list:
     """``answer(kind, name, config, summary, status, {**params, "at": repr(at)})`` for every
-    ``at``: each the answer object or the :class:`QueryError` that instant raises.
+    ``at``: each the answer object (``as_text``: its JSON, as the API renders it) or the
+    :class:`QueryError` that instant raises.
 
     With ``cache`` and the shard ``versions`` the summary was merged from, points kept for
     them (or carried over from an earlier version no publish since reached: ``RangeCache``)
-    are not computed again; an instant the current clock refuses is refused whatever was
-    kept. Kept answers are handed out as they are, to every caller: read them, never change
-    them (the routes render them; ``app.promql`` reads their numbers)."""
+    are not computed again, nor rendered again; an instant the current clock refuses is
+    refused whatever was kept. Kept answers are handed out as they are, to every caller:
+    read them, never change them (the routes render them; ``app.promql`` reads their
+    numbers)."""
     out: list = [None] * len(ats)
-    windows = windows_at(params, config, status.get("clock"), ats)
     points = None if cache is None or summary is None else cache.points_of(name, versions)
     base = _params_key(params)
+    keep = ~_refused(params, config, status.get("clock"), ats) if points is not None else None
     todo = []
-    for i, (at, window) in enumerate(zip(ats, windows)):
+    for i, at in enumerate(ats):
+        got = cache.get(points, (kind, base, float(at))) if points is not None and keep[i] else None
+        if got is None:
+            todo.append(i)
+        else:
+            out[i] = _shown(got, as_text)
+    if not todo:
+        return out
+    windows = windows_at(params, config, status.get("clock"), [ats[i] for i in todo])
+    live = [w for w in windows if isinstance(w, Window)]
+    view = summary if summary is None or not live else _read_ahead(kind, summary, live)
+    for i, window in zip(todo, windows):
         if isinstance(window, QueryError):
             out[i] = window
             continue
-        got = None if points is None else cache.get(points, (kind, base, float(at)))
-        if got is not None:
-            out[i] = got
-        else:
-            todo.append(i)
-    if not todo:
-        return out
-    view = summary if summary is None else _read_ahead(kind, summary, [windows[i] for i in todo])
-    for i in todo:
         try:
-            body = answer(kind, name, config, view, status, {**params, "at": repr(float(ats[i]))}, windows[i])
+            body = answer(kind, name, config, view, status, {**params, "at": repr(float(ats[i]))}, window)
         except QueryError as e:
             out[i] = e
             continue
+        point = [body, None]
         if points is not None:
-            cache.put(name, points, (kind, base, float(ats[i])), body)
-        out[i] = body
+            cache.put(name, points, (kind, base, float(ats[i])), point)
+        out[i] = _shown(point, as_text)
     return out
+
+
+def _shown(point: list, as_text: bool):
+    """A point ``[answer, its JSON or None]`` as asked; the JSON made once, as
+    Starlette's ``JSONResponse`` renders it."""
+    if not as_text:
+        return point[0]
+    if point[1] is None:
+        point[1] = json.dumps(point[0], ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    return point[1]
+
+
+def _refused(params: dict, config: StreamConfig, clock: float | None, ats: list[float]) -> np.ndarray:
+    """Which instants the stream's clock refuses now (``parse_window``'s rule for a window
+    that starts too long ago), without making their windows."""
+    seconds = parse_window({k: v for k, v in params.items() if k != "at"}, config, clock).seconds
+    at = np.asarray(ats, np.float64)
+    d = at - seconds
+    bb = d - at
+    e = (at - (d - bb)) + (-seconds - bb)
+    return _too_old(at, seconds, d, e, clock, config.max_window)
