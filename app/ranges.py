@@ -40,7 +40,7 @@ from tidemark.streams import StreamConfig
 from tidemark.summary import StreamSummary
 from tidemark.ticks import ticks_of
 
-__all__ = ["windows_at", "answers_at", "RangeCache"]
+__all__ = ["windows_at", "answers_at", "as_json", "RangeCache"]
 
 # The parts whose reads are batched, and the kinds that read them (window_estimate over the
 # window's inner and outer ticks).
@@ -196,7 +196,12 @@ def _value_ranges(window: Window):
     return window.outer, window.inner if window.inner[0] <= window.inner[1] else (1, 0)
 
 
+_READ_AHEAD_FROM = 16  # instants: below it, setting a sweep up costs more than it saves
+
+
 def _read_ahead(kind: str, summary: StreamSummary, windows: list) -> StreamSummary | _RangeView:
+    if len(windows) < _READ_AHEAD_FROM:  # (a refresh's few new steps)
+        return summary
     parts = {}
     if kind in _TABLES and "values" in summary.parts:
         pairs = sorted({_value_ranges(w) for w in windows
@@ -374,10 +379,11 @@ class RangeCache:
 
 def answers_at(kind: str, name: str, config: StreamConfig, summary: StreamSummary | None,
                status: dict, params: dict, ats: list[float], cache: RangeCache | None = None,
-               versions: tuple | None = None, as_text: bool = False) -> list:
+               versions: tuple | None = None, show=None) -> list:
     """``answer(kind, name, config, summary, status, {**params, "at": repr(at)})`` for every
-    ``at``: each the answer object (``as_text``: its JSON, as the API renders it) or the
-    :class:`QueryError` that instant raises.
+    ``at``: each the answer object (or ``show(answer)``: its JSON, ``as_json``, or another
+    rendering of it, made once per kept point) or the :class:`QueryError` that instant
+    raises.
 
     With ``cache`` and the shard ``versions`` the summary was merged from, points kept for
     them (or carried over from an earlier version no publish since reached: ``RangeCache``)
@@ -395,7 +401,7 @@ def answers_at(kind: str, name: str, config: StreamConfig, summary: StreamSummar
         if got is None:
             todo.append(i)
         else:
-            out[i] = _shown(got, as_text)
+            out[i] = _shown(got, show)
     if not todo:
         return out
     windows = windows_at(params, config, status.get("clock"), [ats[i] for i in todo])
@@ -413,18 +419,26 @@ def answers_at(kind: str, name: str, config: StreamConfig, summary: StreamSummar
         point = [body, None]
         if points is not None:
             cache.put(name, points, (kind, base, float(ats[i])), point)
-        out[i] = _shown(point, as_text)
+        out[i] = _shown(point, show)
     return out
 
 
-def _shown(point: list, as_text: bool):
-    """A point ``[answer, its JSON or None]`` as asked; the JSON made once, as
-    Starlette's ``JSONResponse`` renders it."""
-    if not as_text:
+def _shown(point: list, show):
+    """A point ``[answer, {rendering: made}]`` as asked, each rendering made once."""
+    if show is None:
         return point[0]
-    if point[1] is None:
-        point[1] = json.dumps(point[0], ensure_ascii=False, allow_nan=False, separators=(",", ":"))
-    return point[1]
+    made = point[1]
+    if made is None:
+        made = point[1] = {}
+    got = made.get(show)
+    if got is None:
+        got = made[show] = show(point[0])
+    return got
+
+
+def as_json(body: dict) -> str:
+    """An answer's JSON as Starlette's ``JSONResponse`` renders it."""
+    return json.dumps(body, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
 
 
 def _refused(params: dict, config: StreamConfig, clock: float | None, ats: list[float]) -> np.ndarray:

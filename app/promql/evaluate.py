@@ -44,6 +44,7 @@ class EvaluationTimeout(RuntimeError):
 class Series:
     labels: dict[str, str]
     samples: list[tuple[int, float]] = field(default_factory=list)  # (ms, value)
+    texts: list[str] = field(default_factory=list)  # each sample's value as Prometheus writes it
 
 
 def format_value(x: float) -> str:
@@ -95,36 +96,47 @@ def _checked(query: SeriesQuery, kind, configs: list, step_ms: int | None) -> di
     return params
 
 
+def _prometheus_samples(body: dict) -> list:
+    """An answer's samples, ``[(item label or None, (estimate, lower, upper), their
+    texts)]``: made once per kept point (``app.ranges``), formatted once."""
+    return [(item, values, tuple(format_value(float(v)) for v in values))
+            for item, *values in _samples(body)]
+
+
 def _collect(out: dict, query: SeriesQuery, whose, base: dict, times_ms: list[int],
              deadline: float, answers_at) -> None:
-    """Each instant's answer (``answers_at(ats)``: the native answer objects of those
-    instants, or the ``QueryError`` an instant raises) as samples of the series
-    ``(whose, item, bound)``; an instant the answer path refuses has none. Instants are
-    answered a chunk at a time, the time budget checked between chunks."""
+    """Each instant's answer (``answers_at(ats, show)``: the native answer objects of those
+    instants, shown as their samples, or the ``QueryError`` an instant raises) as samples
+    of the series ``(whose, item, bound)``; an instant the answer path refuses has none.
+    Instants are answered a chunk at a time, the time budget checked between chunks."""
     wanted = [(b, i) for i, b in enumerate(("estimate", "lower", "upper")) if b in query.bounds]
-    targets: dict = {}  # (whose, item) -> [(series samples, index of the bound)]
+    targets: dict = {}  # (whose, item) -> [(series, index of the bound)]
     for first in range(0, len(times_ms), _CHUNK):
         if time.monotonic() > deadline:
             raise EvaluationTimeout("query timed out in expression evaluation")
         chunk = times_ms[first : first + _CHUNK]
-        for t, body in zip(chunk, answers_at([seconds(t) for t in chunk])):
-            if isinstance(body, QueryError):
+        for t, shown in zip(chunk, answers_at([seconds(t) for t in chunk], _prometheus_samples)):
+            if isinstance(shown, QueryError):
                 continue  # a refusal at this instant: no sample
-            for item, *values in _samples(body):
+            for item, values, texts in shown:
                 to = targets.get((whose, item))
                 if to is None:
                     to = targets[(whose, item)] = []
                     for bound, i in wanted:
                         labels = {**base, **dict([item] if item else []), "bound": bound}
-                        series = out[(whose, item, bound)] = Series(labels)
-                        to.append((series.samples, i))
-                for samples, i in to:
-                    samples.append((t, float(values[i])))
+                        to.append((out.setdefault((whose, item, bound), Series(labels)), i))
+                for series, i in to:
+                    series.samples.append((t, float(values[i])))
+                    series.texts.append(texts[i])
 
 
 def _versions_of(store, name: str, summary):
     summaries = getattr(store, "summaries", None)
     return None if summaries is None else summaries.versions_of(name, summary)
+
+
+def _shown(show, body):
+    return body if isinstance(body, QueryError) else show(body)
 
 
 def _refusal_or(answer_one, *args):
@@ -141,8 +153,8 @@ def _one_stream(store, query: SeriesQuery, name: str, times_ms: list[int], step_
     params = _checked(query, lookup(query.kind, streams=1), [config], step_ms)
     base = {"__name__": query.metric, **dict(query.labels), "stream": name}
     _collect(out, query, name, base, times_ms, deadline,
-             lambda ats: answers_at(query.kind, name, config, summary, status, params, ats, cache,
-                                    _versions_of(store, name, summary)))
+             lambda ats, show: answers_at(query.kind, name, config, summary, status, params, ats, cache,
+                                          _versions_of(store, name, summary), show))
 
 
 def _together(store, query: SeriesQuery, names: tuple[str, ...], times_ms: list[int],
@@ -154,8 +166,8 @@ def _together(store, query: SeriesQuery, names: tuple[str, ...], times_ms: list[
     params = _checked(query, lookup(query.kind), configs, step_ms)
     base = {"__name__": query.metric, **dict(query.labels)}
     _collect(out, query, names, base, times_ms, deadline,
-             lambda ats: [_refusal_or(answer_streams, query.kind, list(names), configs, read,
-                                      {**params, "at": repr(at)}) for at in ats])
+             lambda ats, show: [_shown(show, _refusal_or(answer_streams, query.kind, list(names), configs,
+                                                         read, {**params, "at": repr(at)})) for at in ats])
 
 
 def evaluate(store, query: SeriesQuery, names: list[str], times_ms: list[int],

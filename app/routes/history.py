@@ -19,7 +19,7 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse, Response
 
 from app.answers import QueryError, parse_window
-from app.ranges import answers_at
+from app.ranges import answers_at, as_json
 from app.deps import READ, MetricsDep, StoreDep
 from app.routes.streams import StreamName
 
@@ -73,7 +73,7 @@ def history(name: StreamName, query: str, request: Request, store: StoreDep, met
     span = config.max_window - last.seconds if last.at == clock else None
     answers = answers_at(query, name, config, summary, status, params,
                          instants(last.at, earliest, points, span), request.app.state.range_cache,
-                         store.summaries.versions_of(name, summary), as_text=True)
+                         store.summaries.versions_of(name, summary), show=as_json)
     refused = next((a for a in answers if isinstance(a, QueryError)), None)
     if refused is not None:  # every instant is one the stream keeps: a refusal is the query's
         raise refused

@@ -188,8 +188,8 @@ async def query(request: Request) -> JSONResponse:
             return {"resultType": "scalar", "result": [seconds(t), format_value(q.value)]}
         series = await run_in_threadpool(_run, request, q, [t], None, _timeout(form))
         return {"resultType": "vector",
-                "result": [{"metric": s.labels, "value": [seconds(ms), format_value(v)]}
-                           for s in series for ms, v in s.samples]}
+                "result": [{"metric": s.labels, "value": [seconds(ms), text]}
+                           for s in series for (ms, _), text in zip(s.samples, s.texts)]}
 
     return await _answer(request, work)
 
@@ -231,7 +231,7 @@ async def query_range(request: Request) -> JSONResponse:
         series = await run_in_threadpool(_run, request, q, times, step, _timeout(form))
         return {"resultType": "matrix",
                 "result": [{"metric": s.labels,
-                            "values": [[seconds(ms), format_value(v)] for ms, v in s.samples]}
+                            "values": [[seconds(ms), text] for (ms, _), text in zip(s.samples, s.texts)]}
                            for s in series]}
 
     return await _answer(request, work)
