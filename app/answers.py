@@ -22,7 +22,7 @@ from tidemark.streams import StreamConfig, parse_duration
 from tidemark.summary import StreamSummary
 from tidemark.ticks import is_late
 
-__all__ = ["QueryError", "Window", "answer", "answer_from_store", "QUERY_KINDS", "QueryKind", "register",
+__all__ = ["QueryError", "Window", "answer", "too_old", "answer_from_store", "QUERY_KINDS", "QueryKind", "register",
            "lookup", "streams_of", "alert_kinds", "parse_window", "bound_of"]
 
 
@@ -49,12 +49,15 @@ def parse_window(params: dict, config: StreamConfig, clock: float | None) -> Win
             raise QueryError("at must be finite")
     # The window's start must be a time the worker still counts: the late rule, exactly.
     if clock is not None and is_late(Fraction(at) - Fraction(seconds), clock, config.max_window):
-        oldest = clock - config.max_window
-        raise QueryError(
-            f"window start {at - seconds:g} is before clock - max_window = {oldest:g}: "
-            "events that old are no longer kept"
-        )
+        raise too_old(at, seconds, clock, config.max_window)
     return make_window(seconds, at, config.resolution, clock)
+
+
+def too_old(at: float, seconds: float, clock: float, max_window: float) -> QueryError:
+    """The refusal of a window that starts before ``clock − max_window`` (``parse_window``
+    decides it; ``app.ranges`` for many instants at once)."""
+    return QueryError(f"window start {at - seconds:g} is before clock - max_window = "
+                      f"{clock - max_window:g}: events that old are no longer kept")
 
 
 def _duration(raw, name: str) -> float:

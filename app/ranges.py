@@ -33,7 +33,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from app.answers import QueryError, answer, parse_window
+from app.answers import QueryError, answer, parse_window, too_old
 from app.windows import EMPTY_RANGE, Window
 from sketches.base import SketchError
 from tidemark.streams import StreamConfig
@@ -78,7 +78,7 @@ def windows_at(params: dict, config: StreamConfig, clock: float | None,
     for i, a in enumerate(ats):
         a = float(a)
         if late[i]:
-            out.append(_one(params, config, clock, a))  # the refusal, worded by parse_window
+            out.append(too_old(a, seconds, clock, config.max_window))
             continue
         if clock is not None and clock <= a:
             last = (t_clock, t_clock)
