@@ -471,8 +471,17 @@ class SplittableHistogram(Sketch):
 
         Requires ``hi − lo + 1 <= window`` and ``lo >= clock − window + 1`` (older ticks
         have expired); raises :class:`SketchError` otherwise. See the class notes for
-        the bounds.
+        the bounds. Read in integers when the state is exact (:meth:`query_many`), in
+        rationals otherwise (:meth:`query_rational`); both give the same numbers.
         """
+        got = self.query_many([(lo, hi)])[0]
+        if isinstance(got, SketchError):
+            raise got
+        return got
+
+    def query_rational(self, lo: int, hi: int) -> Estimate:
+        """:meth:`query` in exact rationals, whatever the state (the reference the
+        integer path is tested against)."""
         lo, hi = window_range(lo, hi, self.window, None if self.is_empty else self.clock)
         eps = Fraction(self.epsilon)
         if self.is_empty:
@@ -534,17 +543,17 @@ class SplittableHistogram(Sketch):
 
     def query_many(self, ranges) -> list:
         """:meth:`query` of every ``(lo, hi)`` of ``ranges``, each result equal to what
-        :meth:`query` returns for it (or the :class:`SketchError` it raises), computed in
+        :meth:`query_rational` returns for it (or the :class:`SketchError` it raises), computed in
         one pass: the suffix terms of all ranges read per interval in one compiled call,
         in integers when the interval is exact (integer masses: counts, integer sums),
         and the bracket finished in integers (``_finish_exact``). Ranges over an interval
-        that is not exact, or whose numbers reach 2^53, are read by :meth:`query`."""
-        ranges = [(int(lo), int(hi)) for lo, hi in ranges]
+        that is not exact, or whose numbers reach 2^53, are read by :meth:`query_rational`."""
+        ranges = list(ranges)
         out: list = [None] * len(ranges)
         todo = []
         for i, (lo, hi) in enumerate(ranges):
             try:
-                window_range(lo, hi, self.window, None if self.is_empty else self.clock)
+                ranges[i] = window_range(lo, hi, self.window, None if self.is_empty else self.clock)
             except SketchError as e:
                 out[i] = e
                 continue
@@ -558,7 +567,7 @@ class SplittableHistogram(Sketch):
             d.exact for p in self._parts if p.clock is not None for d in (p.old, p.new) if d is not None)
         if not exact:
             for i in todo:
-                out[i] = self.query(*ranges[i])
+                out[i] = self.query_rational(*ranges[i])
             return out
         los = np.array([ranges[i][0] for i in todo], np.int64)
         his = np.array([ranges[i][1] for i in todo], np.int64)
@@ -604,7 +613,7 @@ class SplittableHistogram(Sketch):
         additive_eps: dict[int, float] = {}
         for j, i in enumerate(todo):
             if big[j] or est[j] >= _EXACT_LIMIT:
-                out[i] = self.query(*ranges[i])
+                out[i] = self.query_rational(*ranges[i])
             else:
                 out[i] = self._finish_exact(int(est[j]), int(lower[j]), int(upper[j]), bool(any_delta[j]),
                                             bool(relative[j]), int(eps_terms[j]), p, q, additive_eps)

@@ -168,7 +168,7 @@ def test_query_many_is_query_on_full_states(data):
     ranges = [(lo, lo + data.draw(st.integers(-1, window))) for lo in los]
     for r, got in zip(ranges, h.query_many(ranges)):
         try:
-            expected = h.query(*r)
+            expected = h.query_rational(*r)
         except SketchError as e:
             expected = e
         if isinstance(expected, SketchError):
@@ -214,7 +214,7 @@ def test_query_many_is_query_on_every_state(data):
                                 min_size=1, max_size=30))
     for r, got in zip(ranges, h.query_many(ranges)):
         try:
-            expected = h.query(*r)
+            expected = h.query_rational(*r)
         except SketchError as e:
             expected = e
         if isinstance(expected, SketchError):
