@@ -72,7 +72,8 @@ from tidemark.sites import LOCAL, Site
 from tidemark.streams import StreamConfig
 from tidemark.summary import StreamSummary
 
-__all__ = ["Federation", "UnknownSite", "SiteConflict", "Published", "STATUS_HEADER", "as_of_site"]
+__all__ = ["Federation", "UnknownSite", "SiteConflict", "Published", "STATUS_HEADER", "as_of_site",
+           "merge_sites"]
 
 log = logging.getLogger("tidemark.federation")
 
@@ -120,6 +121,15 @@ class _Copy:
     attempted: float = -1e18  # monotonic time of the last pull started
     error: str | None = None  # why the last pull failed (None: it did not)
     lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+def merge_sites(summaries: list[StreamSummary]) -> StreamSummary | None:
+    """The merge of the sites' summaries (module notes: the bound of the union), into a
+    copy: each site's summary stays as held. None when no site has published."""
+    merged = None
+    for s in summaries:
+        merged = pickle.loads(pickle.dumps(s)) if merged is None else merged.merge(s)
+    return merged
 
 
 def as_of_site(status: dict, age: float | None, error: str | None = None) -> dict:
@@ -482,9 +492,7 @@ class Federation:
         if kept and kept[0] == key:
             merged = kept[1]
         else:
-            merged = None
-            for _, s in present:  # each site's summary stays as held: merge into a copy
-                merged = pickle.loads(pickle.dumps(s)) if merged is None else merged.merge(s)
+            merged = merge_sites([s for _, s in present])
             with self._lock:
                 self._merged[name] = (key, merged, [s for _, s in present])  # the ids stay theirs
         return merged, self._status(gathered)

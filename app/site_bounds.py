@@ -3,8 +3,9 @@
 A site that cannot be read, that is older than ``TIDEMARK_SITE_MAX_AGE``, or whose
 summary cannot be merged (another hash secret, other settings) leaves its events out of
 the merge. The answer is then of the sites that answered, and it says so: ``incomplete``
-names the missing sites and why, every ``confidence`` drops to 0, and only the sides of
-each bound that still hold for the union of all sites' events stay; the others are null.
+names the missing sites (``["eu"]``), ``incomplete_sites`` says why for each, every
+``confidence`` drops to 0, and only the sides of each bound that still hold for the union
+of all sites' events stay; the others are null.
 
 Which side still holds depends on the kind (``SIDES``):
 
@@ -58,12 +59,12 @@ def mark_sites(body: dict, kind: str, missing: dict[str, str]) -> dict:
     if not missing:
         return body
     keep = SIDES.get(kind, ())
-    body["incomplete"] = {**(body.get("incomplete") or {}), "sites": sorted(missing),
-                          "why": dict(sorted(missing.items()))}
-    detail = "; ".join(f"{site}: {why}" for site, why in sorted(missing.items()))
-    body["incomplete"]["detail"] = (
-        f"site(s) {', '.join(sorted(missing))} left out ({detail}); this answer is of the other "
-        "sites' events" + (", and its lower bound holds for all of them" if keep else ""))
+    names = sorted(missing)
+    lost = body.get("incomplete")
+    # The contract's form, the sites' names; an answer that also misses accepted events of
+    # a site that answered (``answers.mark_incomplete``) keeps that record and names the sites in it.
+    body["incomplete"] = {**lost, "sites": names} if isinstance(lost, dict) else names
+    body["incomplete_sites"] = {site: missing[site] for site in names}
     for b in [body.get("bound")] + [item.get("bound") for item in body.get("items", [])
                                     if isinstance(item, dict)]:
         if isinstance(b, dict):
