@@ -114,8 +114,7 @@ class _Copy:
     """What this deployment holds of one site's summary of one stream."""
 
     etag: str | None = None
-    summary: StreamSummary | None = None
-    status: dict = field(default_factory=dict)
+    held: tuple = (None, {})  # (summary, its status), replaced as one
     segments: dict[str, bytes] = field(default_factory=dict)
     confirmed: float | None = None  # monotonic time the site last confirmed this version
     attempted: float = -1e18  # monotonic time of the last pull started
@@ -328,11 +327,14 @@ class Federation:
                 copy = self._copies[(site, name)] = _Copy()
             return copy
 
-    def pull(self, site: str, name: str, config: StreamConfig) -> None:
+    def pull(self, site: str, name: str, config: StreamConfig, wait: bool = True) -> None:
         """Bring this process's copy of ``site``'s summary of ``name`` up to date: the
-        manifest if it changed, then only the segments not held (module notes)."""
+        manifest if it changed, then only the segments not held (module notes). One pull
+        per copy at a time; ``wait=False`` returns at once when one is under way."""
         copy = self._copy(site, name)
-        with copy.lock:
+        if not copy.lock.acquire(blocking=wait):
+            return
+        try:
             copy.attempted = time.monotonic()
             stats = self.pulled[site]
             try:
@@ -343,8 +345,10 @@ class Federation:
                 copy.error = (f"unreachable ({type(e).__name__})" if isinstance(e, httpx.HTTPError)
                               else str(e)[:300])
                 return
+        finally:
+            copy.lock.release()
         if before is not None and copy.etag != before:
-            self._announce(name, site, copy.status.get("sketch_version"))
+            self._announce(name, site, copy.held[1].get("sketch_version"))
 
     def _pull(self, site: str, name: str, config: StreamConfig, copy: _Copy, stats: dict) -> None:
         client = self._client(site)
@@ -363,7 +367,7 @@ class Federation:
         manifest = r.json()
         problem = self._incompatible(manifest, config)
         if problem:
-            copy.summary, copy.etag, copy.segments = None, None, {}
+            copy.held, copy.etag, copy.segments = (None, {}), None, {}
             raise ValueError(problem)
         wanted = [d for _, d, _ in manifest["segments"]]
         need = [d for d in dict.fromkeys(wanted) if d not in copy.segments]
@@ -390,8 +394,7 @@ class Federation:
         summary = StreamSummary.from_bytes(blob, self.secret) if blob else None
         if summary is not None and summary.config != config:
             raise ValueError(f"settings differ: {_settings_diff(config, summary.config)}")
-        copy.summary, copy.segments, copy.etag = summary, held, manifest["etag"]
-        copy.status = manifest.get("status") or {}
+        copy.held, copy.segments, copy.etag = (summary, manifest.get("status") or {}), held, manifest["etag"]
         copy.confirmed = copy.attempted
 
     def _announce(self, name: str, site: str, version) -> None:
@@ -463,8 +466,12 @@ class Federation:
                 out[site] = (summary, status, 0.0, None)
                 continue
             copy = self._copy(site, name)
-            if copy.confirmed is None and copy.error is None or fresh and now - copy.attempted >= self.pull_interval:
-                self.pull(site, name, config)  # the first read waits for its sites; the rest do not
+            since = now - copy.attempted
+            # A first read, a read after the stream went unwatched, and an alert's read wait
+            # for the site; the others answer from the copy the poller keeps.
+            first = copy.confirmed is None and copy.error is None
+            if first or since > self.max_age or fresh and since >= self.pull_interval:
+                self.pull(site, name, config, wait=first)  # never behind a hung pull
             now = time.monotonic()
             age = None if copy.confirmed is None else now - copy.confirmed
             why = None
@@ -475,7 +482,8 @@ class Federation:
             elif age > self.max_age:
                 why = (f"stale: its summary was last confirmed {age:.1f} s ago "
                        f"(TIDEMARK_SITE_MAX_AGE {self.max_age:g} s)")
-            out[site] = (copy.summary, copy.status, age, why)
+            summary, status = copy.held
+            out[site] = (summary, status, age, why)
         return out
 
     def summary(self, name: str, fresh: bool = False) -> tuple[StreamSummary | None, Status]:
