@@ -52,6 +52,7 @@ each bound that still hold for ``E`` (a monotone kind's lower bound), names the 
 
 from __future__ import annotations
 
+import json
 import logging
 import pickle
 import threading
@@ -81,6 +82,17 @@ STATUS_HEADER = "Tidemark-Status"  # the served version's status, JSON, beside t
 _STATUS_FIELDS = ("sketch_version", "updated_at", "events", "late_dropped", "clock", "received",
                   "rejected", "failed_events")
 MAX_DIGESTS = 64  # segments one request may ask (a summary has about ten)
+KEPT_VERSIONS = 4  # versions of a stream's summary kept to serve deltas and segments from
+
+try:  # deltas between versions; without it a peer gets the changed segments whole
+    import zstandard as zstd
+except ImportError:  # pragma: no cover — a dependency; an install without it still federates
+    zstd = None
+
+
+# What a pull can meet: the site away, an answer that is not what it should be, a summary
+# refused whole. Each leaves the site named in answers (``app/site_bounds.py``).
+_PULL_ERRORS = (httpx.HTTPError, ValueError, SketchError, KeyError, TypeError) + ((zstd.ZstdError,) if zstd else ())
 
 
 class UnknownSite(ValueError):
@@ -115,7 +127,7 @@ class _Copy:
 
     etag: str | None = None
     held: tuple = (None, {})  # (summary, its status), replaced as one
-    segments: dict[str, bytes] = field(default_factory=dict)
+    blob: bytes = b""  # the summary's bytes (the dictionary of the next delta)
     confirmed: float | None = None  # monotonic time the site last confirmed this version
     attempted: float = -1e18  # monotonic time of the last pull started
     error: str | None = None  # why the last pull failed (None: it did not)
@@ -160,13 +172,15 @@ class Federation:
         self._copies: dict[tuple[str, str], _Copy] = {}
         self._merged: dict[str, tuple[tuple, StreamSummary | None, list]] = {}
         self._watched: dict[str, float] = {}
-        self._served: dict[str, list[Published]] = {}  # newest first, the one before kept
+        self._served: dict[str, list[Published]] = {}  # newest first, KEPT_VERSIONS of them
+        self._deltas: dict[tuple[str, str, str], bytes] = {}  # (name, from, to) -> delta
         self._clients: dict[str, httpx.Client] = {}
         self._pool: ThreadPoolExecutor | None = None
         self._poller: threading.Thread | None = None
         self._stop = threading.Event()
         # bytes received from each site (bodies as sent, compressed) and pulls: the bench reads it
-        self.pulled = {name: {"bytes": 0, "pulls": 0, "not_modified": 0, "segments": 0} for name in self.sites}
+        self.pulled = {name: {"bytes": 0, "pulls": 0, "not_modified": 0, "deltas": 0, "segments": 0}
+                       for name in self.sites}
 
     # -- declarations --------------------------------------------------------------------
     def sites_of(self, name: str) -> tuple[str, ...] | None:
@@ -264,6 +278,8 @@ class Federation:
             self._merged.pop(name, None)
             self._watched.pop(name, None)
             self._served.pop(name, None)
+            for key in [k for k in self._deltas if k[0] == name]:
+                del self._deltas[key]
             for key in [k for k in self._copies if k[1] == name]:
                 del self._copies[key]
 
@@ -292,16 +308,39 @@ class Federation:
         parts = segments.split(blob) if blob else []
         etag = '"' + segments.digest(blob) + '"'
         if kept and kept[0].etag == etag:
+            kept[0].source = summary
             return kept[0]
         published = Published(summary, blob, etag, [[p, segments.digest(b), len(b)] for p, b in parts],
                               {segments.digest(b): b for _, b in parts},
                               {k: status.get(k) for k in _STATUS_FIELDS})
         with self._lock:
-            self._served[name] = [published, *(kept or [])[:1]]
+            self._served[name] = [published, *(kept or [])[: KEPT_VERSIONS - 1]]
         return published
 
+    def delta(self, name: str, since: str) -> tuple[Published, bytes | None]:
+        """The newest version of ``name`` and its bytes as a delta from the version
+        ``since`` (an ETag a peer holds): Zstandard with the old bytes as its dictionary, so
+        what travels is what changed, byte by byte. None when ``since`` is not one of the
+        ``KEPT_VERSIONS`` newest (or Zstandard is missing): the peer asks the manifest."""
+        published = self.published(name)
+        if zstd is None or since == published.etag:
+            return published, None
+        old = next((p for p in self._served.get(name) or [] if p.etag == since), None)
+        if old is None or not old.blob or not published.blob:
+            return published, None
+        key = (name, since, published.etag)
+        made = self._deltas.get(key)
+        if made is None:
+            dictionary = zstd.ZstdCompressionDict(old.blob, dict_type=zstd.DICT_TYPE_RAWCONTENT)
+            made = zstd.ZstdCompressor(level=3, dict_data=dictionary).compress(published.blob)
+            with self._lock:
+                if len(self._deltas) >= 256:
+                    self._deltas.clear()
+                self._deltas[key] = made
+        return published, made
+
     def segments_of(self, name: str, digests: list[str]) -> list[bytes] | None:
-        """The segments named, from the two newest versions served (None: one is gone)."""
+        """The segments named, from the newest versions served (None: one is gone)."""
         held: dict[str, bytes] = {}
         for p in reversed(self._served.get(name) or []):
             held.update(p.segments)
@@ -341,7 +380,7 @@ class Federation:
                 before = copy.etag
                 self._pull(site, name, config, copy, stats)
                 copy.error = None
-            except (httpx.HTTPError, ValueError, SketchError, KeyError, TypeError) as e:
+            except _PULL_ERRORS as e:
                 copy.error = (f"unreachable ({type(e).__name__})" if isinstance(e, httpx.HTTPError)
                               else str(e)[:300])
                 return
@@ -352,9 +391,28 @@ class Federation:
 
     def _pull(self, site: str, name: str, config: StreamConfig, copy: _Copy, stats: dict) -> None:
         client = self._client(site)
+        stats["pulls"] += 1
+        if copy.etag and copy.blob and zstd is not None:  # what changed since the version held
+            r = client.get(f"/v1/streams/{name}/summary/delta", params={"since": copy.etag},
+                           headers={"If-None-Match": copy.etag})
+            stats["bytes"] += r.num_bytes_downloaded
+            if r.status_code == 304:
+                stats["not_modified"] += 1
+                copy.confirmed = copy.attempted
+                return
+            if r.status_code == 200:
+                dictionary = zstd.ZstdCompressionDict(copy.blob, dict_type=zstd.DICT_TYPE_RAWCONTENT)
+                blob = zstd.ZstdDecompressor(dict_data=dictionary).decompress(r.content)
+                if '"' + segments.digest(blob) + '"' != r.headers.get("etag"):
+                    raise ValueError("a delta did not give the version it named")
+                stats["deltas"] += 1
+                self._take(copy, config, blob, r.headers["etag"], json.loads(r.headers.get(STATUS_HEADER) or "{}"))
+                return
+            if r.status_code == 404:
+                raise ValueError(f"the site has no stream {name!r} (deleted there?)")
+            # 410: the site no longer holds the version we have; the manifest says what is new
         headers = {"If-None-Match": copy.etag} if copy.etag else {}  # set only by a whole pull
         r = client.get(f"/v1/streams/{name}/summary/manifest", headers=headers)
-        stats["pulls"] += 1
         stats["bytes"] += r.num_bytes_downloaded
         if r.status_code == 304:
             stats["not_modified"] += 1
@@ -367,11 +425,13 @@ class Federation:
         manifest = r.json()
         problem = self._incompatible(manifest, config)
         if problem:
-            copy.held, copy.etag, copy.segments = (None, {}), None, {}
+            copy.held, copy.etag, copy.blob = (None, {}), None, b""
             raise ValueError(problem)
+        have = {segments.digest(b): b for _, b in segments.split(copy.blob)} if copy.blob else {}
         wanted = [d for _, d, _ in manifest["segments"]]
-        need = [d for d in dict.fromkeys(wanted) if d not in copy.segments]
-        held = {d: copy.segments[d] for d in wanted if d in copy.segments}
+        need = [d for d in dict.fromkeys(wanted) if d not in have]
+        held = {d: have[d] for d in wanted if d in have}
+        lengths = {d: n for _, d, n in manifest["segments"]}
         for i in range(0, len(need), MAX_DIGESTS):
             ask = need[i : i + MAX_DIGESTS]
             s = client.get(f"/v1/streams/{name}/summary/segments", params={"digests": ",".join(ask)})
@@ -380,7 +440,6 @@ class Federation:
                 raise ValueError(f"the site answered {s.status_code} for segments (a newer version? "
                                  "the next pull asks again)")
             body, offset = s.content, 0
-            lengths = {d: n for _, d, n in manifest["segments"]}
             for d in ask:
                 chunk = body[offset : offset + lengths[d]]
                 offset += lengths[d]
@@ -391,10 +450,15 @@ class Federation:
             if offset != len(body):
                 raise ValueError("the segments' lengths did not match the manifest")
         blob = segments.join([[p, d] for p, d, _ in manifest["segments"]], held)
+        self._take(copy, config, blob, manifest["etag"], manifest.get("status") or {})
+
+    def _take(self, copy: _Copy, config: StreamConfig, blob: bytes, etag: str, status: dict) -> None:
+        """Decode a site's new version (refused whole under another secret or settings)."""
         summary = StreamSummary.from_bytes(blob, self.secret) if blob else None
         if summary is not None and summary.config != config:
+            copy.held, copy.etag, copy.blob = (None, {}), None, b""
             raise ValueError(f"settings differ: {_settings_diff(config, summary.config)}")
-        copy.held, copy.segments, copy.etag = (summary, manifest.get("status") or {}), held, manifest["etag"]
+        copy.held, copy.blob, copy.etag = (summary, status), blob, etag
         copy.confirmed = copy.attempted
 
     def _announce(self, name: str, site: str, version) -> None:
@@ -453,12 +517,14 @@ class Federation:
             client.close()
 
     # -- reading a federated stream ------------------------------------------------------
-    def _gather(self, name: str, sites: tuple[str, ...], fresh: bool):
-        """Each site's (summary, status, age, why missing) as held now."""
+    def _gather(self, name: str, sites: tuple[str, ...], fresh: bool, watch: bool = True):
+        """Each site's (summary, status, age, why missing) as held now; ``watch``: someone
+        reads the stream, so the poller keeps its sites pulled for ``watch_for`` seconds."""
         config = self.store.config(name)
         now = time.monotonic()
-        self._watched[name] = now
-        self._start_poller()
+        if watch:
+            self._watched[name] = now
+            self._start_poller()
         out = {}
         for site in sites:
             if site == LOCAL:
@@ -506,11 +572,12 @@ class Federation:
         return merged, self._status(gathered)
 
     def status(self, name: str) -> Status:
-        """``Store.status``: a federated stream's combined status (no merge)."""
+        """``Store.status``: a federated stream's combined status (no merge). Reading a
+        status (a listing, ``/metrics``) does not keep the stream's sites pulled."""
         sites = self.sites_of(name)
         if sites is None:
             return self.local_status(name)
-        return self._status(self._gather(name, sites, False))
+        return self._status(self._gather(name, sites, False, watch=False))
 
     @staticmethod
     def _status(gathered: dict) -> Status:
@@ -523,6 +590,8 @@ class Federation:
             clock=max(clocks) if clocks else None, late_dropped=total("late_dropped"),
             rejected=total("rejected"), sketch_version=total("sketch_version"),
             updated_at=max((st["updated_at"] for st in counted if st.get("updated_at")), default=None),
+            sketch_bytes={part: sum(int((st.get("sketch_bytes") or {}).get(part, 0)) for st in counted)
+                          for part in sorted({p for st in counted for p in (st.get("sketch_bytes") or {})})},
             state="incomplete" if missing else "ok",
             sites={site: as_of_site(st, age, why) for site, (_, st, age, why) in gathered.items()},
         )

@@ -13,10 +13,15 @@ changed.
 * ``GET /v1/streams/{name}/summary/segments?digests=d1,d2``: those segments' bytes,
   concatenated in the order asked (``410`` when one is no longer held: ask the manifest
   again).
+* ``GET /v1/streams/{name}/summary/delta?since=<etag>``: the newest version as a Zstandard
+  delta from the version ``since`` (the old bytes are the dictionary), ``304`` when it is
+  the newest, ``410`` when it is no longer kept.
 
-A peer holding a version asks the manifest with ``If-None-Match`` (unchanged: a ``304``),
-else fetches only the segments whose digests it does not hold: a part no event touched
-keeps its digest and is never sent again (``docs/design.md``, Federation). A federated
+A peer holding a version asks for the delta since it (unchanged: a ``304``; changed: the
+bytes that changed, compressed against the old ones). A peer holding nothing, or a version
+no longer kept, asks the manifest and fetches only the segments whose digests it does not
+hold: a part no event touched keeps its digest and is never sent again (``docs/design.md``,
+Federation). A federated
 stream serves its own (``local``) summary here, never the merge of its sites.
 """
 
@@ -54,6 +59,24 @@ def summary(name: StreamName, request: Request, store: StoreDep) -> Response:
     if _unchanged(request, p.etag):
         return Response(status_code=304, headers=headers)
     return Response(p.blob, media_type="application/octet-stream", headers=headers)
+
+
+@router.get("/{name}/summary/delta", response_class=Response,
+            responses={200: {"content": {"application/octet-stream": {}}}, 304: {}, 410: {}})
+def delta(name: StreamName, request: Request, store: StoreDep,
+          since: Annotated[str, Query(max_length=80, description="the ETag of the version held")]) -> Response:
+    """The newest version as a delta from ``since``: Zstandard with the bytes of ``since`` as
+    the dictionary (decompress with them to get the version named in ``ETag``). ``304``
+    when ``since`` is the newest; ``410`` when it is no longer kept (ask the manifest)."""
+    store.config(name)
+    p, made = store.federation.delta(name, since)
+    headers = {"ETag": p.etag, STATUS_HEADER: json.dumps(p.status), "Cache-Control": "no-cache"}
+    if _unchanged(request, p.etag) or since == p.etag:
+        return Response(status_code=304, headers=headers)
+    if made is None:
+        raise HTTPException(410, "that version is no longer kept here: ask the manifest")
+    # already compressed: the API's gzip would only cost CPU (identity keeps it off)
+    return Response(made, media_type="application/octet-stream", headers={**headers, "Content-Encoding": "identity"})
 
 
 @router.get("/{name}/summary/manifest")

@@ -23,6 +23,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pytest
+import zstandard
 
 from tests.conftest import API_KEYS, KEYS, TEST_SECRET, ApiServer, auth, wait_for_api
 from tests.in_process import run
@@ -272,8 +273,8 @@ def test_the_summary_endpoint_serves_versions_and_only_what_changed(world):
         assert c.get(f"/v1/streams/{name}/count").json()["as_of"]["events"] == 2000
     stats = world["home"].app.state.store.federation.pulled["eu"]
     before = dict(stats)
-    # A new version whose events carry no value: the value parts keep their bytes, and home
-    # fetches only the segments that changed.
+    # A new version whose events carry no value: the value parts keep their bytes; home,
+    # holding version 1, gets version 2 as a delta from it.
     events = _events(31, 2000) + [{"ts": T0 + 1799.0, "key": "late-comer"}]
     eu.publish(name, _requests(events), version=2)
     with world["home"].client("read") as c:
@@ -283,10 +284,20 @@ def test_the_summary_endpoint_serves_versions_and_only_what_changed(world):
             time.sleep(0.1)
     with eu.client("read") as c:
         after = c.get(f"/v1/streams/{name}/summary/manifest").json()
-    changed = {d for _, d, _ in after["segments"]} - set(digests)
-    unchanged = [p for p, d, _ in after["segments"] if d in digests]
-    assert after["etag"] != etag and "values" in unchanged and changed
-    assert stats["segments"] - before["segments"] == len(changed)
+        # the segments that changed, and only those, are what a peer holding version 1 lacks
+        changed = [d for _, d, _ in after["segments"] if d not in digests]
+        unchanged = [p for p, d, _ in after["segments"] if d in digests]
+        assert after["etag"] != etag and "values" in unchanged and changed
+        # ... and the delta since version 1 gives version 2's bytes from version 1's
+        d = c.get(f"/v1/streams/{name}/summary/delta", params={"since": etag})
+        assert d.status_code == 200 and d.headers["etag"] == after["etag"]
+        dictionary = zstandard.ZstdCompressionDict(r.content, dict_type=zstandard.DICT_TYPE_RAWCONTENT)
+        new = zstandard.ZstdDecompressor(dict_data=dictionary).decompress(d.content)
+        assert new == c.get(f"/v1/streams/{name}/summary").content
+        assert len(d.content) < len(new) / 4, (len(d.content), len(new))
+        assert c.get(f"/v1/streams/{name}/summary/delta", params={"since": after["etag"]}).status_code == 304
+        assert c.get(f"/v1/streams/{name}/summary/delta", params={"since": '"nope"'}).status_code == 410
+    assert stats["deltas"] - before["deltas"] >= 1 and stats["segments"] == before["segments"]
     assert stats["not_modified"] >= 1
     with httpx.Client(base_url=eu.url) as anonymous:
         assert anonymous.get(f"/v1/streams/{name}/summary").status_code == 401
