@@ -170,7 +170,9 @@ class Federation:
         self._lock = threading.Lock()
         self._federated: dict[str, tuple[float, tuple[str, ...] | None]] = {}
         self._copies: dict[tuple[str, str], _Copy] = {}
-        self._merged: dict[str, tuple[tuple, StreamSummary | None, list]] = {}
+        # name -> (key, merged summary, the gathered sites it was made of, monotonic time)
+        self._merged: dict[str, tuple[tuple, StreamSummary | None, dict, float]] = {}
+        self._merging: set[str] = set()
         self._watched: dict[str, float] = {}
         self._served: dict[str, list[Published]] = {}  # newest first, KEPT_VERSIONS of them
         self._deltas: dict[tuple[str, str, str], bytes] = {}  # (name, from, to) -> delta
@@ -560,16 +562,62 @@ class Federation:
         if sites is None:
             return self.local_summary(name, fresh)
         gathered = self._gather(name, sites, fresh)
-        present = [(site, s) for site, (s, _, _, why) in gathered.items() if why is None and s is not None]
-        key = tuple((site, id(s)) for site, s in present)
+        key = self._key(gathered)
         kept = self._merged.get(name)
         if kept and kept[0] == key:
-            merged = kept[1]
-        else:
-            merged = merge_sites([s for _, s in present])
+            return kept[1], self._status(gathered)
+        if kept and not fresh and [site for site, _ in kept[0]] == [site for site, _ in key]:
+            # The same sites with newer versions: merged in the background (a query does not
+            # wait for it); until then answers come from the merge before, as of its versions.
+            self._merge_later(name)
+            return kept[1], self._status(self._aged(kept[2], kept[3]))
+        return self._merge(name, gathered, key), self._status(gathered)
+
+    @staticmethod
+    def _key(gathered: dict) -> tuple:
+        """Which summaries a merge of ``gathered`` is made of (the objects are kept with it,
+        so their ids stay theirs)."""
+        return tuple((site, id(s)) for site, (s, _, _, why) in gathered.items() if why is None and s is not None)
+
+    def _merge(self, name: str, gathered: dict, key: tuple) -> StreamSummary | None:
+        merged = merge_sites([s for s, _, _, why in gathered.values() if why is None and s is not None])
+        with self._lock:
+            self._merged[name] = (key, merged, gathered, time.monotonic())
+        return merged
+
+    def _merge_later(self, name: str) -> None:
+        with self._lock:
+            if name in self._merging:
+                return
+            self._merging.add(name)
+        self._pool.submit(self._merge_newest, name)
+
+    def _merge_newest(self, name: str) -> None:
+        try:
+            sites = self.sites_of(name)
+            if sites is not None:
+                gathered = self._gather(name, sites, False, watch=False)
+                self._merge(name, gathered, self._key(gathered))
+        except Exception as e:  # noqa: BLE001 — the next query merges in its own thread and says why
+            log.warning("merging %s in the background failed: %s", name, type(e).__name__)
             with self._lock:
-                self._merged[name] = (key, merged, [s for _, s in present])  # the ids stay theirs
-        return merged, self._status(gathered)
+                self._merged.pop(name, None)
+        finally:
+            with self._lock:
+                self._merging.discard(name)
+
+    def _aged(self, gathered: dict, at: float) -> dict:
+        """A merge's sites as of now: older by the time since it was made, and stale past
+        ``max_age`` as any copy."""
+        since = time.monotonic() - at
+        out = {}
+        for site, (s, status, age, why) in gathered.items():
+            age = None if age is None else age + since
+            if why is None and age is not None and age > self.max_age:
+                why = (f"stale: its summary was last confirmed {age:.1f} s ago "
+                       f"(TIDEMARK_SITE_MAX_AGE {self.max_age:g} s)")
+            out[site] = (s, status, age, why)
+        return out
 
     def status(self, name: str) -> Status:
         """``Store.status``: a federated stream's combined status (no merge). Reading a
