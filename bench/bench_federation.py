@@ -55,8 +55,8 @@ def _settings(window: int) -> dict:
     return {"max_window": window, **SETTINGS}
 
 
-def feed(sites: list[tuple[str, str]], streams: list[str], rate: int, window: int, seconds: float,
-         start_at: float, out) -> None:
+def feed(sites: list[tuple[int, str, str]], streams: list[str], rate: int, window: int, seconds: float,
+         start_at: float, out, arrow) -> None:
     """A feeder process: fill ``window`` seconds of history, publish, then from ``start_at``
     (wall clock) one batch of ``rate`` events per stream every second for ``seconds``."""
     from tidemark.chunks import encode_chunk
@@ -66,9 +66,9 @@ def feed(sites: list[tuple[str, str]], streams: list[str], rate: int, window: in
 
     config = StreamConfig.model_validate(_settings(window))
     rng = np.random.default_rng(os.getpid())
-    publishers = {site: Publisher(url) for site, url in sites}
+    publishers = {site: Publisher(url) for _, site, url in sites}
+    index = {site: i for i, site, _ in sites}
     state: dict = {}
-    arrow = {site: 0 for site, _ in sites}
     version = {}
 
     def batch(site, name, t0, n_seconds, count_bytes):
@@ -77,8 +77,9 @@ def feed(sites: list[tuple[str, str]], streams: list[str], rate: int, window: in
         keys = [f"/page/{k}" for k in rng.zipf(1.3, n) % 2000]
         values = rng.lognormal(4, 1, n)
         payload = encode_chunk(ts, keys, values, np.ones(n))
-        if count_bytes:
-            arrow[site] += len(payload)
+        if count_bytes:  # shared with the driver, which reads it when it reads home's bytes
+            with arrow.get_lock():
+                arrow[index[site]] += len(payload)
         summary, clock, events = state.get((site, name), (None, -np.inf, 0))
         result = update_shard(summary, config, SECRET, [Chunk(payload, clock)])
         state[(site, name)] = (result.summary, float(ts.max()), events + result.events)
@@ -89,7 +90,7 @@ def feed(sites: list[tuple[str, str]], streams: list[str], rate: int, window: in
         publishers[site].publish(name, 0, status, result.blob, config.model_dump())
 
     now = time.time()
-    for site, _ in sites:  # history: the summaries' steady size
+    for _, site, _ in sites:  # history: the summaries' steady size
         for name in streams:
             batch(site, name, now - window, window, False)
     out.put(("ready", None))
@@ -97,13 +98,13 @@ def feed(sites: list[tuple[str, str]], streams: list[str], rate: int, window: in
     behind = 0
     for r in range(int(seconds)):
         round_at = start_at + r
-        for site, _ in sites:
+        for _, site, _ in sites:
             for name in streams:
                 batch(site, name, round_at, 1, True)
         late = time.time() - (round_at + 1)
         behind = max(behind, late)
         time.sleep(max(0.0, round_at + 1 - time.time()))
-    out.put(("done", {"arrow": arrow, "behind": behind}))
+    out.put(("done", {"behind": behind}))
 
 
 def _start_site(name: str) -> dict:
@@ -148,12 +149,12 @@ def run(n_sites: int, n_streams: int, rate: int, seconds: float, window: int, pu
                     assert c.put(f"/v1/streams/{name}", json=_settings(window)).status_code in (200, 201)
         ctx = mp.get_context("spawn")
         out = ctx.Queue()
-        groups = [sites[i::2] for i in range(2)]
+        groups = [[(i, s["name"], s["redis"].url) for i, s in enumerate(sites)][j::2] for j in range(2)]
+        arrow = ctx.Array("d", n_sites)
         start_at = time.time() + 30 + n_sites * n_streams * window * rate / 3e6  # history first
         for group in groups:
             if group:
-                p = ctx.Process(target=feed, args=([(s["name"], s["redis"].url) for s in group], names, rate,
-                                                   window, seconds, start_at, out))
+                p = ctx.Process(target=feed, args=(group, names, rate, window, seconds, start_at, out, arrow))
                 p.start()
                 feeders.append(p)
         for _ in feeders:
@@ -208,17 +209,17 @@ def run(n_sites: int, n_streams: int, rate: int, seconds: float, window: int, pu
             for t in threads:
                 t.start()
             time.sleep(3)  # the first rounds' pulls settle
-            b0, t0 = _pulled_bytes(c), time.monotonic()
+            b0, a0, t0 = _pulled_bytes(c), list(arrow), time.monotonic()
             time.sleep(max(1.0, seconds - 6))
-            b1, t1 = _pulled_bytes(c), time.monotonic()
+            b1, a1, t1 = _pulled_bytes(c), list(arrow), time.monotonic()
         done = [out.get(timeout=120) for _ in feeders]
         stop_reading.set()
         for t in threads:
             t.join(10)
-        arrow = {site: b for _, d in done for site, b in d["arrow"].items()}
         behind = max(d["behind"] for _, d in done)
+        # both over the same seconds: what home received, what the sites summarised meanwhile
         per_site = {s["name"]: (b1.get(s["name"], 0) - b0.get(s["name"], 0)) / (t1 - t0) for s in sites}
-        arrow_rate = {site: b / seconds for site, b in arrow.items()}
+        arrow_rate = {s["name"]: (a1[i] - a0[i]) / (t1 - t0) for i, s in enumerate(sites)}
 
         def stale(where):
             out = []
@@ -235,7 +236,7 @@ def run(n_sites: int, n_streams: int, rate: int, seconds: float, window: int, pu
                 "latency": {f"{w}/{k}": (_quantile(v, 0.5), _quantile(v, 0.99), len(v)) for (w, k), v in lat.items()},
                 "stale_home": (_quantile(stale("home"), 0.5), _quantile(stale("home"), 0.95), len(stale("home"))),
                 "stale_own": (_quantile(stale("own"), 0.5), _quantile(stale("own"), 0.95), len(stale("own"))),
-                "feeder_behind": behind}
+                "feeder_behind": behind, "load": os.getloadavg()[0]}
     finally:
         for p in feeders:
             p.terminate()
@@ -262,8 +263,8 @@ def main() -> None:
         print(json.dumps(r), flush=True)
     print("\n| sites | streams/site | events/s per site | shipped B/s per site | events' Arrow B/s per site | ratio "
           "| federated count p50/p99 ms | local count p50/p99 ms | federated quantiles p50/p99 ms "
-          "| local quantiles p50/p99 ms | staleness federated p50/p95 s | site's own p50/p95 s | feeder behind s |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "| local quantiles p50/p99 ms | staleness federated p50/p95 s | site's own p50/p95 s | feeder behind s | load (1 min) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         lat = r["latency"]
         ms = lambda k: f"{lat[k][0] * 1000:.1f} / {lat[k][1] * 1000:.1f}"  # noqa: E731
@@ -271,7 +272,7 @@ def main() -> None:
               f"| {r['arrow_per_site']:,.0f} | {r['shipped_per_site'] / r['arrow_per_site']:.2f} "
               f"| {ms('home/count')} | {ms('local/count')} | {ms('home/quantiles')} | {ms('local/quantiles')} "
               f"| {r['stale_home'][0]:.2f} / {r['stale_home'][1]:.2f} | {r['stale_own'][0]:.2f} / {r['stale_own'][1]:.2f} "
-              f"| {r['feeder_behind']:.1f} |")
+              f"| {r['feeder_behind']:.1f} | {r['load']:.1f} |")
 
 
 if __name__ == "__main__":

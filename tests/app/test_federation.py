@@ -125,7 +125,7 @@ def world(tmp_path_factory):
         # Pulls time out after 6 s, the staleness limit is 2.5 s: a stopped site is stale
         # before its pull fails.
         home = ApiServer(home_redis.url, sites=peers, site_max_age=2.5, site_pull_interval=0.3,
-                         site_timeout=6.0).start()
+                         site_timeout=6.0, api_keys=[*API_KEYS, RESTRICTED]).start()
         yield {"sites": sites, "odd": odd, "home": home, "home_redis": home_redis}
         home.stop()
     finally:
@@ -440,6 +440,14 @@ def test_deleting_a_federated_stream_leaves_the_sites_streams(world):
     for s in world["sites"].values():
         with s.client("read") as c:
             assert c.get(f"/v1/streams/{name}").status_code == 200
+
+
+def test_stream_patterns_apply_to_a_federated_streams_name_here(world, loaded):
+    name, _ = loaded
+    narrow = {"Authorization": f"Bearer {RESTRICTED['key']}"}
+    with httpx.Client(base_url=world["home"].url, headers=narrow, timeout=30) as c:
+        assert c.get(f"/v1/streams/{name}/count").status_code == 404  # "web" is not team-b's
+        assert name not in [s["name"] for s in c.get("/v1/streams").json()["streams"]]
 
 
 def test_a_site_that_changes_after_declaration_is_named_never_merged(world):
