@@ -3,13 +3,14 @@
 A *site* is a Tidemark deployment (``tidemark/sites.py``); a *federated stream* is declared
 here with ``"sites": ["eu", "us", "local"]`` and answered by merging each listed site's
 published summary of the stream of the same name (``local``: this deployment's own, read
-from Redis like any stream's). Remote summaries are *pulled*: while someone reads the
-stream (a query, an alert, a live dashboard), each remote site is asked every
-``TIDEMARK_SITE_PULL_INTERVAL`` seconds for the manifest of its summary with the version
-held (``If-None-Match``: unchanged costs a ``304``), and for the segments it lacks only
-(content-addressed: a part that did not change is never sent again). The query path never
-waits for a peer except for the very first read of a stream; it answers from the copies
-held and says how old each is (``as_of.sites``).
+from Redis like any stream's). Remote summaries are *pulled* (``app/site_pulls.py``):
+while someone reads the stream (a query, an alert, a live dashboard), each remote site is
+asked every ``TIDEMARK_SITE_PULL_INTERVAL`` seconds for what changed since the version held
+(a ``304`` when nothing did; a delta, or the content-addressed segments not held, when
+something did: ``app/site_serving.py`` serves them). The query path never waits for a peer
+except on a stream's first read (or the first after it went unread); it answers from the
+copies held and says how old each is (``as_of.sites``); a newer version of the same sites is
+merged in the background.
 
 ``Store.summary(name)`` of a federated stream returns the merge of the sites' summaries
 and a status that says each site's ``as_of`` (``Federation.summary``), so every query
@@ -52,48 +53,26 @@ each bound that still hold for ``E`` (a monotone kind's lower bound), names the 
 
 from __future__ import annotations
 
-import json
 import logging
 import pickle
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 
 import httpx
-from pydantic import ValidationError
 
 from app.declarations import StreamConflict
+from app.site_pulls import Pulls, incompatible
 from app.site_records import SiteRecords
+from app.site_serving import Serving
 from app.stream_status import Status
-from sketches.base import SketchError
-from tidemark import segments
 from tidemark.hash_secret import HashSecret
 from tidemark.sites import LOCAL, Site
 from tidemark.streams import StreamConfig
 from tidemark.summary import StreamSummary
 
-__all__ = ["Federation", "UnknownSite", "SiteConflict", "Published", "STATUS_HEADER", "as_of_site",
-           "merge_sites"]
+__all__ = ["Federation", "UnknownSite", "SiteConflict", "as_of_site", "merge_sites"]
 
 log = logging.getLogger("tidemark.federation")
-
-STATUS_HEADER = "Tidemark-Status"  # the served version's status, JSON, beside the summary bytes
-_STATUS_FIELDS = ("sketch_version", "updated_at", "events", "late_dropped", "clock", "received",
-                  "rejected", "failed_events")
-MAX_DIGESTS = 64  # segments one request may ask (a summary has about ten)
-KEPT_VERSIONS = 4  # versions of a stream's summary kept to serve deltas and segments from
-
-try:  # deltas between versions; without it a peer gets the changed segments whole
-    import zstandard as zstd
-except ImportError:  # pragma: no cover — a dependency; an install without it still federates
-    zstd = None
-
-
-# What a pull can meet: the site away, an answer that is not what it should be, a summary
-# refused whole. Each leaves the site named in answers (``app/site_bounds.py``).
-_PULL_ERRORS = (httpx.HTTPError, ValueError, SketchError, KeyError, TypeError) + ((zstd.ZstdError,) if zstd else ())
-
 
 class UnknownSite(ValueError):
     """A declaration names a site this deployment does not know (a 422)."""
@@ -101,37 +80,6 @@ class UnknownSite(ValueError):
 
 class SiteConflict(StreamConflict):
     """A site's stream cannot be merged with this declaration (a 409)."""
-
-
-def _settings_diff(here: StreamConfig, there: StreamConfig) -> str:
-    a, b = here.model_dump(), there.model_dump()
-    diff = [f"{k} {a[k]!r} here, {b[k]!r} there" for k in a if a[k] != b.get(k)]
-    return "; ".join(diff) or "settings differ"
-
-
-@dataclass
-class Published:
-    """This deployment's published summary of a stream, as peers are served it."""
-
-    source: object  # the decoded summary it was encoded from (None: nothing published)
-    blob: bytes
-    etag: str
-    manifest: list  # [[part, digest, length], ...]
-    segments: dict[str, bytes]
-    status: dict
-
-
-@dataclass
-class _Copy:
-    """What this deployment holds of one site's summary of one stream."""
-
-    etag: str | None = None
-    held: tuple = (None, {})  # (summary, its status), replaced as one
-    blob: bytes = b""  # the summary's bytes (the dictionary of the next delta)
-    confirmed: float | None = None  # monotonic time the site last confirmed this version
-    attempted: float = -1e18  # monotonic time of the last pull started
-    error: str | None = None  # why the last pull failed (None: it did not)
-    lock: threading.Lock = field(default_factory=threading.Lock)
 
 
 def merge_sites(summaries: list[StreamSummary]) -> StreamSummary | None:
@@ -152,37 +100,43 @@ def as_of_site(status: dict, age: float | None, error: str | None = None) -> dic
 
 
 class Federation:
-    """Federated declarations, pulls from peer sites and merged summaries of one API
-    process. ``store`` is the ``app.store.Store`` it serves (its local methods are
-    captured before the store routes federated names here, ``Store.federate``)."""
+    """Federated declarations and merged summaries of one API process. ``store`` is the
+    ``app.store.Store`` it serves (its local methods are captured before the store routes
+    federated names here, ``Store.federate``); ``pulls`` keeps the peers' copies
+    (``app.site_pulls``), ``serving`` serves this deployment's own to peers
+    (``app.site_serving``)."""
 
     def __init__(self, store, sites: list[Site], secret: HashSecret, max_age: float = 30.0,
                  pull_interval: float = 1.0, timeout: float = 3.0, watch_for: float = 60.0):
         self.store, self.secret = store, secret
         self.records = SiteRecords(store.redis)
         self.sites = {s.name: s for s in sites}
-        self.max_age, self.pull_interval, self.timeout, self.watch_for = (
-            max_age, pull_interval, timeout, watch_for)
+        self.max_age, self.pull_interval = max_age, pull_interval
         self.local_summary, self.local_status = store.summaries.summary, store.summaries.status
         self.local_in_memory, self.local_versions = store.summaries.in_memory, store.summaries.served_versions
         self.ttl = store.declarations.config_ttl
-        self.also_watch = lambda: set()  # streams alerts watch (set by the app at start)
+        self.serving = Serving(self.local_summary)
+        self.pulls = Pulls(sites, secret, store.config, self.sites_of, self.records.announce, pull_interval, timeout,
+                           watch_for)
+        self.pulls.federated = lambda: {n for n, kept in list(self._federated.items()) if kept[1]}
+        self.pulled = self.pulls.pulled
         self._lock = threading.Lock()
         self._federated: dict[str, tuple[float, tuple[str, ...] | None]] = {}
-        self._copies: dict[tuple[str, str], _Copy] = {}
         # name -> (key, merged summary, the gathered sites it was made of, monotonic time)
         self._merged: dict[str, tuple[tuple, StreamSummary | None, dict, float]] = {}
         self._merging: set[str] = set()
-        self._watched: dict[str, float] = {}
-        self._served: dict[str, list[Published]] = {}  # newest first, KEPT_VERSIONS of them
-        self._deltas: dict[tuple[str, str, str], bytes] = {}  # (name, from, to) -> delta
-        self._clients: dict[str, httpx.Client] = {}
-        self._pool: ThreadPoolExecutor | None = None
-        self._poller: threading.Thread | None = None
-        self._stop = threading.Event()
-        # bytes received from each site (bodies as sent, compressed) and pulls: the bench reads it
-        self.pulled = {name: {"bytes": 0, "pulls": 0, "not_modified": 0, "deltas": 0, "segments": 0}
-                       for name in self.sites}
+
+    @property
+    def also_watch(self):
+        """Streams alerts watch, kept pulled (set by the app at start)."""
+        return self.pulls.also_watch
+
+    @also_watch.setter
+    def also_watch(self, watched) -> None:
+        self.pulls.also_watch = watched
+
+    def close(self) -> None:
+        self.pulls.close()
 
     # -- declarations --------------------------------------------------------------------
     def sites_of(self, name: str) -> tuple[str, ...] | None:
@@ -242,7 +196,7 @@ class Federation:
 
     def _check_remote(self, site: str, name: str, config: StreamConfig) -> None:
         try:
-            r = self._client(site).get(f"/v1/streams/{name}/summary/manifest")
+            r = self.pulls.client(site).get(f"/v1/streams/{name}/summary/manifest")
         except httpx.HTTPError as e:
             raise SiteConflict(f"site {site!r} could not be reached to check its stream {name!r} "
                                f"({type(e).__name__}); declare again when it answers") from None
@@ -254,36 +208,17 @@ class Federation:
                                f"({r.status_code}): TIDEMARK_SITES")
         if r.status_code != 200:
             raise SiteConflict(f"site {site!r} answered {r.status_code} for its stream {name!r}")
-        problem = self._incompatible(r.json(), config)
+        problem = incompatible(r.json(), config, self.secret)
         if problem:
             raise SiteConflict(f"site {site!r} cannot be federated in {name!r}: {problem}")
-
-    def _incompatible(self, manifest: dict, config: StreamConfig) -> str | None:
-        """Why a site's summary cannot be merged with this declaration (None: it can)."""
-        fingerprint = manifest.get("fingerprint")
-        if fingerprint != self.secret.fingerprint:
-            return (f"its summaries are made under another hash secret (fingerprint {fingerprint} "
-                    f"there, {self.secret.fingerprint} here): sites of a federation share "
-                    "TIDEMARK_HASH_SECRET")
-        try:
-            there = StreamConfig.model_validate(manifest.get("settings"))
-        except ValidationError:
-            return "its settings are unreadable here"
-        if there != config:
-            return f"settings differ: {_settings_diff(config, there)}"
-        return None
 
     def forget(self, name: str) -> None:
         """Drop all this process holds of ``name`` (deleted or declared anew)."""
         with self._lock:
             self._federated.pop(name, None)
             self._merged.pop(name, None)
-            self._watched.pop(name, None)
-            self._served.pop(name, None)
-            for key in [k for k in self._deltas if k[0] == name]:
-                del self._deltas[key]
-            for key in [k for k in self._copies if k[1] == name]:
-                del self._copies[key]
+        self.pulls.forget(name)
+        self.serving.forget(name)
 
     def delete(self, name: str) -> None:
         """The federation's declaration goes with the stream; a remote site's stream is
@@ -298,226 +233,6 @@ class Federation:
             raise StreamConflict(f"stream {name!r} is federated over {', '.join(sites)}, which do not "
                                  "include this deployment (local): post its events to a site")
 
-    # -- the served side: this deployment's published summary, for peers ---------------
-    def published(self, name: str) -> Published:
-        """This deployment's own published summary of ``name`` (never a merge of peers':
-        a federation of federations would count a site twice), encoded once per version."""
-        summary, status = self.local_summary(name, fresh=True)
-        kept = self._served.get(name)
-        if kept and kept[0].source is summary and summary is not None:
-            return kept[0]
-        blob = summary.to_bytes() if summary is not None else b""
-        parts = segments.split(blob) if blob else []
-        etag = '"' + segments.digest(blob) + '"'
-        if kept and kept[0].etag == etag:
-            kept[0].source = summary
-            return kept[0]
-        published = Published(summary, blob, etag, [[p, segments.digest(b), len(b)] for p, b in parts],
-                              {segments.digest(b): b for _, b in parts},
-                              {k: status.get(k) for k in _STATUS_FIELDS})
-        with self._lock:
-            self._served[name] = [published, *(kept or [])[: KEPT_VERSIONS - 1]]
-        return published
-
-    def delta(self, name: str, since: str) -> tuple[Published, bytes | None]:
-        """The newest version of ``name`` and its bytes as a delta from the version
-        ``since`` (an ETag a peer holds): Zstandard with the old bytes as its dictionary, so
-        what travels is what changed, byte by byte. None when ``since`` is not one of the
-        ``KEPT_VERSIONS`` newest (or Zstandard is missing): the peer asks the manifest."""
-        published = self.published(name)
-        if zstd is None or since == published.etag:
-            return published, None
-        old = next((p for p in self._served.get(name) or [] if p.etag == since), None)
-        if old is None or not old.blob or not published.blob:
-            return published, None
-        key = (name, since, published.etag)
-        made = self._deltas.get(key)
-        if made is None:
-            dictionary = zstd.ZstdCompressionDict(old.blob, dict_type=zstd.DICT_TYPE_RAWCONTENT)
-            made = zstd.ZstdCompressor(level=3, dict_data=dictionary).compress(published.blob)
-            with self._lock:
-                if len(self._deltas) >= 256:
-                    self._deltas.clear()
-                self._deltas[key] = made
-        return published, made
-
-    def segments_of(self, name: str, digests: list[str]) -> list[bytes] | None:
-        """The segments named, from the newest versions served (None: one is gone)."""
-        held: dict[str, bytes] = {}
-        for p in reversed(self._served.get(name) or []):
-            held.update(p.segments)
-        try:
-            return [held[d] for d in digests]
-        except KeyError:
-            return None
-
-    # -- the pulling side ----------------------------------------------------------------
-    def _client(self, site: str) -> httpx.Client:
-        client = self._clients.get(site)
-        if client is None:
-            s = self.sites[site]
-            client = self._clients[site] = httpx.Client(
-                base_url=s.url, headers={"Authorization": f"Bearer {s.key}"},
-                timeout=httpx.Timeout(self.timeout), limits=httpx.Limits(max_connections=16))
-        return client
-
-    def _copy(self, site: str, name: str) -> _Copy:
-        with self._lock:
-            copy = self._copies.get((site, name))
-            if copy is None:
-                copy = self._copies[(site, name)] = _Copy()
-            return copy
-
-    def pull(self, site: str, name: str, config: StreamConfig, wait: bool = True) -> None:
-        """Bring this process's copy of ``site``'s summary of ``name`` up to date: the
-        manifest if it changed, then only the segments not held (module notes). One pull
-        per copy at a time; ``wait=False`` returns at once when one is under way."""
-        copy = self._copy(site, name)
-        if not copy.lock.acquire(blocking=wait):
-            return
-        try:
-            copy.attempted = time.monotonic()
-            stats = self.pulled[site]
-            try:
-                before = copy.etag
-                self._pull(site, name, config, copy, stats)
-                copy.error = None
-            except _PULL_ERRORS as e:
-                copy.error = (f"unreachable ({type(e).__name__})" if isinstance(e, httpx.HTTPError)
-                              else str(e)[:300])
-                return
-        finally:
-            copy.lock.release()
-        if before is not None and copy.etag != before:
-            self._announce(name, site, copy.held[1].get("sketch_version"))
-
-    def _pull(self, site: str, name: str, config: StreamConfig, copy: _Copy, stats: dict) -> None:
-        client = self._client(site)
-        stats["pulls"] += 1
-        if copy.etag and copy.blob and zstd is not None:  # what changed since the version held
-            r = client.get(f"/v1/streams/{name}/summary/delta", params={"since": copy.etag},
-                           headers={"If-None-Match": copy.etag})
-            stats["bytes"] += r.num_bytes_downloaded
-            if r.status_code == 304:
-                stats["not_modified"] += 1
-                copy.confirmed = copy.attempted
-                return
-            if r.status_code == 200:
-                dictionary = zstd.ZstdCompressionDict(copy.blob, dict_type=zstd.DICT_TYPE_RAWCONTENT)
-                blob = zstd.ZstdDecompressor(dict_data=dictionary).decompress(r.content)
-                if '"' + segments.digest(blob) + '"' != r.headers.get("etag"):
-                    raise ValueError("a delta did not give the version it named")
-                stats["deltas"] += 1
-                self._take(copy, config, blob, r.headers["etag"], json.loads(r.headers.get(STATUS_HEADER) or "{}"))
-                return
-            if r.status_code == 404:
-                raise ValueError(f"the site has no stream {name!r} (deleted there?)")
-            # 410: the site no longer holds the version we have; the manifest says what is new
-        headers = {"If-None-Match": copy.etag} if copy.etag else {}  # set only by a whole pull
-        r = client.get(f"/v1/streams/{name}/summary/manifest", headers=headers)
-        stats["bytes"] += r.num_bytes_downloaded
-        if r.status_code == 304:
-            stats["not_modified"] += 1
-            copy.confirmed = copy.attempted
-            return
-        if r.status_code == 404:
-            raise ValueError(f"the site has no stream {name!r} (deleted there?)")
-        if r.status_code != 200:
-            raise ValueError(f"the site answered {r.status_code}")
-        manifest = r.json()
-        problem = self._incompatible(manifest, config)
-        if problem:
-            copy.held, copy.etag, copy.blob = (None, {}), None, b""
-            raise ValueError(problem)
-        have = {segments.digest(b): b for _, b in segments.split(copy.blob)} if copy.blob else {}
-        wanted = [d for _, d, _ in manifest["segments"]]
-        need = [d for d in dict.fromkeys(wanted) if d not in have]
-        held = {d: have[d] for d in wanted if d in have}
-        lengths = {d: n for _, d, n in manifest["segments"]}
-        for i in range(0, len(need), MAX_DIGESTS):
-            ask = need[i : i + MAX_DIGESTS]
-            s = client.get(f"/v1/streams/{name}/summary/segments", params={"digests": ",".join(ask)})
-            stats["bytes"] += s.num_bytes_downloaded
-            if s.status_code != 200:
-                raise ValueError(f"the site answered {s.status_code} for segments (a newer version? "
-                                 "the next pull asks again)")
-            body, offset = s.content, 0
-            for d in ask:
-                chunk = body[offset : offset + lengths[d]]
-                offset += lengths[d]
-                if segments.digest(chunk) != d:
-                    raise ValueError("a segment did not match its digest")
-                held[d] = chunk
-                stats["segments"] += 1
-            if offset != len(body):
-                raise ValueError("the segments' lengths did not match the manifest")
-        blob = segments.join([[p, d] for p, d, _ in manifest["segments"]], held)
-        self._take(copy, config, blob, manifest["etag"], manifest.get("status") or {})
-
-    def _take(self, copy: _Copy, config: StreamConfig, blob: bytes, etag: str, status: dict) -> None:
-        """Decode a site's new version (refused whole under another secret or settings)."""
-        summary = StreamSummary.from_bytes(blob, self.secret) if blob else None
-        if summary is not None and summary.config != config:
-            copy.held, copy.etag, copy.blob = (None, {}), None, b""
-            raise ValueError(f"settings differ: {_settings_diff(config, summary.config)}")
-        copy.held, copy.blob, copy.etag = (summary, status), blob, etag
-        copy.confirmed = copy.attempted
-
-    def _announce(self, name: str, site: str, version) -> None:
-        """A peer's new version, told to this deployment's alerts and live dashboards as a
-        local publish is (``app.live_hub``)."""
-        try:
-            self.records.announce(name, site, version)
-        except Exception as e:  # noqa: BLE001 — Redis restarting: the next read still sees it
-            log.warning("announcing %s from %s failed: %s", name, site, type(e).__name__)
-
-    def _start_poller(self) -> None:
-        if self._poller is not None and self._poller.is_alive():
-            return
-        with self._lock:
-            if self._poller is not None and self._poller.is_alive():
-                return
-            self._pool = self._pool or ThreadPoolExecutor(max(2, min(16, len(self.sites))),
-                                                          thread_name_prefix="tidemark-site-pull")
-            self._poller = threading.Thread(target=self._poll, name="tidemark-federation", daemon=True)
-            self._poller.start()
-
-    def _poll(self) -> None:
-        """Keep the copies of streams someone reads (or an alert watches) pulled every
-        ``pull_interval`` seconds, one pull per (site, stream) at a time."""
-        pulling: set[tuple[str, str]] = set()
-        while not self._stop.wait(min(0.2, self.pull_interval / 2)):
-            now = time.monotonic()
-            try:
-                names = {n for n, at in list(self._watched.items()) if now - at < self.watch_for}
-                names |= set(self.also_watch()) & {n for n, kept in list(self._federated.items()) if kept[1]}
-                for name in names:
-                    sites = self.sites_of(name)
-                    if not sites:
-                        continue
-                    config = self.store.config(name)
-                    for site in sites:
-                        if site == LOCAL or (site, name) in pulling:
-                            continue
-                        if now - self._copy(site, name).attempted >= self.pull_interval:
-                            pulling.add((site, name))
-                            self._pool.submit(self._pull_done, site, name, config, pulling)
-            except Exception as e:  # noqa: BLE001 — Redis away, a stream deleted: next round
-                log.debug("federation poll: %s", type(e).__name__)
-
-    def _pull_done(self, site: str, name: str, config: StreamConfig, pulling: set) -> None:
-        try:
-            self.pull(site, name, config)
-        finally:
-            pulling.discard((site, name))
-
-    def close(self) -> None:
-        self._stop.set()
-        if self._pool is not None:
-            self._pool.shutdown(wait=False, cancel_futures=True)
-        for client in self._clients.values():
-            client.close()
-
     # -- reading a federated stream ------------------------------------------------------
     def _gather(self, name: str, sites: tuple[str, ...], fresh: bool, watch: bool = True):
         """Each site's (summary, status, age, why missing) as held now; ``watch``: someone
@@ -525,21 +240,20 @@ class Federation:
         config = self.store.config(name)
         now = time.monotonic()
         if watch:
-            self._watched[name] = now
-            self._start_poller()
+            self.pulls.watch(name)
         out = {}
         for site in sites:
             if site == LOCAL:
                 summary, status = self.local_summary(name, fresh)
                 out[site] = (summary, status, 0.0, None)
                 continue
-            copy = self._copy(site, name)
+            copy = self.pulls.copy(site, name)
             since = now - copy.attempted
             # A first read, a read after the stream went unwatched, and an alert's read wait
             # for the site; the others answer from the copy the poller keeps.
             first = copy.confirmed is None and copy.error is None
             if first or since > self.max_age or fresh and since >= self.pull_interval:
-                self.pull(site, name, config, wait=first)  # never behind a hung pull
+                self.pulls.pull(site, name, config, wait=first)  # never behind a hung pull
             now = time.monotonic()
             age = None if copy.confirmed is None else now - copy.confirmed
             why = None
@@ -590,7 +304,7 @@ class Federation:
             if name in self._merging:
                 return
             self._merging.add(name)
-        self._pool.submit(self._merge_newest, name)
+        self.pulls.submit(self._merge_newest, name)
 
     def _merge_newest(self, name: str) -> None:
         try:

@@ -56,9 +56,10 @@ def _settings(window: int) -> dict:
 
 
 def feed(sites: list[tuple[int, str, str]], streams: list[str], rate: int, window: int, seconds: float,
-         start_at: float, out, arrow) -> None:
-    """A feeder process: fill ``window`` seconds of history, publish, then from ``start_at``
-    (wall clock) one batch of ``rate`` events per stream every second for ``seconds``."""
+         start, out, arrow) -> None:
+    """A feeder process: fill ``window`` seconds of history, publish, say so, then from the
+    wall-clock time the driver puts in ``start`` one batch of ``rate`` events per stream
+    every second for ``seconds``."""
     from tidemark.chunks import encode_chunk
     from tidemark.streams import StreamConfig
     from workers.publish import Publisher
@@ -94,6 +95,9 @@ def feed(sites: list[tuple[int, str, str]], streams: list[str], rate: int, windo
         for name in streams:
             batch(site, name, now - window, window, False)
     out.put(("ready", None))
+    while not start.value:
+        time.sleep(0.05)
+    start_at = start.value
     time.sleep(max(0.0, start_at - time.time()))
     behind = 0
     for r in range(int(seconds)):
@@ -151,20 +155,21 @@ def run(n_sites: int, n_streams: int, rate: int, seconds: float, window: int, pu
         out = ctx.Queue()
         groups = [[(i, s["name"], s["redis"].url) for i, s in enumerate(sites)][j::2] for j in range(2)]
         arrow = ctx.Array("d", n_sites)
-        start_at = time.time() + 30 + n_sites * n_streams * window * rate / 3e6  # history first
+        start = ctx.Value("d", 0.0)
         for group in groups:
             if group:
-                p = ctx.Process(target=feed, args=(group, names, rate, window, seconds, start_at, out, arrow))
+                p = ctx.Process(target=feed, args=(group, names, rate, window, seconds, start, out, arrow))
                 p.start()
                 feeders.append(p)
-        for _ in feeders:
-            assert out.get(timeout=600)[0] == "ready"
+        for _ in feeders:  # each has filled and published its history
+            assert out.get(timeout=1800)[0] == "ready"
         with httpx.Client(base_url=home_url, headers=HEADERS, timeout=60) as c:
             for name in names:  # declared at home over every site (each site's manifest checked)
                 r = c.put(f"/v1/streams/{name}", json={**_settings(window), "sites": [s["name"] for s in sites]})
                 assert r.status_code in (200, 201), r.text
             for name in names:  # read once: pulled from now on
                 c.get(f"/v1/streams/{name}/count")
+        start_at = start.value = time.time() + 3
         stop_reading = threading.Event()
         lat = {("home", "count"): [], ("home", "quantiles"): [], ("local", "count"): [], ("local", "quantiles"): []}
         seen: dict = {}
@@ -269,7 +274,7 @@ def main() -> None:
         lat = r["latency"]
         ms = lambda k: f"{lat[k][0] * 1000:.1f} / {lat[k][1] * 1000:.1f}"  # noqa: E731
         print(f"| {r['sites']} | {r['streams']} | {r['streams'] * r['rate']:,} | {r['shipped_per_site']:,.0f} "
-              f"| {r['arrow_per_site']:,.0f} | {r['shipped_per_site'] / r['arrow_per_site']:.2f} "
+              f"| {r['arrow_per_site']:,.0f} | {r['shipped_per_site'] / max(r['arrow_per_site'], 1):.2f} "
               f"| {ms('home/count')} | {ms('local/count')} | {ms('home/quantiles')} | {ms('local/quantiles')} "
               f"| {r['stale_home'][0]:.2f} / {r['stale_home'][1]:.2f} | {r['stale_own'][0]:.2f} / {r['stale_own'][1]:.2f} "
               f"| {r['feeder_behind']:.1f} | {r['load']:.1f} |")

@@ -35,7 +35,7 @@ from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import JSONResponse, Response
 
 from app.deps import READ, StoreDep
-from app.federation import MAX_DIGESTS, STATUS_HEADER
+from app.site_serving import MAX_DIGESTS, STATUS_HEADER
 from app.routes.streams import StreamName
 
 __all__ = ["router"]
@@ -54,7 +54,7 @@ def _unchanged(request: Request, etag: str) -> bool:
 def summary(name: StreamName, request: Request, store: StoreDep) -> Response:
     """The stream's published summary bytes (empty before its first publish)."""
     store.config(name)  # 404 for a stream not declared here
-    p = store.federation.published(name)
+    p = store.federation.serving.published(name)
     headers = {"ETag": p.etag, STATUS_HEADER: json.dumps(p.status), "Cache-Control": "no-cache"}
     if _unchanged(request, p.etag):
         return Response(status_code=304, headers=headers)
@@ -69,7 +69,7 @@ def delta(name: StreamName, request: Request, store: StoreDep,
     the dictionary (decompress with them to get the version named in ``ETag``). ``304``
     when ``since`` is the newest; ``410`` when it is no longer kept (ask the manifest)."""
     store.config(name)
-    p, made = store.federation.delta(name, since)
+    p, made = store.federation.serving.delta(name, since)
     headers = {"ETag": p.etag, STATUS_HEADER: json.dumps(p.status), "Cache-Control": "no-cache"}
     if _unchanged(request, p.etag) or since == p.etag:
         return Response(status_code=304, headers=headers)
@@ -84,7 +84,7 @@ def manifest(name: StreamName, request: Request, store: StoreDep) -> Response:
     """The published version as content-addressed segments, with what a peer checks before
     merging it: the settings and the hash secret's fingerprint."""
     config = store.config(name)
-    p = store.federation.published(name)
+    p = store.federation.serving.published(name)
     headers = {"ETag": p.etag, "Cache-Control": "no-cache"}
     if _unchanged(request, p.etag):
         return Response(status_code=304, headers=headers)
@@ -105,7 +105,7 @@ def segments(name: StreamName, store: StoreDep,
     if not asked or len(asked) > MAX_DIGESTS or not all(_DIGEST.match(d) for d in asked):
         raise HTTPException(422, f"digests: 1 to {MAX_DIGESTS} segment digests (32 hex digits), "
                                  "comma-separated")
-    found = store.federation.segments_of(name, asked)
+    found = store.federation.serving.segments_of(name, asked)
     if found is None:
         raise HTTPException(410, "a segment asked is no longer held (a newer version replaced it): "
                                  "ask the manifest again")
