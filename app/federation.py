@@ -74,6 +74,7 @@ __all__ = ["Federation", "UnknownSite", "SiteConflict", "as_of_site", "merge_sit
 
 log = logging.getLogger("tidemark.federation")
 
+
 class UnknownSite(ValueError):
     """A declaration names a site this deployment does not know (a 422)."""
 
