@@ -202,8 +202,9 @@ class Federation:
             raise SiteConflict(f"site {site!r} could not be reached to check its stream {name!r} "
                                f"({type(e).__name__}); declare again when it answers") from None
         if r.status_code == 404:
-            raise SiteConflict(f"site {site!r} has no stream {name!r} (declare it there first, "
-                               "with the same settings)")
+            raise SiteConflict(f"site {site!r} has no stream {name!r} that the key held for it may see "
+                               "(declare it there first, with the same settings; a key limited to "
+                               "stream patterns sees only those)")
         if r.status_code in (401, 403):
             raise SiteConflict(f"site {site!r} refused the read key this deployment holds for it "
                                f"({r.status_code}): TIDEMARK_SITES")

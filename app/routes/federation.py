@@ -64,11 +64,14 @@ def summary(name: StreamName, request: Request, store: StoreDep) -> Response:
 @router.get("/{name}/summary/delta", response_class=Response,
             responses={200: {"content": {"application/octet-stream": {}}}, 304: {}, 410: {}})
 def delta(name: StreamName, request: Request, store: StoreDep,
-          since: Annotated[str, Query(max_length=80, description="the ETag of the version held")]) -> Response:
+          since: Annotated[str | None, Query(max_length=80, description="the ETag of the version held")] = None,
+          ) -> Response:
     """The newest version as a delta from ``since``: Zstandard with the bytes of ``since`` as
     the dictionary (decompress with them to get the version named in ``ETag``). ``304``
     when ``since`` is the newest; ``410`` when it is no longer kept (ask the manifest)."""
-    store.config(name)
+    store.config(name)  # an absent stream is a 404 before a missing parameter is a 422
+    if not since:
+        raise HTTPException(422, "since: the ETag of the version held is required")
     p, made = store.federation.serving.delta(name, since)
     headers = {"ETag": p.etag, STATUS_HEADER: json.dumps(p.status), "Cache-Control": "no-cache"}
     if _unchanged(request, p.etag) or since == p.etag:
@@ -96,12 +99,13 @@ def manifest(name: StreamName, request: Request, store: StoreDep) -> Response:
 @router.get("/{name}/summary/segments", response_class=Response,
             responses={200: {"content": {"application/octet-stream": {}}}, 410: {}})
 def segments(name: StreamName, store: StoreDep,
-             digests: Annotated[str, Query(max_length=MAX_DIGESTS * 33,
-                                           description="comma-separated segment digests")]) -> Response:
+             digests: Annotated[str | None, Query(max_length=MAX_DIGESTS * 33,
+                                                  description="comma-separated segment digests")] = None,
+             ) -> Response:
     """The segments named, concatenated in the order asked (their lengths are the
     manifest's)."""
-    store.config(name)
-    asked = [d.strip() for d in digests.split(",") if d.strip()]
+    store.config(name)  # an absent stream is a 404 before a missing parameter is a 422
+    asked = [d.strip() for d in (digests or "").split(",") if d.strip()]
     if not asked or len(asked) > MAX_DIGESTS or not all(_DIGEST.match(d) for d in asked):
         raise HTTPException(422, f"digests: 1 to {MAX_DIGESTS} segment digests (32 hex digits), "
                                  "comma-separated")
