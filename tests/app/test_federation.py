@@ -15,6 +15,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter
 from fractions import Fraction
@@ -469,3 +470,30 @@ def test_a_site_that_changes_after_declaration_is_named_never_merged(world):
             time.sleep(0.1)
         assert r["incomplete"] == ["us"] and "epsilon 0.05 here, 0.1 there" in r["incomplete_sites"]["us"]
         assert r["as_of"]["events"] == 300 and r["bound"]["lower"] == 300 and r["bound"]["upper"] is None
+
+
+def test_a_sites_new_version_is_announced_to_live_clients(world):
+    name = "team-b.live"
+    _declare_everywhere(world, name)
+    ap = world["sites"]["ap"]
+    ap.publish(name, _requests(_events(51, 100)), version=1)
+    with world["home"].client() as c:
+        assert c.put(f"/v1/streams/{name}", json={**SETTINGS, "sites": ["ap"]}).status_code == 201
+        assert c.get(f"/v1/streams/{name}/count").json()["as_of"]["events"] == 100  # read: pulled from now on
+    notes = []
+
+    def listen():
+        with world["home"].client("read", timeout=15) as c, c.stream("GET", "/v1/live") as r:
+            for line in r.iter_lines():
+                if line.startswith("data: "):
+                    note = json.loads(line[6:])
+                    if note.get("stream") == name:
+                        notes.append(note)
+                        return
+
+    listener = threading.Thread(target=listen, daemon=True)
+    listener.start()
+    time.sleep(0.5)  # subscribed
+    ap.publish(name, _requests(_events(51, 150)), version=2)
+    listener.join(15)
+    assert notes and notes[0]["site"] == "ap", notes
