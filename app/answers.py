@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Callable
 
+from app.site_bounds import mark_sites
 from app.windows import Window, make_window
 from sketches.base import Estimate, SketchError
 from tidemark.streams import StreamConfig, parse_duration
@@ -235,12 +236,15 @@ register(QueryKind("distinct", _distinct, lambda config, p: _exact_zero("randomi
 
 
 def as_of(status: dict) -> dict:
-    return {
+    out = {
         "sketch_version": status["sketch_version"],
         "updated_at": status["updated_at"],
         "events": status["events"],
         "late_dropped": status["late_dropped"],
     }
+    if "sites" in status:  # a federated stream: each site's own (contract §11)
+        out["sites"] = status["sites"]
+    return out
 
 
 def shape(result: Estimate | list, **outer) -> dict:
@@ -267,7 +271,8 @@ def answer(kind: str, name: str, config: StreamConfig, summary: StreamSummary | 
         result = run(query, summary, config, window, checked)
     body = shape(result, stream=name, query=kind, window=window.seconds, at=window.at,
                  as_of=as_of(status))
-    return mark_incomplete(body, summary, kind, window, status)
+    body = mark_incomplete(body, summary, kind, window, status)
+    return mark_sites(body, kind, status.get("incomplete_sites"))
 
 
 def lost_in_window(summary: StreamSummary | None, kind: str, window: Window) -> dict | None:
@@ -335,8 +340,13 @@ def answer_streams(kind: str, names: list[str], configs: list[StreamConfig], rea
     body = shape(result, streams=names, query=kind, window=window.seconds, at=window.at,
                  as_of={"sketch_versions": {n: st["sketch_version"] for n, (_, st) in zip(names, read)},
                         "events": {n: st["events"] for n, (_, st) in zip(names, read)}})
-    for summary, status in read:
+    for n, (summary, status) in zip(names, read):
         body = mark_incomplete(body, summary, kind, window, status)
+        if "sites" in status:
+            body["as_of"].setdefault("sites", {})[n] = status["sites"]
+        missing = status.get("incomplete_sites")
+        if missing:  # a stream's sites named as stream/site
+            body = mark_sites(body, kind, {f"{n}/{site}": why for site, why in missing.items()})
     return body
 
 

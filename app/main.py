@@ -25,8 +25,9 @@ from app.fast_ingest import FastIngest
 from app.ingest_pool import IngestPool
 from app.live_hub import LiveHub
 from app.metrics import Metrics
+from app.federation import Federation, UnknownSite
 from app.ranges import RangeCache
-from app.routes import alerts, health, history, ingest, live, prometheus, queries, streams
+from app.routes import alerts, federation, health, history, ingest, live, prometheus, queries, streams
 from app.security import (HIDDEN, PUBLIC_PATHS, Keychain, RedactKeys, SignInMiddleware, api_routes,
                           principal_of, required_scope)
 from app.store import Backpressure, Store, StreamConflict, StreamNotFound
@@ -73,6 +74,7 @@ def _error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(AlertNotFound, handler(404))
     app.add_exception_handler(StreamConflict, handler(409))
     app.add_exception_handler(QueryError, handler(422))
+    app.add_exception_handler(UnknownSite, handler(422))
     app.add_exception_handler(CapacityError, handler(422))
 
     @app.exception_handler(Backpressure)
@@ -123,6 +125,7 @@ async def _lifespan(app: FastAPI):
                          settings.webhook_retry_for, settings.webhook_allow_hosts)
     app.state.live_hub.listen(engine.heard, engine.paused)
     app.state.live_hub.listen(app.state.range_cache.heard, app.state.range_cache.paused)
+    app.state.store.federation.also_watch = engine.watched_streams  # alerts keep their sites pulled
     engine.start()
     app.state.live_hub.start()
     app.state.alert_engine_wake = engine.wake
@@ -135,6 +138,7 @@ async def _lifespan(app: FastAPI):
     warming.cancel()
     decoder.cancel()
     app.state.store.decoder.close()
+    app.state.store.federation.close()
     await app.state.live_hub.stop()
     await engine.stop()
 
@@ -172,6 +176,8 @@ def create_app(settings: Settings, redis_url: str) -> FastAPI:
     secret = load_or_create(settings.checkpoint, settings.hash_secret)
     app.state.store = Store(redis_url, secret, settings.max_pending_chunks, settings.max_pending_events,
                             log_partitions=settings.log_partitions, max_wait=settings.ready_max_wait)
+    app.state.store.federate(Federation(app.state.store, settings.sites, secret, settings.site_max_age,
+                                        settings.site_pull_interval, settings.site_timeout))
     app.state.ingest_pool = IngestPool(settings.ingest_processes)
     app.state.alerts = AlertStore(redis_url, SecretBox(secret_key(settings)))
     app.state.alert_engine_wake = lambda: None
@@ -189,7 +195,8 @@ def create_app(settings: Settings, redis_url: str) -> FastAPI:
         access_log.addFilter(RedactKeys())
     _error_handlers(app)
     app.add_middleware(GZipMiddleware, minimum_size=1024, compresslevel=5)  # not SSE, not pre-gzipped assets
-    for module in (health, streams, ingest, alerts, history, queries, live, prometheus):
+    # federation before queries: /v1/streams/{name}/summary is not a query kind
+    for module in (health, streams, ingest, alerts, federation, history, queries, live, prometheus):
         app.include_router(module.router)
     # The last added runs first: a request for a Host we do not answer for (DNS
     # rebinding) is refused before anything else, then the dashboard's sign-in link.

@@ -58,6 +58,13 @@ class Metrics:
             "tidemark_part_restarts", "Restarts of a part by `tidemark up` since it started",
             ["part"], registry=self.registry)
 
+        self.site_pulled_bytes = Gauge(
+            "tidemark_site_pulled_bytes", "Bytes received from a peer site by federated pulls "
+            "since the API started (bodies as sent)", ["site"], registry=self.registry)
+        self.site_pulls = Gauge(
+            "tidemark_site_pulls", "Federated pulls from a peer site since the API started, by "
+            "what they got", ["site", "result"], registry=self.registry)
+
     def forget(self, stream: str) -> None:
         """Drop every series of a deleted stream (a new stream of the name starts at zero)."""
         for family in (self.events_accepted, self.events_rejected, self.sketch_version,

@@ -41,8 +41,8 @@ class Store:
         self.health = WorkerHealth(self.redis)
         self.read_stats = self.summaries.read_stats
         d, i, c, h = self.declarations, self.ingest, self.summaries, self.health
-        self.declare, self.delete, self.config, self.names, self.generation = (
-            d.declare, d.delete, d.config, d.names, d.generation)
+        self.declare, self.config, self.names, self.generation = (
+            d.declare, d.config, d.names, d.generation)
         self.check_backpressure, self.partition, self.append, self.take_rate, self.pending, self.lag = (
             i.check_backpressure, i.partition, i.append, i.take_rate, i.pending, i.lag)
         self.forget_reads, self.served_versions, self.in_memory, self.status, self.summary = (
@@ -50,10 +50,27 @@ class Store:
         self.failed_streams = c.failed_streams
         self.ping, self.worker_heartbeat, self.worker_standby, self.worker_alive = (
             h.ping, h.worker_heartbeat, h.worker_standby, h.worker_alive)
+        self.federation = None
+
+    def federate(self, federation) -> None:
+        """Route reads through ``federation`` (``app.federation.Federation``): a federated
+        stream's summary and status are its sites' merged; every other stream's are its own."""
+        self.federation = federation
+        self.summary, self.status, self.in_memory, self.served_versions = (
+            federation.summary, federation.status, federation.in_memory, federation.served_versions)
+
+    def delete(self, name: str) -> None:
+        """``Declarations.delete``, with the stream's federation if it has one (never a
+        site's stream)."""
+        if self.federation is not None:
+            self.federation.delete(name)
+        self.declarations.delete(name)
 
     def ahead_of_ingest(self, name: str) -> tuple[StreamConfig, Ahead]:
         """The stream's declaration (parsed) and what back-pressure needs of it, in one
         round trip before its body is validated (``Ingest.ahead``); ``StreamNotFound``."""
+        if self.federation is not None:
+            self.federation.refuse_ingest(name)
         ahead = self.ingest.ahead(name)
         return self.declarations.parsed(name, ahead.declaration), ahead
 
@@ -70,3 +87,5 @@ class Store:
         """Drop everything kept in memory of a stream (it was deleted or declared anew)."""
         self.declarations.forget_config(name)
         self.summaries.forget(name)
+        if self.federation is not None:
+            self.federation.forget(name)

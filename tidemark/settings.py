@@ -5,10 +5,12 @@ from __future__ import annotations
 import ipaddress
 import re
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from tidemark.sites import Site, parse_sites
 
 __all__ = ["Settings", "ApiKey", "SCOPES"]
 
@@ -138,6 +140,26 @@ class Settings(BaseSettings):
     tenant_max_events_per_second: int = Field(
         default=200_000, ge=1, description="events a tenant's keys may have accepted per "
         "second, all its streams together, before ingest answers 429")
+
+    # -- federation (contract §11) -------------------------------------------------------
+    sites: Annotated[list[Site], NoDecode] = Field(
+        default_factory=list, repr=False,
+        description="peer sites this deployment may federate: a JSON list of {name, url, "
+        "key} (key: a read key of that site), or the path of a file holding one")
+    site_max_age: float = Field(
+        default=30.0, gt=0, description="seconds a peer site's summary may go unconfirmed "
+        "before answers of a federated stream call that site stale (incomplete)")
+    site_pull_interval: float = Field(
+        default=1.0, gt=0, description="seconds between pulls of a federated stream's summary "
+        "from each peer site while someone reads the stream (ETag: unchanged costs a 304)")
+    site_timeout: float = Field(
+        default=3.0, gt=0, description="seconds a pull from a peer site may take before the "
+        "site counts as unreachable for that pull")
+
+    @field_validator("sites", mode="before")
+    @classmethod
+    def _sites(cls, value: Any) -> list[Site]:
+        return parse_sites(value)
 
     @field_validator("webhook_allow_hosts")
     @classmethod

@@ -19,6 +19,7 @@ import hashlib
 import hmac
 import json
 import logging
+import math
 import time
 
 import httpx
@@ -55,8 +56,15 @@ def rule_answer(store: Store, rule: AlertRule) -> tuple[dict, float, float, floa
         item = body["items"][0]
         if item["bound"] is None:
             raise NoAnswerYet("no event in the window yet: the quantile does not exist")
-        return body, item["estimate"], item["bound"]["lower"], item["bound"]["upper"], version
-    return body, body["estimate"], body["bound"]["lower"], body["bound"]["upper"], version
+        return body, item["estimate"], *_sides(item["bound"]), version
+    return body, body["estimate"], *_sides(body["bound"]), version
+
+
+def _sides(bound: dict) -> tuple[float, float]:
+    """A bound's sides; a side that no longer holds (null: a federated stream missing a
+    site, ``app/site_bounds.py``) is unbounded."""
+    lower, upper = bound["lower"], bound["upper"]
+    return (-math.inf if lower is None else lower), (math.inf if upper is None else upper)
 
 
 def evaluate(store: Store, alerts: AlertStore, rule: AlertRule, answers: dict | None = None) -> bool:
@@ -231,6 +239,14 @@ class AlertEngine:
         found = [judge(self.store, rule, answers, now) for rule in rules]
         found = [f for f in found if f]
         return self.alerts.record(found) if found else 0
+
+    def watched_streams(self) -> set[str]:
+        """The streams the rules read, as last loaded (no Redis read): a federated one
+        keeps its sites pulled (``app.federation``)."""
+        try:
+            return {s for _, rule in list(self.rule_cache._parsed.values()) for s in self.rule_cache.streams(rule)}
+        except RuntimeError:  # the rules changed meanwhile: the next round asks again
+            return set()
 
     def heard(self, note: dict) -> None:
         """A publish announcement (``app.live_hub.LiveHub``, the process's one subscriber,

@@ -98,8 +98,10 @@ def _checked(query: SeriesQuery, kind, configs: list, step_ms: int | None) -> di
 
 def _prometheus_samples(body: dict) -> list:
     """An answer's samples, ``[(item label or None, (estimate, lower, upper), their
-    texts)]``: made once per kept point (``app.ranges``), formatted once."""
-    return [(item, values, tuple(format_value(float(v)) for v in values))
+    texts)]``: made once per kept point (``app.ranges``), formatted once. A side an answer
+    does not have (null: a federated answer missing a site keeps only the sides that
+    hold, ``app.site_bounds``) has no sample, as an instant with no answer has none."""
+    return [(item, values, tuple(None if v is None else format_value(float(v)) for v in values))
             for item, *values in _samples(body)]
 
 
@@ -126,8 +128,9 @@ def _collect(out: dict, query: SeriesQuery, whose, base: dict, times_ms: list[in
                         labels = {**base, **dict([item] if item else []), "bound": bound}
                         to.append((out.setdefault((whose, item, bound), Series(labels)), i))
                 for series, i in to:
-                    series.samples.append((t, float(values[i])))
-                    series.texts.append(texts[i])
+                    if texts[i] is not None:
+                        series.samples.append((t, float(values[i])))
+                        series.texts.append(texts[i])
 
 
 def _versions_of(store, name: str, summary):
@@ -182,7 +185,7 @@ def evaluate(store, query: SeriesQuery, names: list[str], times_ms: list[int],
     deadline = time.monotonic() + timeout
     if isinstance(query.stream, tuple):
         _together(store, query, query.stream, times_ms, step_ms, out, deadline)
-        return sorted(out.values(), key=lambda s: sorted(s.labels.items()))
+        return sorted((s for s in out.values() if s.samples), key=lambda s: sorted(s.labels.items()))
     for name in names:
         try:
             _one_stream(store, query, name, times_ms, step_ms, out, deadline, cache)
@@ -196,4 +199,4 @@ def evaluate(store, query: SeriesQuery, names: list[str], times_ms: list[int],
             # matched by a regex, its published summary unreadable now (refused whole,
             # app.store): it has no samples, the other streams still answer
             log.warning("stream %r: summary unreadable, left out of a selector", name)
-    return sorted(out.values(), key=lambda s: sorted(s.labels.items()))
+    return sorted((s for s in out.values() if s.samples), key=lambda s: sorted(s.labels.items()))

@@ -71,6 +71,10 @@ def metrics(store: StoreDep, metrics: MetricsDep, settings: SettingsDep, request
         metrics.wait_estimate.set(lag.wait_estimate())
         metrics.worker_capacity.set(lag.capacity)
         metrics.standby_workers.set(1 if store.worker_standby() else 0)
+        for site, pulled in (store.federation.pulled.items() if store.federation is not None else ()):
+            metrics.site_pulled_bytes.labels(site).set(pulled["bytes"])
+            for result in ("pulls", "not_modified", "deltas", "segments"):
+                metrics.site_pulls.labels(site, result).set(pulled.get(result, 0))
         beat = store.worker_heartbeat()
         if beat:
             metrics.batch_seconds.set(beat.get("batch_seconds", 0.0))

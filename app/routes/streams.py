@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Path, Query, Request, Response
+from pydantic import Field
 
 from app.deps import ADMIN, READ, SettingsDep, StoreDep
 from app.security import principal_of, visible
@@ -16,8 +17,20 @@ router = APIRouter(prefix="/v1/streams", tags=["streams"])
 StreamName = Annotated[str, Path(pattern=STREAM_NAME_PATTERN, description="stream name")]
 
 
+class StreamDeclaration(StreamConfig):
+    """A stream's settings (contract §4) and, for a federated stream, its sites (§11)."""
+
+    sites: list[str] | None = Field(
+        default=None, min_length=1, max_length=64,
+        description="sites whose summaries of this stream answer it ('local': this deployment)")
+
+
 def describe(store, name: str) -> dict:
-    return {"name": name, "settings": store.config(name).public(), "status": store.status(name)}
+    out = {"name": name, "settings": store.config(name).public(), "status": store.status(name)}
+    sites = store.federation.sites_of(name) if store.federation is not None else None
+    if sites is not None:
+        out["sites"] = list(sites)
+    return out
 
 
 @router.get("", dependencies=[READ])
@@ -44,8 +57,10 @@ def list_streams(
 
 
 @router.put("/{name}", status_code=201, dependencies=[ADMIN])
-def declare_stream(name: StreamName, config: StreamConfig, store: StoreDep, settings: SettingsDep,
+def declare_stream(name: StreamName, declaration: StreamDeclaration, store: StoreDep, settings: SettingsDep,
                    request: Request, response: Response) -> dict:
+    sites = declaration.sites
+    config = StreamConfig.model_validate(declaration.model_dump(exclude={"sites"}))
     capacity.check(config, settings.max_summary_bytes)  # 422 before anything is stored
     names = store.names()
     if name not in names and len(names) >= settings.max_streams:
@@ -57,7 +72,9 @@ def declare_stream(name: StreamName, config: StreamConfig, store: StoreDep, sett
         if len(mine) >= settings.tenant_max_streams:
             raise HTTPException(409, f"your streams already number {len(mine)}, the limit per "
                                      "tenant (TIDEMARK_TENANT_MAX_STREAMS)")
-    if not store.declare(name, config):
+    new = (store.federation.declare(name, config, sites) if store.federation is not None
+           else store.declare(name, config))
+    if not new:
         response.status_code = 200
     return describe(store, name)
 

@@ -4,6 +4,9 @@ Nothing outside ``tidemark.wire`` spells a key (``tests/test_wire_seam.py`` grep
 
 PREFIX = "tm:"
 STREAMS = PREFIX + "streams"  # hash: name -> StreamConfig JSON
+# hash: name -> the sites a federated stream merges (``records.write_sites``); the stream
+# itself is declared in STREAMS like any other (contract §11)
+FEDERATED = PREFIX + "federated"
 
 
 def ingest(stream: str) -> str:

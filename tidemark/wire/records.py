@@ -9,6 +9,8 @@ encode and one decode each.
 * ``ShardStatus``: the JSON status of one published shard (``keys.shard_status``), which
   names its segments (``tidemark/segments.py``).
 * a stream's declaration (``keys.STREAMS``): ``StreamConfig`` JSON, read by ``read_config``.
+* a federated stream's sites (``keys.FEDERATED``): a JSON list of site names, written by
+  ``write_sites`` and read by ``read_sites``.
 
 The Lua scripts that write or read these (``scripts``) spell the same fields; the round
 trip of each, script included, is tested without Spark (``tests/tidemark/test_wire.py``).
@@ -23,7 +25,7 @@ from dataclasses import dataclass, field
 from tidemark.streams import StreamConfig
 
 __all__ = ["LogEntry", "Tombstone", "decode_entry", "decode_legacy_entry", "ShardStatus",
-           "id_tuple", "write_config", "read_config", "declared_shards"]
+           "id_tuple", "write_config", "read_config", "declared_shards", "write_sites", "read_sites"]
 
 
 def id_tuple(entry_id: str) -> tuple[int, int]:
@@ -132,6 +134,21 @@ def write_config(config: StreamConfig) -> str:
 def read_config(raw: bytes | str) -> StreamConfig:
     """A stream's declaration as stored in ``keys.STREAMS`` (the one reader of it)."""
     return StreamConfig.model_validate_json(raw)
+
+
+def write_sites(sites: list[str]) -> str:
+    """A federated stream's sites as ``keys.FEDERATED`` stores them."""
+    return json.dumps(list(sites))
+
+
+def read_sites(raw: bytes | str | None) -> tuple[str, ...] | None:
+    """The sites of a federated stream (None: not federated)."""
+    if raw is None:
+        return None
+    sites = json.loads(raw)
+    if not isinstance(sites, list) or not all(isinstance(s, str) for s in sites):
+        raise ValueError("federated stream sites must be a JSON list of names")
+    return tuple(sites)
 
 
 def declared_shards(raw: bytes | None) -> int:
