@@ -376,6 +376,13 @@ def test_a_killed_site_is_named_and_only_the_lower_bound_stays_until_it_is_back(
             assert hh["complete"] is False and hh["unlisted_max"] is None
             status = c.get(f"/v1/streams/{name}").json()["status"]
             assert status["state"] == "incomplete" and "eu" in status["incomplete_sites"]
+            # Through the Prometheus API the side that no longer holds has no sample (never a 5xx).
+            metric = f'tidemark_count{{stream="{name}", window="1h"}}'
+            r = c.get("/api/v1/query_range", params={"query": metric, "start": r["at"] - 60, "end": r["at"],
+                                                     "step": 30})
+            assert r.status_code == 200, r.text
+            bounds = {s["metric"]["bound"] for s in r.json()["data"]["result"]}
+            assert bounds == {"estimate", "lower"}
         finally:
             eu.start().wait()  # the same Redis: its published summary is still there
         deadline = time.monotonic() + 15
