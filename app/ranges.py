@@ -224,10 +224,18 @@ def _params_key(params: dict) -> tuple:
 
 
 class _Kept:
-    __slots__ = ("versions", "points", "used")
+    __slots__ = ("versions", "points", "units")
 
     def __init__(self, versions: tuple):
-        self.versions, self.points, self.used = versions, {}, 0.0
+        self.versions, self.points, self.units = versions, {}, 0
+
+
+def _units(point) -> int:
+    """What a kept point weighs: one, and one per item of a list answer (a heavy-hitter
+    answer of 25 keys holds some 50 dicts, a count one 3)."""
+    body = point[0] if isinstance(point, list) and point else point
+    items = body.get("items") if isinstance(body, dict) else None
+    return 1 + (len(items) if isinstance(items, list) else 0)
 
 
 class RangeCache:
@@ -243,10 +251,13 @@ class RangeCache:
     versions, from which instant on its kept points are dropped. A version the ledger
     lacks (an announcement missed, a republish, a re-declaration) drops them all.
 
-    Bounded: at most ``points`` in all, a quarter of them per stream (a stream's points
-    dropped whole, least recently used first). Every process keeps its own."""
+    Bounded by ``points`` units in all (``_units``: a point, and one per item of a list
+    answer; a unit is about a kilobyte, so 50,000 are some 50 MB), a quarter of them per
+    stream (a stream's points dropped whole, least recently used first). Every process
+    keeps its own; a key's stream patterns are checked before any point is read, and one
+    stream's points cannot take more than its quarter from the others."""
 
-    def __init__(self, points: int = 200_000, counter=None, ledger: int = 256):
+    def __init__(self, points: int = 50_000, counter=None, ledger: int = 256):
         self.points, self.per_stream, self.ledger_size = points, max(1, points // 4), ledger
         self._counter = counter
         self._kept: OrderedDict[str, _Kept] = OrderedDict()
@@ -321,13 +332,13 @@ class RangeCache:
                     return None
                 since = self._touched_since(name, kept.versions, versions)
                 if since is None:
-                    self._held -= len(kept.points)
-                    kept.points = {}
+                    self._held -= kept.units
+                    kept.points, kept.units = {}, 0
                 elif since != float("inf"):
-                    stale = [key for key in kept.points if key[2] >= since]
-                    for key in stale:
-                        del kept.points[key]
-                    self._held -= len(stale)
+                    for key in [key for key in kept.points if key[2] >= since]:
+                        units = _units(kept.points.pop(key))
+                        kept.units -= units
+                        self._held -= units
                 kept.versions = versions
             self._kept.move_to_end(name)
             return kept.points
@@ -350,24 +361,28 @@ class RangeCache:
                 self._counter.labels("kept").inc()
         return got
 
-    def put(self, name: str, points: dict, key, body) -> None:
+    def put(self, name: str, points: dict, key, point) -> None:
         with self._lock:
-            if key not in points:
-                self._held += 1
-            points[key] = body
-            if len(points) > self.per_stream:
-                self._held -= len(points)
-                points.clear()
+            kept = self._kept.get(name)
+            if kept is None or kept.points is not points:
+                return  # the stream's points were dropped meanwhile
+            units = _units(point) - (_units(points[key]) if key in points else 0)
+            points[key] = point
+            kept.units += units
+            self._held += units
+            if kept.units > self.per_stream:
+                self._held -= kept.units
+                kept.points, kept.units = {}, 0
             while self._held > self.points and self._kept:
-                old, kept = self._kept.popitem(last=False)
-                self._held -= len(kept.points)
-                kept.points.clear()
+                _, old = self._kept.popitem(last=False)
+                self._held -= old.units
+                old.points, old.units = {}, 0
 
     def _drop(self, name: str) -> None:
         kept = self._kept.pop(name, None)
         if kept is not None:
-            self._held -= len(kept.points)
-            kept.points.clear()
+            self._held -= kept.units
+            kept.points, kept.units = {}, 0
 
     def forget(self, name: str) -> None:
         with self._lock:

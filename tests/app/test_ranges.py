@@ -275,7 +275,13 @@ def test_kept_points_are_bounded_per_stream_and_in_all():
     points = cache.points_of("d", V1)
     for t in range(3):
         cache.put("d", points, ("count", (), float(t)), {})  # past the per-stream share (2)
-    assert len(cache) == 6 and len(points) == 0
+    assert len(cache) == 6 and cache.points_of("d", V1) == {}
+    small = cache.points_of("e", V1)
+    cache.put("e", small, ("heavy-hitters", (), 1.0), [{"items": []}, None])
+    assert len(cache.points_of("e", V1)) == 1
+    big = cache.points_of("f", V1)  # a list answer weighs one and one per item: 3 > 2
+    cache.put("f", big, ("heavy-hitters", (), 1.0), [{"items": [{}, {}]}, None])
+    assert cache.points_of("f", V1) == {} and len(cache) <= 8
 
 
 @settings(max_examples=80, deadline=None, suppress_health_check=list(HealthCheck))
