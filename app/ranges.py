@@ -252,7 +252,7 @@ class RangeCache:
     lacks (an announcement missed, a republish, a re-declaration) drops them all.
 
     Bounded by ``points`` units in all (``_units``: a point, and one per item of a list
-    answer; a unit is about a kilobyte, so 50,000 are some 50 MB), a quarter of them per
+    answer; measured at 0.9–2.1 KB a unit with its rendering, so 50,000 are 50–100 MB), a quarter of them per
     stream (a stream's points dropped whole, least recently used first). Every process
     keeps its own; a key's stream patterns are checked before any point is read, and one
     stream's points cannot take more than its quarter from the others."""
