@@ -252,13 +252,14 @@ class RangeCache:
     lacks (an announcement missed, a republish, a re-declaration) drops them all.
 
     Bounded by ``points`` units in all (``_units``: a point, and one per item of a list
-    answer; measured at 0.9–2.1 KB a unit with its rendering, so 50,000 are 50–100 MB), a quarter of them per
-    stream (a stream's points dropped whole, least recently used first). Every process
-    keeps its own; a key's stream patterns are checked before any point is read, and one
-    stream's points cannot take more than its quarter from the others."""
+    answer; measured at 0.9–2.1 KB a unit with its rendering, so 50,000 are 50–100 MB), at
+    most half of them per stream (a stream's oldest points go first; past the total, those
+    of the streams least recently asked). Every process keeps its own; a key's stream
+    patterns are checked before any point is read, and one stream's points cannot take more
+    than half from the others."""
 
     def __init__(self, points: int = 50_000, counter=None, ledger: int = 256):
-        self.points, self.per_stream, self.ledger_size = points, max(1, points // 4), ledger
+        self.points, self.per_stream, self.ledger_size = points, max(1, points // 2), ledger
         self._counter = counter
         self._kept: OrderedDict[str, _Kept] = OrderedDict()
         self._held = 0
@@ -370,13 +371,19 @@ class RangeCache:
             points[key] = point
             kept.units += units
             self._held += units
-            if kept.units > self.per_stream:
-                self._held -= kept.units
-                kept.points, kept.units = {}, 0
-            while self._held > self.points and self._kept:
-                _, old = self._kept.popitem(last=False)
-                self._held -= old.units
-                old.points, old.units = {}, 0
+            self._trim(kept, self.per_stream)
+            for other in list(self._kept.values()):  # least recently asked streams first
+                if self._held <= self.points:
+                    break
+                self._trim(other, max(0, other.units - (self._held - self.points)))
+
+    def _trim(self, kept: _Kept, units: int) -> None:
+        """Drop the stream's oldest points (first kept, first out: the steps a panel has
+        moved past) until it holds at most ``units``."""
+        while kept.units > units and kept.points:
+            gone = _units(kept.points.pop(next(iter(kept.points))))
+            kept.units -= gone
+            self._held -= gone
 
     def _drop(self, name: str) -> None:
         kept = self._kept.pop(name, None)

@@ -266,22 +266,22 @@ def test_a_gap_in_what_was_heard_drops_everything_and_a_deletion_forgets():
 
 
 def test_kept_points_are_bounded_per_stream_and_in_all():
-    cache = RangeCache(points=8)
+    cache = RangeCache(points=8)  # at most 4 per stream
     for name in ("a", "b", "c"):
         points = cache.points_of(name, V1)
         for t in range(2):
             cache.put(name, points, ("count", (), float(t)), {})
     assert len(cache) == 6
     points = cache.points_of("d", V1)
-    for t in range(3):
-        cache.put("d", points, ("count", (), float(t)), {})  # past the per-stream share (2)
-    assert len(cache) == 6 and cache.points_of("d", V1) == {}
-    small = cache.points_of("e", V1)
-    cache.put("e", small, ("heavy-hitters", (), 1.0), [{"items": []}, None])
-    assert len(cache.points_of("e", V1)) == 1
-    big = cache.points_of("f", V1)  # a list answer weighs one and one per item: 3 > 2
-    cache.put("f", big, ("heavy-hitters", (), 1.0), [{"items": [{}, {}]}, None])
-    assert cache.points_of("f", V1) == {} and len(cache) <= 8
+    for t in range(5):
+        cache.put("d", points, ("count", (), float(t)), {})  # past the stream's half: its oldest go
+    assert set(key[2] for key in cache.points_of("d", V1)) == {1.0, 2.0, 3.0, 4.0}
+    assert len(cache) == 8
+    assert cache.points_of("a", V1) == {}  # the least recently asked stream made room
+    big = cache.points_of("e", V1)  # a list answer weighs one and one per item
+    cache.put("e", big, ("heavy-hitters", (), 1.0), [{"items": [{}, {}]}, None])
+    cache.put("e", big, ("heavy-hitters", (), 2.0), [{"items": [{}, {}]}, None])  # 6 > 4: the first goes
+    assert set(key[2] for key in cache.points_of("e", V1)) == {2.0} and len(cache) <= 8
 
 
 @settings(max_examples=80, deadline=None, suppress_health_check=list(HealthCheck))
