@@ -155,32 +155,15 @@ def contributions(levels, weights, g, theta_unit, k, top):
     Level 0 keeps exact weights (``θ_0 = 0``). Returns the contributions and False if
     ``g`` is not a valid decay along the scan (outside ``[0, 1]`` or growing with age).
     """
-    n = levels.shape[0]
-    L = top + 1
-    y = np.empty(n, np.float64)
-    hist = np.zeros(L, np.int64)
-    ptr = 0
-    cnt = 0
+    y = coefficients(levels, weights, theta_unit, k, top)
     ok = True
     prev = 1.0
-    for j in range(n):
+    for j in range(y.shape[0]):
         gj = g[j]
         if not (gj >= 0.0 and gj <= prev):
             ok = False
         prev = gj
-        while ptr < L and cnt >= k:
-            cnt -= hist[ptr]
-            ptr += 1
-        m = levels[j]
-        w = weights[j]
-        if ptr == 0:
-            y[j] = gj * w
-        else:
-            theta = theta_unit * 2.0**ptr
-            y[j] = gj * (w if w > theta else theta)
-        hist[m] += 1
-        if m >= ptr:
-            cnt += 1
+        y[j] = gj * y[j]
     return y, ok
 
 
