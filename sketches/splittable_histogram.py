@@ -37,7 +37,7 @@ import numpy as np
 
 from sketches._bytes import HEADER_SIZE, Reader, Writer
 from sketches._codec import max_float_column_size, varint_size
-from sketches._splittable_kernels import (_EXACT_LIMIT, INTERVAL_ERRORS, aggregate_sorted, exact_suffix_terms,
+from sketches._splittable_kernels import (INTERVAL_ERRORS, aggregate_sorted, exact_suffix_terms,
                                           insert_all, is_sorted, read_interval, suffix_at, write_interval)
 from sketches.base import CorruptSketchError, Estimate, Family, Sketch, SketchError, epsilon_and_window, window_range
 

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from app.answers import (QueryError, QueryKind, Window, _exact_zero, bound_of,
-                         bracket, register, window_estimate)
+from app.answers import QueryError, QueryKind, Window, register, window_estimate
 from sketches.base import Estimate
 from tidemark.events import MAX_KEY_BYTES
 from tidemark.streams import StreamConfig
