@@ -34,7 +34,8 @@ def warm_answers() -> int:
             continue
         try:
             answer(kind, "warm-up", config, summary, status, params)
-            answers_at(kind, "warm-up", config, summary, status, params, [1.5, 2.5])  # the range kernels
+            # the range kernels: enough instants for the reads ahead (app.ranges._READ_AHEAD_FROM)
+            answers_at(kind, "warm-up", config, summary, status, params, [1.0 + i / 16 for i in range(24)])
             answered += 1
         except Exception as e:  # best effort: the real query will say what is wrong
             log.debug("warming %s: %s", kind, type(e).__name__)

@@ -1,8 +1,9 @@
 """A query's history: the window's answers at past instants, from one published summary.
 
 ``GET /v1/streams/{name}/{query}/history?window=…&points=…[&at=…]`` answers the query at
-``points`` evenly spaced instants, from the earliest ``at`` whose window is still kept
-(``clock - max_window + window``) to ``at`` (default: the stream's clock). Every answer has
+``points`` instants spread over the span (``instants``), from the earliest ``at`` whose
+window is still kept (``clock - max_window + window``) to ``at`` (default: the stream's
+clock). Every answer has
 the contract's shape (§6) and is exactly what ``GET /v1/streams/{name}/{query}?at=…`` would
 give for the same sketch version: all of them are computed from one read of the summary, in
 one pass (``app.ranges``), so a chart opened now shows a full line (and one consistent
