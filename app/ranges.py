@@ -72,7 +72,7 @@ def windows_at(params: dict, config: StreamConfig, clock: float | None,
     t_start, t_before, t_at, t_after = ticks[:k], ticks[k:2 * k], ticks[2 * k:3 * k], ticks[3 * k:]
     t_clock = None if clock is None else int(ticks_of(np.array([clock]), res)[0])
     res_q = Fraction(res)
-    late = _too_old(at, seconds, d, e, clock, config.max_window)
+    late = _too_old(at, seconds, clock, config.max_window)
     offsets = _offsets(at, t_at, res)
     out: list[Window | QueryError] = []
     for i, a in enumerate(ats):
@@ -98,12 +98,13 @@ def windows_at(params: dict, config: StreamConfig, clock: float | None,
     return out
 
 
-def _too_old(at, seconds, d, e, clock, max_window) -> np.ndarray:
+def _too_old(at, seconds, clock, max_window) -> np.ndarray:
     """``at − seconds < clock − max_window`` exactly (``parse_window``'s refusal): decided
     on the rounded differences where they are far apart (each is within half an ulp of
-    its exact value, ``d + e``), in rationals where they are close."""
+    its exact value), in rationals where they are close."""
     if clock is None:
         return np.zeros(at.shape, bool)
+    d = at - seconds
     oldest = clock - max_window
     gap = np.abs(d - oldest)
     near = gap <= 4 * np.spacing(np.maximum(np.abs(d), abs(oldest)))
@@ -467,8 +468,4 @@ def _refused(params: dict, config: StreamConfig, clock: float | None, ats: list[
     """Which instants the stream's clock refuses now (``parse_window``'s rule for a window
     that starts too long ago), without making their windows."""
     seconds = parse_window({k: v for k, v in params.items() if k != "at"}, config, clock).seconds
-    at = np.asarray(ats, np.float64)
-    d = at - seconds
-    bb = d - at
-    e = (at - (d - bb)) + (-seconds - bb)
-    return _too_old(at, seconds, d, e, clock, config.max_window)
+    return _too_old(np.asarray(ats, np.float64), seconds, clock, config.max_window)
