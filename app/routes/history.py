@@ -82,5 +82,5 @@ def history(name: StreamName, query: str, request: Request, store: StoreDep, met
     # Each answer's JSON is made once per point and kept with it; FastAPI's encoder walking
     # 500 answers (a heavy-hitter history holds some 40,000 values) cost more than they did.
     head = JSONResponse({"stream": name, "query": query, "window": last.seconds}).body
-    return Response(head[:-1] + b',"answers":[' + ",".join(answers).encode() + b"]}",
+    return Response(head[:-1] + b',"answers":[' + b",".join(answers) + b"]}",
                     media_type="application/json")
