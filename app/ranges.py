@@ -42,9 +42,10 @@ from tidemark.ticks import ticks_of
 
 __all__ = ["windows_at", "answers_at", "as_json", "RangeCache"]
 
-# The parts whose reads are batched, and the kinds that read them (window_estimate over the
-# window's inner and outer ticks).
-_BATCHED = {"count": ("count", "heavy-hitters"), "sum": ("sum",)}
+# The parts whose reads are batched (``query_many``), and the kinds that read them
+# (window_estimate over the window's inner and outer ticks; distinct also from the window's
+# edges to the clock, ``app.answers._distinct``).
+_BATCHED = {"count": ("count", "heavy-hitters"), "sum": ("sum",), "distinct": ("distinct",)}
 _TABLES = ("quantiles", "distribution")  # kinds reading rank tables of the value part
 _BY_BUCKETS = {"keys": ("frequency", "self-join", "heavy-hitters"), "key_candidates": ("heavy-hitters",)}
 
@@ -253,12 +254,19 @@ def _read_ahead(kind: str, summary: StreamSummary, windows: list) -> StreamSumma
                      for r in (w.inner, w.outer) if r[0] <= r[1]})
     for part, kinds in _BATCHED.items():
         if kind in kinds and part in summary.parts:
-            readings = summary[part].query_many(ranges)
-            parts[part] = _Readings(summary[part], dict(zip(ranges, readings)))
+            read = ranges if part != "distinct" else _to_clock(ranges, summary[part].clock)
+            readings = summary[part].query_many(read)
+            parts[part] = _Readings(summary[part], dict(zip(read, readings)))
     for part, kinds in _BY_BUCKETS.items():
         if kind in kinds and part in summary.parts:
             parts[part] = _ByBuckets(summary[part], ranges)
     return _RangeView(summary, parts) if parts else summary
+
+
+def _to_clock(ranges: list, clock: int) -> list:
+    """The ranges, and from each one's edges (``lo`` and ``hi + 1``) to the clock: what the
+    distinct kind reads of a window that ends before the clock."""
+    return sorted(set(ranges) | {(t, clock) for lo, hi in ranges for t in (lo, hi + 1) if t <= clock})
 
 
 def _params_key(params: dict) -> tuple:

@@ -251,6 +251,8 @@ class _Instance:
                           self.fT, self.fK, self.fhas, self.bufs)
 
     def compact(self, cap: int, everything: bool) -> None:
+        if not everything and not (self.s > cap).any():
+            return  # (every query canonicalizes: most find nothing to do)
         for lev in range(self.s.size):
             if self.s[lev] > cap or (everything and self.s[lev] > 0):
                 if self.table is None:
@@ -403,25 +405,77 @@ class RandomizedWave(Sketch):
     # -- queries -------------------------------------------------------------------------
     def query(self, lo: int, hi: int) -> Estimate:
         """Distinct keys with a tick in ``[lo, hi]``; ``hi`` must be >= the clock."""
-        lo, hi = tick_bounds(lo, hi)
-        window_size(lo, hi, self.window)
+        lo, hi = self._checked(lo, hi)
         if self.is_empty:
             return Estimate(0.0, 0.0, 0.0, "relative", self.epsilon, 1.0, METHOD)
-        if hi < self._clock:
-            raise SketchError("a randomized wave answers ranges ending at the clock: hi must be >= clock")
         self._canonicalize()
-        cap = self.capacity
-        first = self._waves[0]
-        if first.covering_level(lo) == 0:  # level 0 holds every key: exact
-            n = float(count_at_least(0, lo, first.eT, first.s, first.bufs))
-            return Estimate(n, n, n, "relative", self.epsilon, 1.0, METHOD)
-        sure, values, uncovered = cap + 1.0, [], False  # level 0 does not cover: n > C
+        readings = []
         for w in self._waves:
             lev = w.covering_level(lo)
+            readings.append((lev, count_at_least(self.top if lev < 0 else lev, lo, w.eT, w.s, w.bufs)))
+            if lev == 0 and len(readings) == 1:
+                break  # level 0 of the first instance holds every key: exact
+        return self._estimate(readings)
+
+    def query_many(self, ranges) -> list:
+        """:meth:`query` of every ``(lo, hi)`` of ``ranges`` (each the same Estimate, or the
+        :class:`SketchError` it raises), each instance's covering levels found for all
+        ranges at once and each level's latest ticks sorted once and searched."""
+        out: list = [None] * len(ranges)
+        todo = []
+        for i, (lo, hi) in enumerate(ranges):
+            try:
+                lo, _ = self._checked(lo, hi)
+            except SketchError as e:
+                out[i] = e
+                continue
+            if self.is_empty:
+                out[i] = Estimate(0.0, 0.0, 0.0, "relative", self.epsilon, 1.0, METHOD)
+            else:
+                todo.append((i, lo))
+        if not todo:
+            return out
+        self._canonicalize()
+        los = np.array([lo for _, lo in todo], np.int64)
+        columns = []
+        for w in self._waves:
+            ok = (w.fhas[None, :] == 0) | (w.fT[None, :] < los[:, None])
+            levs = np.where(ok.any(axis=1), np.argmax(ok, axis=1), -1)
+            read = np.where(levs < 0, self.top, levs)
+            xs = np.zeros(los.size, np.int64)
+            for lev in np.unique(read).tolist():
+                at = read == lev
+                latest = np.sort(w.eT[w.bufs[lev][: w.s[lev]]])
+                xs[at] = latest.size - np.searchsorted(latest, los[at], "left")
+            columns.append((levs.tolist(), xs.tolist()))
+        for j, (i, _) in enumerate(todo):
+            readings = []
+            for levs, xs in columns:
+                readings.append((levs[j], xs[j]))
+                if levs[j] == 0 and len(readings) == 1:
+                    break
+            out[i] = self._estimate(readings)
+        return out
+
+    def _checked(self, lo, hi) -> tuple[int, int]:
+        lo, hi = tick_bounds(lo, hi)
+        window_size(lo, hi, self.window)
+        if not self.is_empty and hi < self._clock:
+            raise SketchError("a randomized wave answers ranges ending at the clock: hi must be >= clock")
+        return lo, hi
+
+    def _estimate(self, readings: list) -> Estimate:
+        """The answer from each instance's ``(covering level or -1, X)``: X the entries of
+        that level (the top one where none covers) whose latest tick is in the range;
+        one reading when the first instance's level 0 covers it (exact)."""
+        if readings[0][0] == 0:  # level 0 holds every key: exact
+            n = float(readings[0][1])
+            return Estimate(n, n, n, "relative", self.epsilon, 1.0, METHOD)
+        sure, values, uncovered = self.capacity + 1.0, [], False  # level 0 does not cover: n > C
+        for lev, x in readings:
             miss = lev < 0
             if miss:
                 uncovered, lev = True, self.top
-            x = count_at_least(lev, lo, w.eT, w.s, w.bufs)
             sure = max(sure, float(x))  # X keys of the window are held: a certain bound
             # Y = X / q_l with q_l = 2^(61-l) / (2^61 - 1); an uncovered level has X > C.
             values.append((x + miss) * (_P / 2.0 ** (61 - lev)))

@@ -187,6 +187,36 @@ def test_deterministic_bounds(p):
         assert exact <= sj.upper * (1 + 1e-12) and sj.lower <= sj.upper
 
 
+@SETTINGS
+@given(streams)
+def test_ranges_with_one_key_read_the_same(p):
+    """``range_keys`` is ``range_key`` range by range (refusals included), and ranges that
+    share a key give the same readings: what answers over time rely on to read each set of
+    buckets once."""
+    rng, sk, t, k, w = build(p)
+    c = sk.clock if sk.clock != NO_CLOCK else 0
+    rs = ranges(rng, sk, 30) if not sk.is_empty else [(c, c + 1), (c + 1, c)]
+    rs += [(c - sk.window, c), (c + 2, c + 1)]
+
+    def key(lo, hi):
+        try:
+            return sk.range_key(lo, hi)
+        except SketchError as e:
+            return str(e)
+
+    assert [str(g) if isinstance(g, SketchError) else g for g in sk.range_keys(rs)] == [key(*r) for r in rs]
+    ids = np.unique(k)[:8]
+    seen = {}
+    for r in rs:
+        kk = key(*r)
+        if isinstance(kk, str):
+            continue
+        reading = (sk.self_join(*r), sk.frequency(int(ids[0]) if ids.size else 1, *r),
+                   None if not ids.size else tuple(np.asarray(a).tolist() if isinstance(a, np.ndarray) else a
+                                                   for a in (sk.frequency_arrays(ids, *r) or ())))
+        assert seen.setdefault(kk, reading) == reading
+
+
 def test_lo_before_window_is_refused_and_hi_before_lo_is_zero():
     sk = ECMSketch(0.1, 0.1, 10)
     sk.update(np.arange(100), np.arange(100, dtype=np.uint64))

@@ -171,6 +171,28 @@ def test_queries_read_a_covering_level_exactly(stream, params):
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(streams(), st.sampled_from([SMALL, dict(epsilon=0.3, delta=0.05, window=500)]), st.data())
+def test_query_many_is_query_range_by_range(stream, params, data):
+    """The batched read (answers over time) gives each range what ``query`` gives it, or
+    the same refusal: ranges before the clock, too long, empty, over every level."""
+    ticks, keys, s = stream
+    sk = RandomizedWave(**params, seed=s)
+    _feed(sk, ticks, keys, np.random.default_rng(s))
+    c = sk.clock if not sk.is_empty else 0
+    edge = st.integers(c - params["window"] - 2, c + 3)
+    ranges = data.draw(st.lists(st.tuples(edge, edge), max_size=40))
+    ranges += [(c - params["window"] + 1, c), (c, c), (c + 1, c + 1)]
+
+    def one(lo, hi):
+        try:
+            return sk.query(lo, hi)
+        except SketchError as e:
+            return str(e)
+
+    got = [g if not isinstance(g, SketchError) else str(g) for g in sk.query_many(ranges)]
+    assert got == [one(lo, hi) for lo, hi in ranges]
+
+
 @given(streams(max_n=2000), st.integers(2, 64), st.sampled_from(["chain", "balanced", "random"]),
        st.sampled_from(["random", "by-time", "by-key"]))
 def test_merge_of_many_parts_equals_one_wave_fed_everything(stream, parts, shape, split):
