@@ -167,9 +167,18 @@ class TimeBucketed(Sketch):
         inside = (tb.s >= los[:, None]) & (tb.e <= his[:, None])
         strad = (tb.e >= los[:, None]) & (tb.s <= his[:, None]) & ~inside
         reaches = (his >= clock).tolist() if clock is not None else [True] * len(live)
+        rows = _row_bytes(inside), _row_bytes(strad)  # each row as range_key's bytes, in one call
         for j, i in enumerate(at.tolist()):
-            out[i] = (inside[j].tobytes(), strad[j].tobytes(), reaches[j])
+            out[i] = (rows[0][j], rows[1][j], reaches[j])
         return out
+
+
+def _row_bytes(masks: np.ndarray) -> list[bytes]:
+    """``[row.tobytes() for row in masks]``, made in one call."""
+    n = masks.shape[1]
+    if n == 0:
+        return [b""] * masks.shape[0]
+    return np.ascontiguousarray(masks).view(np.dtype((np.void, n))).ravel().tolist()
 
 
 def write_buckets(wr: Writer, tb: TimeBuckets) -> None:

@@ -96,12 +96,32 @@ def _checked(query: SeriesQuery, kind, configs: list, step_ms: int | None) -> di
     return params
 
 
+_TEXTS: dict[float, str] = {}  # format_value of values met before (a range repeats many)
+_TEXTS_KEPT = 200_000
+
+
+def _text(v) -> str | None:
+    """``format_value(v)`` (None for a null side), looked up for a value met before: the
+    items of neighbouring instants often carry the same bounds. Zeros (0.0 and -0.0 are
+    one key but two texts) and NaN (never equal to itself) are formatted each time."""
+    if v is None:
+        return None
+    got = _TEXTS.get(v) if v else None
+    if got is None:
+        got = format_value(float(v))
+        if v and v == v:
+            if len(_TEXTS) >= _TEXTS_KEPT:
+                _TEXTS.clear()
+            _TEXTS[v] = got
+    return got
+
+
 def _prometheus_samples(body: dict) -> list:
     """An answer's samples, ``[(item label or None, (estimate, lower, upper), their
     texts)]``: made once per kept point (``app.ranges``), formatted once. A side an answer
     does not have (null: a federated answer missing a site keeps only the sides that
     hold, ``app.site_bounds``) has no sample, as an instant with no answer has none."""
-    return [(item, values, tuple(None if v is None else format_value(float(v)) for v in values))
+    return [(item, values, (_text(values[0]), _text(values[1]), _text(values[2])))
             for item, *values in _samples(body)]
 
 
