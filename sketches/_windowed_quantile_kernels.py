@@ -550,3 +550,18 @@ def sweep_table(first, last, off, kidx, cnts, wt, m, by_last, by_first, upto, be
             est[j] = min(max(e, c_in), c_in + c_cut)
             j += 1
     return pos, est, cl, cu, max(delta_o, delta_i)
+
+
+@njit(cache=True)
+def first_passing(rank, basis, num, den):
+    """The first j with ``rank[j]·den ≥ basis[j]·num`` and ``rank[j] ≥ 1``, or ``rank.size``:
+    a binary search on the test, which must be monotone in j (the quantile brackets' are);
+    the caller keeps the products below 2^63."""
+    lo, hi = 0, rank.shape[0]
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if rank[mid] >= 1 and rank[mid] * den >= basis[mid] * num:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo

@@ -168,15 +168,15 @@ def _universe(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return (universe + lo).astype(keys.dtype), rank[offset]
 
 
-def _first_passing(rank: np.ndarray, basis: np.ndarray, q: Fraction) -> int:
+def _first_passing(rank: np.ndarray, basis: np.ndarray, q: Fraction, top: int) -> int:
     """The first j with ``rank[j] ≥ max(q·basis[j], 1)``, or ``rank.size`` (exactly: both
-    are integers and q a fraction; the test must be monotone in j, as the brackets' are)."""
+    are integers and q a fraction; the test must be monotone in j, as the brackets' are:
+    a binary search). ``top`` bounds every ``rank`` and ``basis`` value."""
     num, den = q.numerator, q.denominator
-    ok_int64 = den < 2**24 and int(basis.max(initial=0)) < 2**38 and int(rank.max(initial=0)) < 2**38
-    if ok_int64:  # products below 2^62: one vectorised test
-        passing = (rank * den >= basis * num) & (rank >= 1)
-        return int(np.argmax(passing)) if passing.any() else int(rank.size)
-    lo, hi = 0, int(rank.size)  # Python integers: a binary search on the monotone test
+    if den < 2**24 and top < 2**38:
+        return int(K.first_passing(rank.astype(np.int64, copy=False), basis.astype(np.int64, copy=False),
+                                   num, den))  # products below 2^62: compiled
+    lo, hi = 0, int(rank.size)  # Python integers
     while lo < hi:
         mid = (lo + hi) // 2
         r = int(rank[mid])
@@ -554,15 +554,17 @@ class WindowedQuantiles(Sketch):
             return None
         fq = _exact_q(q)  # q as written: 0.1 is one tenth, not its binary neighbour
         straddle = tb.cu - tb.cl  # X(≤k)
-        j_lo = _first_passing(tb.cu, tb.n_lower + straddle, fq)
-        j_hi = _first_passing(tb.cl, tb.n_upper - straddle, fq)
+        # cl ≤ cu, both non-decreasing: every rank and basis below is at most ``top``
+        top = max(tb.n_lower, tb.n_upper, 0) + int(tb.cu[-1])
+        j_lo = _first_passing(tb.cu, tb.n_lower + straddle, fq, top)
+        j_hi = _first_passing(tb.cl, tb.n_upper - straddle, fq, top)
         last = tb.keys.size - 1
         lower = float(tb.lo_edge[min(j_lo, last)])
         upper = float(tb.hi_edge[min(j_hi, last)])
         # One ulp outward: the edges are the kernels' own exp(), the reported floats exact.
         lower, upper = math.nextafter(lower, -math.inf), math.nextafter(upper, math.inf)
         if tb.n_est > 0:
-            j = min(int(np.searchsorted(tb.est, max(math.ceil(fq * tb.n_est), 1))), last)
+            j = min(int(np.searchsorted(tb.est, max(-(-fq.numerator * tb.n_est // fq.denominator), 1))), last)
             a, b = float(tb.lo_edge[j]), float(tb.hi_edge[j])
             point = 0.0 if tb.keys[j] == 0 else 2 * a * b / (a + b)  # ±2γ^i/(1 + γ)
         else:
