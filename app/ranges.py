@@ -277,7 +277,9 @@ class _Kept:
     __slots__ = ("versions", "points", "units")
 
     def __init__(self, versions: tuple):
-        self.versions, self.points, self.units = versions, {}, 0
+        # first kept, first dropped: an OrderedDict pops its oldest in O(1), where a dict's
+        # first item is found past every slot its earlier pops emptied
+        self.versions, self.points, self.units = versions, OrderedDict(), 0
 
 
 def _units(point) -> int:
@@ -384,7 +386,7 @@ class RangeCache:
                 since = self._touched_since(name, kept.versions, versions)
                 if since is None:
                     self._held -= kept.units
-                    kept.points, kept.units = {}, 0
+                    kept.points, kept.units = OrderedDict(), 0
                 elif since != float("inf"):
                     for key in [key for key in kept.points if key[2] >= since]:
                         units = _units(kept.points.pop(key))
@@ -431,7 +433,7 @@ class RangeCache:
         """Drop the stream's oldest points (first kept, first out: the steps a panel has
         moved past) until it holds at most ``units``."""
         while kept.units > units and kept.points:
-            gone = _units(kept.points.pop(next(iter(kept.points))))
+            gone = _units(kept.points.popitem(last=False)[1])
             kept.units -= gone
             self._held -= gone
 
@@ -439,7 +441,7 @@ class RangeCache:
         kept = self._kept.pop(name, None)
         if kept is not None:
             self._held -= kept.units
-            kept.points, kept.units = {}, 0
+            kept.points, kept.units = OrderedDict(), 0
 
     def forget(self, name: str) -> None:
         with self._lock:

@@ -551,13 +551,15 @@ class SplittableHistogram(Sketch):
         ranges = list(ranges)
         out: list = [None] * len(ranges)
         todo = []
+        empty = self.is_empty
+        clock = None if empty else self.clock
         for i, (lo, hi) in enumerate(ranges):
             try:
-                ranges[i] = window_range(lo, hi, self.window, None if self.is_empty else self.clock)
+                ranges[i] = window_range(lo, hi, self.window, clock)
             except SketchError as e:
                 out[i] = e
                 continue
-            if self.is_empty:
+            if empty:
                 out[i] = Estimate(0.0, 0.0, 0.0, "relative", self.epsilon, 1.0, METHOD)
             else:
                 todo.append(i)
@@ -611,12 +613,14 @@ class SplittableHistogram(Sketch):
             eps_terms = np.maximum(eps_terms, part_terms)
         p, q = Fraction(self.epsilon).as_integer_ratio()
         additive_eps: dict[int, float] = {}
-        for j, i in enumerate(todo):
-            if big[j] or est[j] >= _EXACT_LIMIT:
+        columns = zip(todo, big.tolist(), est.tolist(), lower.tolist(), upper.tolist(), any_delta.tolist(),
+                      relative.tolist(), eps_terms.tolist())
+        for i, big_i, est_i, lower_i, upper_i, delta_i, relative_i, terms_i in columns:
+            if big_i or est_i >= _EXACT_LIMIT:
                 out[i] = self.query_rational(*ranges[i])
             else:
-                out[i] = self._finish_exact(int(est[j]), int(lower[j]), int(upper[j]), bool(any_delta[j]),
-                                            bool(relative[j]), int(eps_terms[j]), p, q, additive_eps)
+                out[i] = self._finish_exact(est_i, lower_i, upper_i, delta_i, relative_i, terms_i, p, q,
+                                            additive_eps)
         return out
 
     def _finish_exact(self, est: int, lower: int, upper: int, any_delta: bool, relative: bool,
