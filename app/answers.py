@@ -130,6 +130,9 @@ class QueryKind:
     check: Callable[[StreamConfig, dict], dict] = lambda config, params: params
     streams: int = 1
     alert: bool = False
+    # ``run`` of many windows at once (answers over time, ``app.ranges``): a list with
+    # each window's result or the SketchError its ``run`` raises, or None (run each)
+    run_many: Callable[[StreamSummary, StreamConfig, list, dict], list | None] | None = None
 
 
 QUERY_KINDS: dict[str, QueryKind] = {}
@@ -258,16 +261,19 @@ def shape(result: Estimate | list, **outer) -> dict:
 
 
 def answer(kind: str, name: str, config: StreamConfig, summary: StreamSummary | None,
-           status: dict, params: dict, window: Window | None = None) -> dict:
+           status: dict, params: dict, window: Window | None = None, result=None) -> dict:
     """The contract's answer object (§6) for one query over one stream; ``window``: what
-    ``parse_window`` makes of ``params`` (``app.ranges`` makes many at once)."""
+    ``parse_window`` makes of ``params`` (``app.ranges`` makes many at once), ``result``:
+    what the kind's ``run`` gives for it when known already (its ``run_many``)."""
     query = lookup(kind, streams=1)
     if window is None:
         window = parse_window(params, config, status.get("clock"))
     checked = query.check(config, params)
     if summary is None:  # nothing published yet: no event, exactly
         result = query.empty(config, checked)
-    else:
+    elif isinstance(result, SketchError):
+        raise QueryError(str(result))
+    elif result is None:
         result = run(query, summary, config, window, checked)
     body = shape(result, stream=name, query=kind, window=window.seconds, at=window.at,
                  as_of=as_of(status))

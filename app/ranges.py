@@ -33,7 +33,7 @@ from fractions import Fraction
 import numpy as np
 import orjson
 
-from app.answers import QueryError, answer, parse_window, too_old
+from app.answers import QUERY_KINDS, QueryError, answer, parse_window, too_old
 from app.windows import EMPTY_RANGE, Window
 from sketches.base import SketchError
 from tidemark.streams import StreamConfig
@@ -269,6 +269,20 @@ def _to_clock(ranges: list, clock: int) -> list:
     return sorted(set(ranges) | {(t, clock) for lo, hi in ranges for t in (lo, hi + 1) if t <= clock})
 
 
+def _run_many(kind: str, summary, config: StreamConfig, params: dict, windows: list) -> dict:
+    """The kind's results of the windows computed together (``QueryKind.run_many``), by
+    ``id`` of the window; empty when it has none, for a few windows or no summary, and
+    when its parameters are refused (each instant then says so)."""
+    query = QUERY_KINDS.get(kind)
+    if query is None or query.run_many is None or summary is None or len(windows) < _READ_AHEAD_FROM:
+        return {}
+    try:
+        results = query.run_many(summary, config, windows, query.check(config, params))
+    except QueryError:
+        return {}
+    return {} if results is None else {id(w): r for w, r in zip(windows, results)}
+
+
 def _params_key(params: dict) -> tuple:
     return tuple(sorted((k, str(v)) for k, v in params.items() if k != "at"))
 
@@ -481,12 +495,14 @@ def answers_at(kind: str, name: str, config: StreamConfig, summary: StreamSummar
     windows = windows_at(params, config, status.get("clock"), [ats[i] for i in todo])
     live = [w for w in windows if isinstance(w, Window)]
     view = summary if summary is None or not live else _read_ahead(kind, summary, live)
+    results = _run_many(kind, view, config, params, live)
     for i, window in zip(todo, windows):
         if isinstance(window, QueryError):
             out[i] = window
             continue
         try:
-            body = answer(kind, name, config, view, status, {**params, "at": repr(float(ats[i]))}, window)
+            body = answer(kind, name, config, view, status, {**params, "at": repr(float(ats[i]))}, window,
+                          results.get(id(window)))
         except QueryError as e:
             out[i] = e
             continue

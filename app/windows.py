@@ -121,3 +121,17 @@ def age_decays(f: Callable[[np.ndarray], np.ndarray], window: Window, res: float
         return f(np.maximum((np.asarray(a, np.float64) - 1) * res + offset, 0.0))
 
     return older, younger
+
+
+def age_decays_rows(f: Callable[[np.ndarray], np.ndarray], offsets: np.ndarray, res: float):
+    """:func:`age_decays` of many windows at once: ``(older, younger)`` as functions of
+    ``(ages, rows)`` whose row ``i`` is window ``rows[i]``'s (its ``offset`` of
+    ``offsets``), with the same float operations element by element."""
+
+    def older(a, rows):
+        return f(np.maximum(np.asarray(a, np.float64), 0.0) * res + offsets[rows, None])
+
+    def younger(a, rows):
+        return f(np.maximum((np.asarray(a, np.float64) - 1) * res + offsets[rows, None], 0.0))
+
+    return older, younger

@@ -30,7 +30,7 @@ from fractions import Fraction
 import numpy as np
 
 from app.answers import QueryError, QueryKind, bracket, register
-from app.windows import EMPTY_RANGE, ROUNDING, age_decays
+from app.windows import EMPTY_RANGE, ROUNDING, age_decays, age_decays_rows
 from sketches.base import Estimate
 from tidemark.streams import parse_duration
 from tidemark.summary import relative_decays
@@ -221,6 +221,10 @@ def _decayed(summary, config, window, params, lo: float, hi: float) -> Estimate:
             return sk.range_sum(r[0], lo, hi, r[1], r[2])
 
         low, high = read(low_read), read(high_read)
+    return _bracketed(low, high, spec)
+
+
+def _bracketed(low: Estimate, high: Estimate, spec: dict) -> Estimate:
     result = bracket(low, high)
     if spec["kind"] in ("exponential", "polynomial"):  # f evaluated at float ages
         lower, upper = result.lower * (1 - ROUNDING), result.upper * (1 + ROUNDING)
@@ -229,8 +233,37 @@ def _decayed(summary, config, window, params, lo: float, hi: float) -> Estimate:
     return result
 
 
+def _decayed_many(summary, config, windows: list, params, lo: float, hi: float) -> list | None:
+    """``_decayed`` of every window, for the additive sample and a continuous decay: each
+    reading (``_readings``: the older and the younger ages of the window's instant) made
+    for all windows in one pass over the sample (``range_sums``), with the same float
+    operations as one window's. None for the other cases (each window is read alone)."""
+    spec = params["spec"]
+    if params["part"] or spec["kind"] not in ("exponential", "polynomial") or not windows:
+        return None
+    sk = summary["decayed"]
+    older, younger = age_decays_rows(_seconds_decay(spec), np.array([w.offset for w in windows]),
+                                     windows[0].resolution)
+    nows = [w.now for w in windows]
+    lows = sk.range_sums(older, lo, hi, nows, [w.last[0] for w in windows])
+    highs = sk.range_sums(younger, lo, hi, nows, [w.last[1] for w in windows])
+    if lows is None or highs is None:
+        return None
+    out = []
+    for w, low, high in zip(windows, lows, highs):
+        low = _zero("additive", config) if w.last[0] < 0 else low
+        high = _zero("additive", config) if w.last[1] < 0 else high
+        failed = next((r for r in (low, high) if isinstance(r, Exception)), None)
+        out.append(failed if failed is not None else _bracketed(low, high, spec))
+    return out
+
+
 def _run(summary, config, window, params) -> Estimate:
     return _decayed(summary, config, window, params, params["tau"], math.inf)
+
+
+def _run_many(summary, config, windows, params) -> list | None:
+    return _decayed_many(summary, config, windows, params, params["tau"], math.inf)
 
 
 def _empty(config, params) -> Estimate:
@@ -239,7 +272,7 @@ def _empty(config, params) -> Estimate:
                     "wbmh-value-grid" if params["part"] else "multilevel-sample")
 
 
-register(QueryKind("decayed-sum", _run, _empty, _check, alert=True))
+register(QueryKind("decayed-sum", _run, _empty, _check, alert=True, run_many=_run_many))
 
 
 # -- derived aggregates (§1.1) -----------------------------------------------------------
@@ -280,6 +313,10 @@ def _range_sum(summary, config, window, params):
     return _decayed(summary, config, window, params, params["lo"], params["hi"])
 
 
+def _range_sum_many(summary, config, windows, params):
+    return _decayed_many(summary, config, windows, params, params["lo"], params["hi"])
+
+
 def _check_value(config, params):
     checked = _check(config, params)
     checked["value"] = _number(params, "value")
@@ -314,7 +351,7 @@ def _empty_ratio(config, params):
     return Estimate(0.0, 0.0, 1.0, "additive", 1.0, 1.0, "no-events")
 
 
-register(QueryKind("decayed-range-sum", _range_sum, _empty, _check_range))
+register(QueryKind("decayed-range-sum", _range_sum, _empty, _check_range, run_many=_range_sum_many))
 register(QueryKind("decayed-frequency", _frequency, _empty_ratio, _check_value))
 register(QueryKind("decayed-heavy-hitters", _heavy, lambda c, p: [], _check_phi))
 # decayed-quantile is answered by the windowed quantile sketch: app/kinds/values.py.

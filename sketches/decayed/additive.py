@@ -386,6 +386,66 @@ class DecayedAdditiveSketch(Sketch):
         est = float((part if until is None else part[ticks <= int(until)]).sum())
         return self._interval(s0, est, unc, self._t.size)
 
+    def _estimates(self, decay, ats, untils, mask_fn, selection) -> list | None:
+        """:meth:`_estimate` of many queries at once: query i reads row i of ``decay``, a
+        function of a 2-D array of ages (a decay per row), at ``ats[i]`` counting ticks
+        ``<= untils[i]``. The same float operations as one query's, row by row (the
+        decay's values, each row's sums, its selection), so each result is the one
+        :meth:`_estimate` gives; the decay is evaluated on a block of rows at a time.
+        Each entry is an Estimate or the SketchError that query raises; None when the
+        sample holds nothing (ask one at a time)."""
+        n = len(ats)
+        if self.is_empty:
+            return [Estimate(0.0, 0.0, 0.0, "additive", self.epsilon, 1.0, METHOD)] * n
+        if self._t.size == 0:
+            return None
+        try:
+            at = np.array([check_at(a) for a in ats], np.int64)
+        except SketchError:
+            return None
+        ticks, total, sums = self._by_tick(selection, mask_fn)
+        out: list = [None] * n
+        block = max(1, (1 << 18) // max(ticks.size, 1))  # rows per block: some 2 MB of floats
+        for first in range(0, n, block):
+            rows = slice(first, min(n, first + block))
+            g = self._rows_of(decay, np.maximum(at[rows, None] - ticks[None, :], 0), rows)
+            g0 = self._rows_of(decay, np.zeros((g.shape[0], 1)), rows)[:, 0]
+            # in [0, 1] and never growing along the row: the test of one query, in fewer passes
+            ok = np.all(g[:, 1:] <= g[:, :-1], axis=1) & (g[:, 0] <= 1.0) & (g[:, -1] >= 0.0)
+            ok &= (g0 >= 0.0) & (g0 <= 1.0)
+            unc = np.zeros(g.shape[0])
+            if self._ovf >= 0:
+                f_ovf = self._rows_of(decay, np.maximum(at[rows, None] - self._ovf, 0), rows)[:, 0]
+                unc = f_ovf * self._total * (1 + (self._inserted + 2) * _ULP)
+            s0 = (g * total).sum(axis=1)
+            part = g * sums
+            for j, i in enumerate(range(rows.start, rows.stop)):
+                if not ok[j]:
+                    out[i] = SketchError("decay must take values in [0, 1] and never increase with age")
+                    continue
+                until = untils[i]
+                est = float((part[j] if until is None else part[j][ticks <= int(until)]).sum())
+                out[i] = self._interval(float(s0[j]), est, float(unc[j]), self._t.size)
+        return out
+
+    @staticmethod
+    def _rows_of(decay, ages: np.ndarray, rows: slice) -> np.ndarray:
+        """The decay of each row's ages (``CallableDecay``'s reading of one query's, row by
+        row: ages as floats; they are at least 0 here, so its clamp at 0 changes none)."""
+        a = np.asarray(ages, dtype=np.float64)
+        g = np.asarray(decay(a, rows), dtype=np.float64)
+        if g.shape != a.shape:
+            raise SketchError("decay function must return one value per age")
+        return g
+
+    def range_sums(self, decay, lo_value, hi_value, ats, untils) -> list | None:
+        """:meth:`range_sum` of many queries (:meth:`_estimates`): ``decay(ages, rows)`` gives
+        the decays of the queries ``rows`` (a slice) on their rows of ``ages``."""
+        lo, hi = float(lo_value), float(hi_value)
+        if math.isnan(lo) or math.isnan(hi) or hi < lo:
+            raise SketchError("value range must be numbers with lo <= hi")
+        return self._estimates(decay, ats, untils, lambda v: (v >= lo) & (v <= hi), ("in", lo, hi))
+
     def _interval(self, s0: float, est: float, unc: float, n: int) -> Estimate:
         lower, upper = self._interval_fn(s0, unc, n)(est, est, est, 3)
         return Estimate(est, float(lower), float(upper), "additive", self.epsilon, 1.0 - self.delta, METHOD)

@@ -29,6 +29,8 @@ KINDS = {
     "heavy-hitters": {"phi": "0.2"}, "quantiles": {"q": "0,0.5,0.99,1"},
     "distribution": {"buckets": "8"},
     "decayed-sum": {"tau": "2", "decay": "polynomial", "alpha": "1.5", "guarantee": "additive"},
+    "decayed-range-sum": {"lo": "1", "hi": "5", "decay": "exponential", "half_life": "7.5",
+                          "guarantee": "additive"},
 }
 
 
@@ -56,7 +58,7 @@ def instants(draw, case):
         st.integers(int(lo / res) - 1, int(clock / res) + 2).map(lambda k: k * res),
         st.integers(int(lo / res) - 1, int(clock / res) + 2).map(
             lambda k: math.nextafter(k * res, draw(st.sampled_from([-math.inf, math.inf]))))),
-        min_size=1, max_size=25))
+        min_size=1, max_size=40))  # past 16: the reads ahead (app.ranges._READ_AHEAD_FROM)
     return raw
 
 

@@ -181,6 +181,44 @@ def test_weights_are_sampled_in_proportion_and_levels_halve():
         assert abs(got - p) <= 5 * math.sqrt(p * (1 - p) / w.size) + 1e-12, (ell, got, p)
 
 
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@given(streams(max_n=3000), st.data())
+def test_many_queries_read_together_are_each_query(stream, data):
+    """``range_sums`` (answers over time: a decay per row) gives each query exactly what
+    ``range_sum`` gives it with that row's decay, over instants before, at and after the
+    events, selections of ticks, and a decay that breaks the rules on some rows."""
+    ticks, values, weights, seed = stream
+    rng = np.random.default_rng(seed)
+    sk = DecayedAdditiveSketch(0.3, 0.05, VMIN, VMAX, max_total=data.draw(st.sampled_from([1.0, 1e9])), stream=4)
+    _feed(sk, ticks, values, weights, rng)
+    top = int(ticks.max()) if ticks.size else 10
+    k = data.draw(st.integers(1, 40))
+    ats = [data.draw(st.integers(0, top + 50)) for _ in range(k)]
+    untils = [data.draw(st.one_of(st.none(), st.integers(-1, top + 50))) for _ in range(k)]
+    offsets = np.array([data.draw(st.floats(0, 1, exclude_max=True)) for _ in range(k)])
+    alpha = np.array([data.draw(st.sampled_from([0.5, 1.5, -0.01])) for _ in range(k)])  # < 0: grows
+
+    def rows_decay(a, rows):
+        return (np.maximum(a, 0.0) * 0.5 + offsets[rows, None] + 1.0) ** -alpha[rows, None]
+
+    lo, hi = data.draw(st.sampled_from([(VMIN, VMAX), (30.0, 60.0), (25.0, 25.0)]))
+    got = sk.range_sums(rows_decay, lo, hi, ats, untils)
+    if got is None:
+        assert sk._t.size == 0 and not sk.is_empty
+        return
+    for i in range(k):
+        def one(a, i=i):
+            return (np.maximum(a, 0.0) * 0.5 + offsets[i] + 1.0) ** -alpha[i]
+        try:
+            want = sk.range_sum(one, lo, hi, ats[i], untils[i])
+        except SketchError as e:
+            want = e
+        if isinstance(want, SketchError):
+            assert isinstance(got[i], SketchError) and str(got[i]) == str(want)
+        else:
+            assert got[i] == want, (i, got[i], want)
+
+
 def test_uncovered_events_widen_the_interval_honestly():
     """With max_total far too small the top level overflows; old events stay accounted."""
     rng = np.random.default_rng(5)
