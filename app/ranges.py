@@ -40,7 +40,7 @@ from tidemark.streams import StreamConfig
 from tidemark.summary import StreamSummary
 from tidemark.ticks import ticks_of
 
-__all__ = ["windows_at", "answers_at", "as_json", "RangeCache"]
+__all__ = ["windows_at", "answers_at", "as_json", "RangeCache", "kept_point"]
 
 # The parts whose reads are batched (``query_many``), and the kinds that read them
 # (window_estimate over the window's inner and outer ticks; distinct also from the window's
@@ -296,12 +296,26 @@ class _Kept:
         self.versions, self.points, self.units = versions, OrderedDict(), 0
 
 
-def _units(point) -> int:
+def _weight(body) -> int:
     """What a kept point weighs: one, and one per item of a list answer (a heavy-hitter
     answer of 25 keys holds some 50 dicts, a count one 3)."""
-    body = point[0] if isinstance(point, list) and point else point
     items = body.get("items") if isinstance(body, dict) else None
     return 1 + (len(items) if isinstance(items, list) else 0)
+
+
+def kept_point(body, shown: str | None = None, rendering=None) -> tuple:
+    """A kept point, ``(answer, how it was shown, the rendering, weight)``: the answer
+    object itself, or only its rendering (the answer left out: None) when it was asked
+    shown (``answers_at``'s ``show``). A rendering is bytes or a tuple of tuples of
+    numbers and strings, which the cyclic garbage collector stops tracking, so thousands
+    of kept points are not walked by every full collection (a 500-point range of answer
+    dicts is some 5,000 containers: full collections took 20-30 ms a second under cold
+    ranges)."""
+    return (None if shown is not None else body), shown, rendering, _weight(body)
+
+
+def _units(point: tuple) -> int:
+    return point[3]
 
 
 class RangeCache:
@@ -416,8 +430,12 @@ class RangeCache:
         bd = dict(b)
         return any(s in bd and g == bd[s][0] and v > bd[s][1] for s, (g, v) in a)
 
-    def get(self, points: dict, key):
+    def get(self, points: dict, key, shown: str | None = None):
+        """The point kept for ``key`` that can answer as asked: its rendering ``shown``, or
+        its answer object (a point kept only as another rendering cannot)."""
         got = points.get(key)
+        if got is not None and got[0] is None and got[1] != shown:
+            got = None
         if got is None:
             self.misses += 1
             if self._counter is not None:
@@ -470,7 +488,7 @@ def answers_at(kind: str, name: str, config: StreamConfig, summary: StreamSummar
                versions: tuple | None = None, show=None) -> list:
     """``answer(kind, name, config, summary, status, {**params, "at": repr(at)})`` for every
     ``at``: each the answer object (or ``show(answer)``: its JSON, ``as_json``, or another
-    rendering of it, made once per kept point) or the :class:`QueryError` that instant
+    rendering of it, kept instead of the answer) or the :class:`QueryError` that instant
     raises.
 
     With ``cache`` and the shard ``versions`` the summary was merged from, points kept for
@@ -483,13 +501,15 @@ def answers_at(kind: str, name: str, config: StreamConfig, summary: StreamSummar
     points = None if cache is None or summary is None else cache.points_of(name, versions)
     base = _params_key(params)
     keep = ~_refused(params, config, status.get("clock"), ats) if points is not None else None
+    shown = None if show is None else _name_of(show)
     todo = []
     for i, at in enumerate(ats):
-        got = cache.get(points, (kind, base, float(at))) if points is not None and keep[i] else None
+        got = cache.get(points, (kind, base, float(at)), shown) if points is not None and keep[i] else None
         if got is None:
             todo.append(i)
         else:
-            out[i] = _shown(got, show)
+            out[i] = got[2] if shown is not None and got[1] == shown else (
+                got[0] if show is None else show(got[0]))
     if not todo:
         return out
     windows = windows_at(params, config, status.get("clock"), [ats[i] for i in todo])
@@ -506,24 +526,14 @@ def answers_at(kind: str, name: str, config: StreamConfig, summary: StreamSummar
         except QueryError as e:
             out[i] = e
             continue
-        point = [body, None]
+        out[i] = body if show is None else show(body)
         if points is not None:
-            cache.put(name, points, (kind, base, float(ats[i])), point)
-        out[i] = _shown(point, show)
+            cache.put(name, points, (kind, base, float(ats[i])), kept_point(body, shown, out[i]))
     return out
 
 
-def _shown(point: list, show):
-    """A point ``[answer, {rendering: made}]`` as asked, each rendering made once."""
-    if show is None:
-        return point[0]
-    made = point[1]
-    if made is None:
-        made = point[1] = {}
-    got = made.get(show)
-    if got is None:
-        got = made[show] = show(point[0])
-    return got
+def _name_of(show) -> str:
+    return f"{show.__module__}.{show.__qualname__}"
 
 
 def as_json(body: dict) -> bytes:

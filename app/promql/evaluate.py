@@ -116,13 +116,13 @@ def _text(v) -> str | None:
     return got
 
 
-def _prometheus_samples(body: dict) -> list:
-    """An answer's samples, ``[(item label or None, (estimate, lower, upper), their
-    texts)]``: made once per kept point (``app.ranges``), formatted once. A side an answer
+def _prometheus_samples(body: dict) -> tuple:
+    """An answer's samples, ``((item label or None, (estimate, lower, upper), their
+    texts), …)``: made once per kept point (``app.ranges``: tuples of numbers and strings,
+    which the garbage collector leaves alone), formatted once. A side an answer
     does not have (null: a federated answer missing a site keeps only the sides that
     hold, ``app.site_bounds``) has no sample, as an instant with no answer has none."""
-    return [(item, values, (_text(values[0]), _text(values[1]), _text(values[2])))
-            for item, *values in _samples(body)]
+    return tuple((item, (e, lo, up), (_text(e), _text(lo), _text(up))) for item, e, lo, up in _samples(body))
 
 
 def _collect(out: dict, query: SeriesQuery, whose, base: dict, times_ms: list[int],

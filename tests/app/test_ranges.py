@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 import app.kinds  # noqa: F401  (registers the kinds)
 from app.answers import QueryError, answer
-from app.ranges import RangeCache, answers_at, windows_at
+from app.ranges import RangeCache, answers_at, kept_point, windows_at
 from app.answers import parse_window
 from sketches.splittable_histogram import SplittableHistogram
 from sketches.base import SketchError
@@ -246,7 +246,7 @@ def test_a_publish_drops_the_points_from_its_first_event_on(note, kept):
     cache = RangeCache()
     points = cache.points_of("s", V1)
     for t in (1.0, 5.0, 9.5, 10.0, 20.0):
-        cache.put("s", points, ("count", (), t), {"t": t})
+        cache.put("s", points, ("count", (), t), kept_point({"t": t}))
     if note is not None:
         cache.heard(note)
     again = cache.points_of("s", V2)
@@ -258,10 +258,10 @@ def test_a_publish_drops_the_points_from_its_first_event_on(note, kept):
 def test_a_gap_in_what_was_heard_drops_everything_and_a_deletion_forgets():
     cache = RangeCache()
     points = cache.points_of("s", V1)
-    cache.put("s", points, ("count", (), 1.0), {})
+    cache.put("s", points, ("count", (), 1.0), kept_point({}))
     cache.heard(_note(3, "50.0"))  # version 2 never heard
     assert cache.points_of("s", ((0, (1, 3)),)) == {}
-    cache.put("s", cache.points_of("s", ((0, (1, 3)),)), ("count", (), 1.0), {})
+    cache.put("s", cache.points_of("s", ((0, (1, 3)),)), ("count", (), 1.0), kept_point({}))
     cache.heard({"stream": "s", "deleted": True})
     assert len(cache) == 0
     cache.heard(_note(4, "1.0"))
@@ -274,17 +274,17 @@ def test_kept_points_are_bounded_per_stream_and_in_all():
     for name in ("a", "b", "c"):
         points = cache.points_of(name, V1)
         for t in range(2):
-            cache.put(name, points, ("count", (), float(t)), {})
+            cache.put(name, points, ("count", (), float(t)), kept_point({}))
     assert len(cache) == 6
     points = cache.points_of("d", V1)
     for t in range(5):
-        cache.put("d", points, ("count", (), float(t)), {})  # past the stream's half: its oldest go
+        cache.put("d", points, ("count", (), float(t)), kept_point({}))  # past the stream's half: its oldest go
     assert set(key[2] for key in cache.points_of("d", V1)) == {1.0, 2.0, 3.0, 4.0}
     assert len(cache) == 8
     assert cache.points_of("a", V1) == {}  # the least recently asked stream made room
     big = cache.points_of("e", V1)  # a list answer weighs one and one per item
-    cache.put("e", big, ("heavy-hitters", (), 1.0), [{"items": [{}, {}]}, None])
-    cache.put("e", big, ("heavy-hitters", (), 2.0), [{"items": [{}, {}]}, None])  # 6 > 4: the first goes
+    cache.put("e", big, ("heavy-hitters", (), 1.0), kept_point({"items": [{}, {}]}))
+    cache.put("e", big, ("heavy-hitters", (), 2.0), kept_point({"items": [{}, {}]}, "json", b"{}"))  # 6 > 4: the first goes
     assert set(key[2] for key in cache.points_of("e", V1)) == {2.0} and len(cache) <= 8
 
 
@@ -345,3 +345,27 @@ def test_a_range_before_anything_was_published_is_the_empty_answer(kind):
     params = {**KINDS[kind], "window": "30"}
     got = answers_at(kind, "s", config, None, st_, params, [0.0, 10.0])
     assert got == [answer(kind, "s", config, None, st_, {**params, "at": repr(a)}) for a in (0.0, 10.0)]
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.data())
+def test_a_point_kept_as_one_rendering_is_computed_again_for_another(data):
+    """A point asked shown (the history's JSON, Prometheus' samples) is kept as that
+    rendering alone: asked again so it is served kept; asked as the answer object or shown
+    otherwise it is computed again, and is the same answer."""
+    from app.ranges import as_json
+
+    case = data.draw(cases(max_events=40))
+    summary = summarize(case)
+    ats = data.draw(instants(case))
+    params = {**KINDS["count"], "window": repr(case.config.max_window / 2)}
+    cache = RangeCache()
+    shown = answers_at("count", "s", case.config, summary, status(case), params, ats, cache, V1, show=as_json)
+    misses = cache.misses
+    again = answers_at("count", "s", case.config, summary, status(case), params, ats, cache, V1, show=as_json)
+    assert all(_same(a, b) for a, b in zip(again, shown)) and cache.misses == misses
+    bodies = answers_at("count", "s", case.config, summary, status(case), params, ats, cache, V1)
+    for body, text, at in zip(bodies, shown, ats):
+        assert _same(body, _instant("count", case, summary, params, at))
+        if not isinstance(body, QueryError):
+            assert as_json(body) == text
