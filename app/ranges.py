@@ -430,21 +430,24 @@ class RangeCache:
         bd = dict(b)
         return any(s in bd and g == bd[s][0] and v > bd[s][1] for s, (g, v) in a)
 
-    def get(self, points: dict, key, shown: str | None = None):
+    @staticmethod
+    def get(points: dict, key, shown: str | None = None):
         """The point kept for ``key`` that can answer as asked: its rendering ``shown``, or
         its answer object (a point kept only as another rendering cannot)."""
         got = points.get(key)
-        if got is not None and got[0] is None and got[1] != shown:
-            got = None
-        if got is None:
-            self.misses += 1
-            if self._counter is not None:
-                self._counter.labels("computed").inc()
-        else:
-            self.hits += 1
-            if self._counter is not None:
-                self._counter.labels("kept").inc()
-        return got
+        return None if got is not None and got[0] is None and got[1] != shown else got
+
+    def counted(self, kept: int, computed: int) -> None:
+        """A request's points, kept and computed (``tidemark_range_points_total``), told
+        once per request: a counter's labelled increment per point cost more than the
+        lookup it counts."""
+        self.hits += kept
+        self.misses += computed
+        if self._counter is not None:
+            if kept:
+                self._counter.labels("kept").inc(kept)
+            if computed:
+                self._counter.labels("computed").inc(computed)
 
     def put(self, name: str, points: dict, key, point) -> None:
         with self._lock:
@@ -510,6 +513,9 @@ def answers_at(kind: str, name: str, config: StreamConfig, summary: StreamSummar
         else:
             out[i] = got[2] if shown is not None and got[1] == shown else (
                 got[0] if show is None else show(got[0]))
+    if points is not None:  # (an instant the clock refuses is neither)
+        computed = int(keep[todo].sum()) if todo else 0
+        cache.counted(len(ats) - len(todo), computed)
     if not todo:
         return out
     windows = windows_at(params, config, status.get("clock"), [ats[i] for i in todo])

@@ -43,8 +43,8 @@ class EvaluationTimeout(RuntimeError):
 @dataclass
 class Series:
     labels: dict[str, str]
-    samples: list[tuple[int, float]] = field(default_factory=list)  # (ms, value)
-    texts: list[str] = field(default_factory=list)  # each sample's value as Prometheus writes it
+    # each sample as Prometheus writes it: [time in seconds, the value's text]
+    values: list[list] = field(default_factory=list)
 
 
 def format_value(x: float) -> str:
@@ -136,21 +136,21 @@ def _collect(out: dict, query: SeriesQuery, whose, base: dict, times_ms: list[in
     for first in range(0, len(times_ms), _CHUNK):
         if time.monotonic() > deadline:
             raise EvaluationTimeout("query timed out in expression evaluation")
-        chunk = times_ms[first : first + _CHUNK]
-        for t, shown in zip(chunk, answers_at([seconds(t) for t in chunk], _prometheus_samples)):
+        ats = [seconds(t) for t in times_ms[first : first + _CHUNK]]
+        for at, shown in zip(ats, answers_at(ats, _prometheus_samples)):
             if isinstance(shown, QueryError):
                 continue  # a refusal at this instant: no sample
-            for item, values, texts in shown:
+            for item, _, texts in shown:
                 to = targets.get((whose, item))
                 if to is None:
                     to = targets[(whose, item)] = []
                     for bound, i in wanted:
                         labels = {**base, **dict([item] if item else []), "bound": bound}
-                        to.append((out.setdefault((whose, item, bound), Series(labels)), i))
-                for series, i in to:
-                    if texts[i] is not None:
-                        series.samples.append((t, float(values[i])))
-                        series.texts.append(texts[i])
+                        to.append((out.setdefault((whose, item, bound), Series(labels)).values, i))
+                for values, i in to:
+                    text = texts[i]
+                    if text is not None:
+                        values.append([at, text])
 
 
 def _versions_of(store, name: str, summary):
@@ -205,7 +205,7 @@ def evaluate(store, query: SeriesQuery, names: list[str], times_ms: list[int],
     deadline = time.monotonic() + timeout
     if isinstance(query.stream, tuple):
         _together(store, query, query.stream, times_ms, step_ms, out, deadline)
-        return sorted((s for s in out.values() if s.samples), key=lambda s: sorted(s.labels.items()))
+        return sorted((s for s in out.values() if s.values), key=lambda s: sorted(s.labels.items()))
     for name in names:
         try:
             _one_stream(store, query, name, times_ms, step_ms, out, deadline, cache)
@@ -219,4 +219,4 @@ def evaluate(store, query: SeriesQuery, names: list[str], times_ms: list[int],
             # matched by a regex, its published summary unreadable now (refused whole,
             # app.store): it has no samples, the other streams still answer
             log.warning("stream %r: summary unreadable, left out of a selector", name)
-    return sorted((s for s in out.values() if s.samples), key=lambda s: sorted(s.labels.items()))
+    return sorted((s for s in out.values() if s.values), key=lambda s: sorted(s.labels.items()))

@@ -192,8 +192,7 @@ async def query(request: Request) -> JSONResponse:
             return {"resultType": "scalar", "result": [seconds(t), format_value(q.value)]}
         series = await run_in_threadpool(_run, request, q, [t], None, _timeout(form))
         return {"resultType": "vector",
-                "result": [{"metric": s.labels, "value": [seconds(ms), text]}
-                           for s in series for (ms, _), text in zip(s.samples, s.texts)]}
+                "result": [{"metric": s.labels, "value": value} for s in series for value in s.values]}
 
     return await _answer(request, work)
 
@@ -234,9 +233,7 @@ async def query_range(request: Request) -> JSONResponse:
                     "result": [{"metric": {}, "values": [[seconds(t), value] for t in times]}]}
         series = await run_in_threadpool(_run, request, q, times, step, _timeout(form))
         return {"resultType": "matrix",
-                "result": [{"metric": s.labels,
-                            "values": [[seconds(ms), text] for (ms, _), text in zip(s.samples, s.texts)]}
-                           for s in series]}
+                "result": [{"metric": s.labels, "values": s.values} for s in series]}
 
     return await _answer(request, work)
 
