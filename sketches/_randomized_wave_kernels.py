@@ -330,6 +330,19 @@ def count_at_least(l, lo, eT, s, bufs):
 
 
 @njit(cache=True)
+def latest_ticks(l, eT, s, bufs):
+    """The latest ticks of level ``l``'s entries, sorted (what ``count_at_least`` reads,
+    for many ``lo`` at once by a search; the level's buffer read here, compiled: indexing
+    the typed list from Python costs a call, and its first use a compilation)."""
+    buf = bufs[l]
+    out = np.empty(s[l], np.int64)
+    for j in range(s[l]):
+        out[j] = eT[buf[j]]
+    out.sort()
+    return out
+
+
+@njit(cache=True)
 def loaded_buffers(emask, s):
     """Level buffers of a freshly loaded pool, as a new typed list: each level lists the
     entries whose bit is set (one compiled call per instance read)."""

@@ -105,6 +105,7 @@ from sketches._randomized_wave_kernels import (
     flatten_buffers,
     grown_pool,
     insert_events,
+    latest_ticks,
     loaded_buffers,
     read_instance,
     rebuild_table,
@@ -445,7 +446,7 @@ class RandomizedWave(Sketch):
             xs = np.zeros(los.size, np.int64)
             for lev in np.unique(read).tolist():
                 at = read == lev
-                latest = np.sort(w.eT[w.bufs[lev][: w.s[lev]]])
+                latest = latest_ticks(lev, w.eT, w.s, w.bufs)
                 xs[at] = latest.size - np.searchsorted(latest, los[at], "left")
             columns.append((levs.tolist(), xs.tolist()))
         for j, (i, _) in enumerate(todo):
