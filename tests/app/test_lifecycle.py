@@ -8,9 +8,10 @@ from __future__ import annotations
 import json
 import time
 
+import pytest
 import redis
 
-from tests.conftest import TEST_SECRET
+from tests.conftest import TEST_SECRET, ApiServer
 from tidemark.wire import keys
 from tidemark.ingest_log import partition_of
 from tidemark.streams import StreamConfig
@@ -18,6 +19,21 @@ from tidemark.summary import StreamSummary
 from workers.publish import Publisher
 
 T0 = 1_700_000_000.0
+
+
+@pytest.fixture(scope="module")
+def redis_url(own_redis) -> str:
+    """This module's own Redis: what it asserts of the shared log partitions (the pending
+    entries of a deleted stream, its tombstone) holds only where no worker consumes them,
+    and the suite's worker runs on the shared Redis once any test has started it."""
+    return own_redis.url
+
+
+@pytest.fixture(scope="module")
+def api(redis_url):
+    server = ApiServer(redis_url).start()
+    yield server
+    server.stop()
 
 
 def _summary(config: StreamConfig, n: int) -> StreamSummary:
