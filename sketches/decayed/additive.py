@@ -320,10 +320,27 @@ class DecayedAdditiveSketch(Sketch):
         b = th * lg / 3
         x_lin = s0_hat / (1 - alpha) if alpha < 1 else math.inf
         big = b + s0_hat + th * lg
-        x_flr = big + math.sqrt(max(big * big - (b + s0_hat) ** 2 + b * b, 0.0))
+        x_flr = big + math.sqrt(max(big * big - (b + s0_hat) * (b + s0_hat) + b * b, 0.0))
         x = max(x_lin, x_flr)
         a = max(alpha * x, b + math.sqrt(b * b + 2 * th * x * lg))
         return a * (1 + 1e-12), x
+
+    def _half_widths(self, s0_hat: np.ndarray, tails: int) -> np.ndarray:
+        """``_deviation(s, tails)[0]`` of each ``s`` of ``s0_hat``: the same operations in
+        the same order, on arrays (IEEE arithmetic and square roots are correctly rounded
+        alike in Python and NumPy, so each is the scalar's)."""
+        dt = (self.delta - self.p_bad) / tails
+        lg = math.log(1.0 / dt)
+        rho = 2.0 * self.c * lg / self.k
+        alpha = rho / 3 + math.sqrt(rho * rho / 9 + 2 * rho)
+        th = 2.0 * self.theta_unit
+        b = th * lg / 3
+        x_lin = s0_hat / (1 - alpha) if alpha < 1 else np.full(s0_hat.shape, math.inf)
+        big = b + s0_hat + th * lg
+        x_flr = big + np.sqrt(np.maximum(big * big - (b + s0_hat) * (b + s0_hat) + b * b, 0.0))
+        x = np.maximum(x_lin, x_flr)
+        a = np.maximum(alpha * x, b + np.sqrt(b * b + 2 * th * x * lg))
+        return a * (1 + 1e-12)
 
     def _alpha(self, tails: int) -> float:
         lg = math.log(tails / (self.delta - self.p_bad))
@@ -404,8 +421,9 @@ class DecayedAdditiveSketch(Sketch):
         except SketchError:
             return None
         ticks, total, sums = self._by_tick(selection, mask_fn)
+        older_first = -ticks if bool(np.all(ticks[1:] < ticks[:-1])) else None  # (searchable)
         out: list = [None] * n
-        block = max(1, (1 << 18) // max(ticks.size, 1))  # rows per block: some 2 MB of floats
+        block = max(1, (1 << 16) // max(ticks.size, 1))  # rows per block: 512 KB of floats, in cache
         for first in range(0, n, block):
             rows = slice(first, min(n, first + block))
             g = self._rows_of(decay, np.maximum(at[rows, None] - ticks[None, :], 0), rows)
@@ -419,14 +437,28 @@ class DecayedAdditiveSketch(Sketch):
                 unc = f_ovf * self._total * (1 + (self._inserted + 2) * _ULP)
             s0 = (g * total).sum(axis=1)
             part = g * sums
+            est = np.array([self._selected_sum(part[j], ticks, untils[i], older_first)
+                            for j, i in enumerate(range(rows.start, rows.stop))])
+            # ``_interval`` of every row: its half-width and roundings, on arrays
+            a = self._half_widths(s0, 3)
+            rnd = (self._t.size + 8) * _ULP * s0
+            lower, upper = np.maximum(est - a - rnd, 0.0), est + a + rnd + unc
             for j, i in enumerate(range(rows.start, rows.stop)):
-                if not ok[j]:
-                    out[i] = SketchError("decay must take values in [0, 1] and never increase with age")
-                    continue
-                until = untils[i]
-                est = float((part[j] if until is None else part[j][ticks <= int(until)]).sum())
-                out[i] = self._interval(float(s0[j]), est, float(unc[j]), self._t.size)
+                out[i] = (Estimate(float(est[j]), float(lower[j]), float(upper[j]), "additive", self.epsilon,
+                                   1.0 - self.delta, METHOD) if ok[j] else
+                          SketchError("decay must take values in [0, 1] and never increase with age"))
         return out
+
+    @staticmethod
+    def _selected_sum(part: np.ndarray, ticks: np.ndarray, until, negated) -> float:
+        """``part[ticks <= until].sum()`` (all without ``until``): with the ticks newest
+        first (``negated``: ``-ticks``, ascending) the selection is a suffix, and its sum the
+        same pairwise sum of the same terms in the same order."""
+        if until is None:
+            return float(part.sum())
+        if negated is not None:
+            return float(part[int(np.searchsorted(negated, -int(until), "left")):].sum())
+        return float(part[ticks <= int(until)].sum())
 
     @staticmethod
     def _rows_of(decay, ages: np.ndarray, rows: slice) -> np.ndarray:
