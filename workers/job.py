@@ -61,10 +61,17 @@ def _now() -> str:
     return dt.datetime.now(dt.timezone.utc).isoformat()
 
 
+def published_generation(state: dict) -> int | None:
+    """The generation a shard's state counts for (``sort_out_generations``: stored negated
+    while it holds entries from before generations alone)."""
+    generation = state["generation"]
+    return None if generation is None else abs(int(generation))
+
+
 def shard_status(state: dict, sizes: dict | None = None) -> ShardStatus:
     """The status a shard's state publishes; ``touched`` is known only right after the
     update that made the version (a republish from the state store says None: unknown)."""
-    return ShardStatus(generation=state["generation"], version=state["version"], events=state["events"],
+    return ShardStatus(generation=published_generation(state), version=state["version"], events=state["events"],
                        late_dropped=state["late_dropped"], clock=state["clock"],
                        updated_at=_now(), sizes=sizes or {}, failed=state["failed"] or None,
                        failed_events=state["failed_events"], touched=state.get("touched"))
@@ -79,11 +86,18 @@ def sort_out_generations(previous: dict | None, rows: ChunkRows):
     A tombstone of generation T ends every state and chunk of a generation <= T; a chunk
     of a generation newer than the state's starts the state afresh (the stream was deleted
     and declared again, whether or not its tombstone was seen); an older one is dropped.
-    Entries from before generations (0) belong to the state's generation."""
+    Entries from before generations (0) belong to the state's generation. A state that
+    holds such entries alone (its generation stored negated: the one looked up when it
+    started, which may already be a later declaration's) is ended by any tombstone: the
+    first delete after an upgrade ends the declaration those entries were appended to,
+    and a delete appends its tombstone after the entries it ends."""
     gens, tombstone = rows.generation, rows.tombstone
     dead = int(gens[tombstone].max()) if tombstone.any() else None
     held = int(previous["generation"] or 0) if previous else None
-    if previous is not None and dead is not None and held <= dead:
+    legacy_only = held is not None and held < 0
+    if legacy_only:
+        held = -held
+    if previous is not None and dead is not None and (held <= dead or legacy_only):
         previous, held = None, None
     chunk = ~tombstone
     if dead is not None:
@@ -183,7 +197,11 @@ def apply_chunks(stream: str, previous: dict | None, rows: ChunkRows, secret: Ha
         if declared is None or (generation is not None and declared[1] != generation):
             return None
         state["config"] = declared[0].model_dump_json()
-        state["generation"] = declared[1]
+        # entries from before generations alone: negated until a chunk of it comes
+        # (``sort_out_generations``)
+        state["generation"] = declared[1] if bool((rows.generation > 0).any()) else -declared[1]
+    elif (state["generation"] or 0) < 0 and bool((rows.generation > 0).any()):
+        state["generation"] = -state["generation"]  # a chunk of its generation: no longer legacy alone
     # Chunks go in in log order (the late rule and replays depend on it).
     entries, payloads, clocks = rows.entry, rows.payload, rows.clock_before
     order = sorted(range(len(entries)), key=lambda i: id_tuple(entries[i]))
