@@ -7,13 +7,17 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 APT_PACKAGES :=
 
-.PHONY: demo test system-deps venv bench clean
+.PHONY: demo test explore system-deps venv bench clean
 
 demo: venv system-deps
 	@$(VENV)/bin/tidemark demo
 
 test: venv system-deps
 	$(PY) -m pytest -q
+
+# The property tests with new random examples, many more of them (make test repeats the same).
+explore: venv system-deps
+	TIDEMARK_EXPLORE=1 $(PY) -m pytest -q
 
 bench: venv system-deps
 	$(PY) -m pip install -q -e ".[bench]"
