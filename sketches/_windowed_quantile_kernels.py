@@ -553,15 +553,34 @@ def sweep_table(first, last, off, kidx, cnts, wt, m, by_last, by_first, upto, be
 
 
 @njit(cache=True)
-def first_passing(rank, basis, num, den):
-    """The first j with ``rank[j]·den ≥ basis[j]·num`` and ``rank[j] ≥ 1``, or ``rank.size``:
-    a binary search on the test, which must be monotone in j (the quantile brackets' are);
-    the caller keeps the products below 2^63."""
-    lo, hi = 0, rank.shape[0]
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if rank[mid] >= 1 and rank[mid] * den >= basis[mid] * num:
-            hi = mid
-        else:
-            lo = mid + 1
-    return lo
+def bracket_keys(cu, cl, est, n_lower, n_upper, n_est, nums, dens):
+    """Per ``q = nums[i]/dens[i]``: the first key j with ``cu[j] ≥ max(q·(n_lower + cu[j] −
+    cl[j]), 1)`` (a bracket's lower side), the first with ``cl[j] ≥ max(q·(n_upper − cu[j] +
+    cl[j]), 1)`` (its upper side), each a binary search on its test (monotone in j: cl ≤ cu,
+    both non-decreasing), and the estimate's key (``est`` searched for ``max(⌈q·n_est⌉,
+    1)``; 0 when ``n_est`` is 0). The caller keeps every product below 2^63."""
+    m, n = nums.shape[0], cu.shape[0]
+    j_lo = np.empty(m, np.int64)
+    j_hi = np.empty(m, np.int64)
+    j_est = np.zeros(m, np.int64)
+    for i in range(m):
+        num, den = nums[i], dens[i]
+        lo, hi = 0, n
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if cu[mid] >= 1 and cu[mid] * den >= (n_lower + cu[mid] - cl[mid]) * num:
+                hi = mid
+            else:
+                lo = mid + 1
+        j_lo[i] = lo
+        lo, hi = 0, n
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if cl[mid] >= 1 and cl[mid] * den >= (n_upper - cu[mid] + cl[mid]) * num:
+                hi = mid
+            else:
+                lo = mid + 1
+        j_hi[i] = lo
+        if n_est > 0:
+            j_est[i] = np.searchsorted(est, max(-((-num * n_est) // den), 1))
+    return j_lo, j_hi, j_est

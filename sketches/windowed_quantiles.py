@@ -168,15 +168,12 @@ def _universe(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return (universe + lo).astype(keys.dtype), rank[offset]
 
 
-def _first_passing(rank: np.ndarray, basis: np.ndarray, q: Fraction, top: int) -> int:
-    """The first j with ``rank[j] ≥ max(q·basis[j], 1)``, or ``rank.size`` (exactly: both
-    are integers and q a fraction; the test must be monotone in j, as the brackets' are:
-    a binary search). ``top`` bounds every ``rank`` and ``basis`` value."""
+def _first_passing(rank: np.ndarray, basis: np.ndarray, q: Fraction) -> int:
+    """The first j with ``rank[j] ≥ max(q·basis[j], 1)``, or ``rank.size``, in Python
+    integers (numbers too large for the compiled search, ``K.bracket_keys``): a binary
+    search on the test, which must be monotone in j, as the brackets' are."""
     num, den = q.numerator, q.denominator
-    if den < 2**24 and top < 2**38:
-        return int(K.first_passing(rank.astype(np.int64, copy=False), basis.astype(np.int64, copy=False),
-                                   num, den))  # products below 2^62: compiled
-    lo, hi = 0, int(rank.size)  # Python integers
+    lo, hi = 0, int(rank.size)
     while lo < hi:
         mid = (lo + hi) // 2
         r = int(rank[mid])
@@ -546,32 +543,44 @@ class WindowedQuantiles(Sketch):
             raise SketchError("each q must be in [0, 1]")
         if table is None:
             table = self.rank_table(lo, hi, inner)
-        return [self._bracket(q, table) for q in qs]
+        return self._brackets(qs, table)
 
-    def _bracket(self, q: float, tb: RankTable) -> QuantileBracket | None:
-        """The bracket of one q from one consistent world per side (module notes)."""
+    def _brackets(self, qs: list[float], tb: RankTable) -> list:
+        """The bracket of each q from one consistent world per side (module notes), the
+        keys of every q found in one compiled call where the numbers allow."""
         if tb.n_upper == 0 or tb.keys.size == 0:
-            return None
-        fq = _exact_q(q)  # q as written: 0.1 is one tenth, not its binary neighbour
-        straddle = tb.cu - tb.cl  # X(≤k)
-        # cl ≤ cu, both non-decreasing: every rank and basis below is at most ``top``
-        top = max(tb.n_lower, tb.n_upper, 0) + int(tb.cu[-1])
-        j_lo = _first_passing(tb.cu, tb.n_lower + straddle, fq, top)
-        j_hi = _first_passing(tb.cl, tb.n_upper - straddle, fq, top)
-        last = tb.keys.size - 1
-        lower = float(tb.lo_edge[min(j_lo, last)])
-        upper = float(tb.hi_edge[min(j_hi, last)])
-        # One ulp outward: the edges are the kernels' own exp(), the reported floats exact.
-        lower, upper = math.nextafter(lower, -math.inf), math.nextafter(upper, math.inf)
-        if tb.n_est > 0:
-            j = min(int(np.searchsorted(tb.est, max(-(-fq.numerator * tb.n_est // fq.denominator), 1))), last)
-            a, b = float(tb.lo_edge[j]), float(tb.hi_edge[j])
-            point = 0.0 if tb.keys[j] == 0 else 2 * a * b / (a + b)  # ±2γ^i/(1 + γ)
+            return [None] * len(qs)
+        fqs = [_exact_q(q) for q in qs]  # q as written: 0.1 is one tenth, not its binary neighbour
+        # cl ≤ cu, both non-decreasing: every rank and basis is at most ``top``
+        top = max(tb.n_lower, tb.n_upper, tb.n_est, 0) + int(tb.cu[-1])
+        if top < 2**38 and all(f.denominator < 2**24 for f in fqs):  # products below 2^62
+            keys = K.bracket_keys(tb.cu.astype(np.int64, copy=False), tb.cl.astype(np.int64, copy=False),
+                                  tb.est.astype(np.int64, copy=False), tb.n_lower, tb.n_upper, tb.n_est,
+                                  np.array([f.numerator for f in fqs], np.int64),
+                                  np.array([f.denominator for f in fqs], np.int64))
+            found = list(zip(*(k.tolist() for k in keys)))
         else:
-            point = (lower + upper) / 2
-        point = min(max(point, lower), upper)
-        return QuantileBracket(q, point, lower, upper, tb.rank_error, tb.epsilon,
-                               self.value_accuracy, tb.to_clock)
+            straddle = tb.cu - tb.cl  # X(≤k)
+            found = [(_first_passing(tb.cu, tb.n_lower + straddle, f), _first_passing(tb.cl, tb.n_upper - straddle, f),
+                      int(np.searchsorted(tb.est, max(-(-f.numerator * tb.n_est // f.denominator), 1)))
+                      if tb.n_est > 0 else 0) for f in fqs]
+        last = tb.keys.size - 1
+        out = []
+        for q, (j_lo, j_hi, j_est) in zip(qs, found):
+            lower = float(tb.lo_edge[min(j_lo, last)])
+            upper = float(tb.hi_edge[min(j_hi, last)])
+            # One ulp outward: the edges are the kernels' own exp(), the reported floats exact.
+            lower, upper = math.nextafter(lower, -math.inf), math.nextafter(upper, math.inf)
+            if tb.n_est > 0:
+                j = min(j_est, last)
+                a, b = float(tb.lo_edge[j]), float(tb.hi_edge[j])
+                point = 0.0 if tb.keys[j] == 0 else 2 * a * b / (a + b)  # ±2γ^i/(1 + γ)
+            else:
+                point = (lower + upper) / 2
+            point = min(max(point, lower), upper)
+            out.append(QuantileBracket(q, point, lower, upper, tb.rank_error, tb.epsilon,
+                                       self.value_accuracy, tb.to_clock))
+        return out
 
     def distribution(self, lo: int, hi: int, inner: tuple[int, int] | None = None) -> list:
         """The CDF of the range by value bucket, each with its rank bracket: a
