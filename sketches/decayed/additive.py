@@ -426,8 +426,14 @@ class DecayedAdditiveSketch(Sketch):
         block = max(1, (1 << 16) // max(ticks.size, 1))  # rows per block: 512 KB of floats, in cache
         for first in range(0, n, block):
             rows = slice(first, min(n, first + block))
-            g = self._rows_of(decay, np.maximum(at[rows, None] - ticks[None, :], 0), rows)
-            g0 = self._rows_of(decay, np.zeros((g.shape[0], 1)), rows)[:, 0]
+            g0 = self._rows_of(decay, np.zeros((rows.stop - rows.start, 1)), rows)[:, 0]
+            # Ticks at or after every instant of the block are of age 0 in each row: their
+            # decay is the row's decay at 0, so it is evaluated for the older ticks alone
+            # (with the ticks newest first, the young ones lead every row).
+            young = 0 if older_first is None else int(np.searchsorted(older_first, -int(at[rows].max()), "right"))
+            g = np.empty((g0.size, ticks.size))
+            g[:, :young] = g0[:, None]
+            g[:, young:] = self._rows_of(decay, np.maximum(at[rows, None] - ticks[None, young:], 0), rows)
             # in [0, 1] and never growing along the row: the test of one query, in fewer passes
             ok = np.all(g[:, 1:] <= g[:, :-1], axis=1) & (g[:, 0] <= 1.0) & (g[:, -1] >= 0.0)
             ok &= (g0 >= 0.0) & (g0 <= 1.0)
