@@ -214,6 +214,42 @@ def _mg_rebuild(n_out, k, old_ids, old_cnt, old_dest, ev_dest, ev_ids, ev_w):
     return out_ids, out_cnt
 
 
+@nb.njit(cache=True)
+def _weights_by_id(ids, cnt, inside):
+    """``(ids, weight inside, weight touching)`` of the counters of the touching buckets
+    (``ids``, ``cnt``: their rows, ``inside``: which lie inside the range), ids ascending,
+    each id's counters added in bucket order, as ``np.bincount`` adds them."""
+    b_n, k = cnt.shape
+    n = 0
+    for b in range(b_n):
+        for j in range(k):
+            if cnt[b, j] > 0:
+                n += 1
+    xs = np.empty(n, np.uint64)
+    cs = np.empty(n)
+    ins = np.empty(n, np.bool_)
+    t = 0
+    for b in range(b_n):
+        for j in range(k):
+            if cnt[b, j] > 0:
+                xs[t], cs[t], ins[t] = ids[b, j], cnt[b, j], inside[b]
+                t += 1
+    order = np.argsort(xs, kind="mergesort")  # stable: an id's counters stay in bucket order
+    uid = np.empty(n, np.uint64)
+    low = np.zeros(n)
+    up = np.zeros(n)
+    u = -1
+    for i in range(n):
+        o = order[i]
+        if u < 0 or xs[o] != uid[u]:
+            u += 1
+            uid[u] = xs[o]
+        up[u] += cs[o]
+        if ins[o]:
+            low[u] += cs[o]
+    return uid[: u + 1], low[: u + 1], up[: u + 1]
+
+
 class KeyDictionary(TimeBucketed):
     """Windowed Misra-Gries summaries over key ids, with the strings of the ids they hold.
 
@@ -346,16 +382,12 @@ class KeyDictionary(TimeBucketed):
             return empty
         _, inside, strad = classified
         touch = inside | strad
-        err = (self._tb.m - self._cnt.sum(axis=1)) / (self.capacity + 1)
-        err = np.maximum(err, 0.0)
-        threshold = float(err[touch].sum())
         ids, cnt = self._ids[touch], self._cnt[touch]
-        ok = cnt > 0
-        if not ok.any():
+        err = np.maximum((self._tb.m[touch] - cnt.sum(axis=1)) / (self.capacity + 1), 0.0)
+        threshold = float(err.sum())
+        uid, low, up = _weights_by_id(ids, cnt, inside[touch])
+        if not uid.shape[0]:
             return empty._replace(threshold=threshold)
-        uid, inv = np.unique(ids[ok], return_inverse=True)
-        low = np.bincount(inv, weights=(cnt * inside[touch][:, None])[ok], minlength=uid.shape[0])
-        up = np.bincount(inv, weights=cnt[ok], minlength=uid.shape[0])
         # an id absent from a touching bucket's summary may still weigh err_b there
         up = up + threshold
         order = np.lexsort((uid, -up))

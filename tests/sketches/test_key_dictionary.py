@@ -54,6 +54,17 @@ def check_recall(kd, t, keys, w, lo, hi):
     assert c.threshold <= kd._tb.m[inside | strad].sum() / (kd.capacity + 1) * (1 + 1e-9)
     assert len(kd) <= kd.capacity * len(kd._tb)
     assert all(h == x for h, x in zip(hash_keys(c.keys).tolist(), c.ids.tolist()))
+    # The brackets from the definition, counter by counter in bucket order: low sums the
+    # inside buckets' counters of an id, up every touching one's and the threshold.
+    low, up = {}, {}
+    for b in np.flatnonzero(inside | strad).tolist():
+        for x, n in zip(kd._ids[b].tolist(), kd._cnt[b].tolist()):
+            if n > 0:
+                up[x] = up.get(x, 0.0) + n
+                low[x] = low.get(x, 0.0) + (n if inside[b] else 0.0)
+    want = sorted(((up[x] + c.threshold, x) for x in up), key=lambda p: (-p[0], p[1]))
+    assert c.ids.tolist() == [x for _, x in want]
+    assert c.upper.tolist() == [u for u, _ in want] and c.lower.tolist() == [low[x] for _, x in want]
 
 
 streams = st.fixed_dictionaries({
