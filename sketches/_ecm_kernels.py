@@ -132,6 +132,39 @@ def cells_of(ids, tables, shift, table, offset, width):
 
 
 @nb.njit(cache=True)
+def key_readings(counts, inside, strad, cells, collisions, shrink, grow):
+    """``ECMSketch.frequency_arrays``' numbers for the keys whose cells are ``cells`` (one
+    row per key): each cell's count over the buckets ``inside`` the range and over those
+    ``strad``-dling it added in bucket order (as NumPy sums a matrix's rows), then per key
+    the smallest of its rows: ``(estimates, lowers, uppers)`` with the lower bound less
+    ``collisions`` (ε_cm·the touching weight) and the rounding factors ``shrink`` = 1 − g,
+    ``grow`` = 1 + g applied as ``_bracket`` does."""
+    n, d = cells.shape
+    ests = np.empty(n)
+    lowers = np.empty(n)
+    uppers = np.empty(n)
+    for i in range(n):
+        low_min, high_min, mid_min = np.inf, np.inf, np.inf
+        for j in range(d):
+            c = cells[i, j]
+            low = 0.0
+            for b in inside:
+                low += counts[b, c]
+            cut = 0.0
+            for b in strad:
+                cut += counts[b, c]
+            high = low + cut
+            low_min = min(low_min, low)
+            high_min = min(high_min, high)
+            mid_min = min(mid_min, 0.5 * (low + high))
+        lower = max(0.0, max(0.0, low_min - collisions) * shrink)
+        upper = high_min * grow
+        lowers[i], uppers[i] = lower, upper
+        ests[i] = min(max(mid_min, lower), upper)
+    return ests, lowers, uppers
+
+
+@nb.njit(cache=True)
 def materialize(n_out, old_counts, old_dest, ev_dest, ev_ids, ev_w, tables, shift, table, offset, width):
     """New ``counts``: old rows added into their destination rows, then every event
     added to its cell in each slot of its destination row (rows of ``-1`` are dropped)."""
