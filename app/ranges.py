@@ -272,13 +272,13 @@ def _to_clock(ranges: list, clock: int) -> list:
 def _run_many(kind: str, summary, config: StreamConfig, params: dict, windows: list) -> dict:
     """The kind's results of the windows computed together (``QueryKind.run_many``), by
     ``id`` of the window; empty when it has none, for a few windows or no summary, and
-    when its parameters are refused (each instant then says so)."""
+    when its parameters or the read are refused (each instant then says so)."""
     query = QUERY_KINDS.get(kind)
     if query is None or query.run_many is None or summary is None or len(windows) < _READ_AHEAD_FROM:
         return {}
     try:
         results = query.run_many(summary, config, windows, query.check(config, params))
-    except QueryError:
+    except (QueryError, SketchError):  # each instant then raises it as its own answer does
         return {}
     return {} if results is None else {id(w): r for w, r in zip(windows, results)}
 
