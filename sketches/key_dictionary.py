@@ -18,7 +18,7 @@ import numba as nb
 import numpy as np
 
 from sketches._bytes import Reader, Writer
-from sketches._ecm_kernels import NO_CLOCK, TICK_LIMIT, TimeBuckets
+from sketches._ecm_kernels import TICK_LIMIT, TimeBuckets
 from sketches.base import CorruptSketchError, Family, SketchError, unit_interval, window_ticks
 from sketches.ecm import FORMAT, TimeBucketed, as_batch, read_buckets, write_buckets
 from sketches.hashing import hash_keys

@@ -9,6 +9,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tests.conftest import post_events
+
 pytestmark = pytest.mark.spark
 
 T0 = 1_700_000_000.0
@@ -64,7 +66,7 @@ def test_out_of_order_events_are_counted_within_their_bounds(pipeline, stream_na
     with pipeline.client() as c:
         assert c.put(f"/v1/streams/{stream_name}", json={"max_window": "1h", "epsilon": 0.05}).status_code == 201
         for i in range(0, len(events), 1000):
-            r = c.post(f"/v1/streams/{stream_name}/events", json=events[i : i + 1000])
+            r = post_events(c, stream_name, json=events[i : i + 1000])
             assert r.status_code == 202 and r.json() == {"accepted": 1000, "rejected": []}
         status = pipeline.wait_events(stream_name, len(events))
         assert status["events"] == len(events) and status["late_dropped"] == 0
@@ -81,7 +83,7 @@ def test_malformed_events_are_rejected_and_the_good_ones_counted(pipeline, strea
     body = '{"ts": %f}\n{"ts": "soon"}\n{"ts": %f, "weight": -2}\n{"ts": %f, "weight": 2}\n' % (T0, T0, T0 + 1)
     with pipeline.client() as c:
         c.put(f"/v1/streams/{stream_name}", json={"max_window": "10m"})
-        r = c.post(f"/v1/streams/{stream_name}/events", content=body,
+        r = post_events(c, stream_name, content=body,
                    headers={"content-type": "application/x-ndjson"})
         assert r.status_code == 202
         assert r.json()["accepted"] == 2
@@ -95,9 +97,9 @@ def test_malformed_events_are_rejected_and_the_good_ones_counted(pipeline, strea
 def test_events_too_old_on_arrival_are_counted_as_late_dropped(pipeline, stream_name):
     with pipeline.client() as c:
         c.put(f"/v1/streams/{stream_name}", json={"max_window": "60s"})
-        c.post(f"/v1/streams/{stream_name}/events", json=[{"ts": T0 + 1000}])
+        post_events(c, stream_name, json=[{"ts": T0 + 1000}])
         pipeline.wait_events(stream_name, 1)
-        c.post(f"/v1/streams/{stream_name}/events", json=[{"ts": T0 + 100}, {"ts": T0 + 990}])
+        post_events(c, stream_name, json=[{"ts": T0 + 100}, {"ts": T0 + 990}])
         status = pipeline.wait_events(stream_name, 3)
         assert status["events"] == 2 and status["late_dropped"] == 1
 
@@ -124,7 +126,7 @@ def test_bad_queries_are_4xx_with_a_reason(api, stream_name, path, params, statu
 def test_health_readiness_metrics_and_docs(pipeline, stream_name):
     with pipeline.client() as c:
         c.put(f"/v1/streams/{stream_name}", json={"max_window": "1h"})
-        c.post(f"/v1/streams/{stream_name}/events", json=[{"ts": T0 + 1}, {"ts": T0 + 2}])
+        post_events(c, stream_name, json=[{"ts": T0 + 1}, {"ts": T0 + 2}])
         pipeline.wait_events(stream_name, 2)
         c.get(f"/v1/streams/{stream_name}/count")
         assert c.get("/healthz").json() == {"status": "ok"}

@@ -5,6 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tests.conftest import post_events
+
 pytestmark = pytest.mark.spark
 T0 = 1_700_000_000.0
 
@@ -22,7 +24,7 @@ def _load(pipeline, c, name, events, **settings):
     body = {"max_window": "1h", "epsilon": 0.05, "delta": 0.05, "value_min": 0, "value_max": 1000, **settings}
     assert c.put(f"/v1/streams/{name}", json=body).status_code == 201
     for i in range(0, len(events), 2000):
-        assert c.post(f"/v1/streams/{name}/events", json=events[i : i + 2000]).status_code == 202
+        assert post_events(c, name, json=events[i : i + 2000]).status_code == 202
     return pipeline.wait_events(name, len(events))
 
 

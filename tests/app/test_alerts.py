@@ -11,7 +11,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from tests.conftest import ApiServer
+from tests.conftest import ApiServer, post_events
 from tidemark.redis_server import free_port
 
 pytestmark = pytest.mark.spark
@@ -72,7 +72,7 @@ def _rule(stream, url, **kw):
 
 
 def _send(c, stream, ts_list):
-    r = c.post(f"/v1/streams/{stream}/events", json=[{"ts": t} for t in ts_list])
+    r = post_events(c, stream, json=[{"ts": t} for t in ts_list])
     assert r.status_code == 202
 
 

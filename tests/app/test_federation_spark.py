@@ -12,7 +12,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from tests.conftest import KEYS, ApiServer
+from tests.conftest import KEYS, ApiServer, post_events
 from tests.in_process import run
 from tidemark.redis_server import EmbeddedRedis
 from tidemark.streams import StreamConfig
@@ -34,7 +34,7 @@ def test_a_spark_fed_site_and_the_local_one_answer_as_their_union(pipeline, stre
     spark_events, local_events = _events(1, 3000), _events(2, 1000)
     with pipeline.client() as c:
         assert c.put(f"/v1/streams/{stream_name}", json=SETTINGS).status_code == 201
-        assert c.post(f"/v1/streams/{stream_name}/events", json=spark_events).status_code == 202
+        assert post_events(c, stream_name, json=spark_events).status_code == 202
     pipeline.wait_events(stream_name, len(spark_events))
     with EmbeddedRedis(tmp_path / "redis") as redis:
         home = ApiServer(redis.url, sites=[{"name": "spark", "url": pipeline.api, "key": KEYS["read"]}]).start()

@@ -25,7 +25,7 @@ import httpx
 import numpy as np
 import pytest
 
-from tests.conftest import KEYS, auth
+from tests.conftest import KEYS, auth, post_events
 
 ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"
 STATIC = Path(__file__).resolve().parents[2] / "frontend" / "static"
@@ -194,7 +194,7 @@ def _events(rng, n, start, span, n_keys=200):
 
 def _send(c: httpx.Client, stream: str, events: list[dict]) -> None:
     for i in range(0, len(events), 2000):
-        r = c.post(f"/v1/streams/{stream}/events", json=events[i:i + 2000])
+        r = post_events(c, stream, json=events[i:i + 2000])
         assert r.status_code == 202 and not r.json()["rejected"], r.text
 
 
