@@ -137,8 +137,9 @@ def key_readings(counts, inside, strad, cells, collisions, shrink, grow):
     row per key): each cell's count over the buckets ``inside`` the range and over those
     ``strad``-dling it added in bucket order (as NumPy sums a matrix's rows), then per key
     the smallest of its rows: ``(estimates, lowers, uppers)`` with the lower bound less
-    ``collisions`` (ε_cm·the touching weight) and the rounding factors ``shrink`` = 1 − g,
-    ``grow`` = 1 + g applied as ``_bracket`` does."""
+    ``collisions`` (ε_cm·the touching weight), then the float sums' rounding ``g``
+    (``CellSketch._rounding``): the lower bound times ``shrink`` = 1 − g, the upper times
+    ``grow`` = 1 + g, the estimate clamped between them."""
     n, d = cells.shape
     ests = np.empty(n)
     lowers = np.empty(n)

@@ -138,11 +138,10 @@ class TimeBucketed(Sketch):
         when the range or the sketch is empty. Two ranges with one key read the same
         numbers, so a caller asking many ranges (``app.ranges``) reads each key once.
         Raises what a read raises (a ``lo`` the window has passed)."""
-        classified = self._classified(lo, hi)
-        if classified is None:
-            return None
-        hi, inside, strad = classified
-        return inside.tobytes(), strad.tobytes(), hi >= self._tb.clock
+        key = self.range_keys([(lo, hi)])[0]
+        if isinstance(key, SketchError):
+            raise key
+        return key
 
     def range_keys(self, ranges) -> list:
         """``range_key`` of every ``(lo, hi)`` of ``ranges`` (or the :class:`SketchError` it
@@ -287,12 +286,6 @@ class CellSketch(TimeBucketed):
         if not self._fractional and float(self._tb.m.sum()) < _EXACT_LIMIT:
             return 0.0
         return (self._events + len(self._tb) + 2) * _TWO_52
-
-    def _bracket(self, est, lower, upper, kind_eps, conf) -> Estimate:
-        g = self._rounding()
-        lower, upper = max(0.0, lower * (1 - g)), upper * (1 + g)
-        est = min(max(est, lower), upper)
-        return Estimate(float(est), float(lower), float(upper), "additive", float(kind_eps), conf, self._method)
 
     @staticmethod
     def _zero(method: str) -> Estimate:
@@ -478,26 +471,12 @@ class ECMSketch(CellSketch):
         self._ingest(*as_batch(ticks, keys, weights))
 
     # -- queries ------------------------------------------------------------------------
-    def _key_cells(self, key) -> np.ndarray:
+    def frequency(self, key: int, lo: int, hi: int) -> Estimate:
+        """Weight of ``key`` among events with tick in ``[lo, hi]`` (Thm 1): the one key's
+        reading of :meth:`frequency_arrays`."""
         if isinstance(key, bool) or not isinstance(key, (int, np.integer)) or not (0 <= int(key) < 2**64):
             raise SketchError("key must be an integer in [0, 2^64)")
-        return cells_of(np.array([key], np.uint64), self._tables, self._shift, self._table,
-                        self._offset, self._width)[0]
-
-    def frequency(self, key: int, lo: int, hi: int) -> Estimate:
-        """Weight of ``key`` among events with tick in ``[lo, hi]`` (Thm 1)."""
-        cells = self._key_cells(key)
-        r = self._range(lo, hi)
-        if r is None:
-            return self._zero(self._method)
-        inside, strad, low_tot, high_tot, k = r
-        sub = self._counts[:, cells]
-        lows = sub[inside].sum(axis=0)
-        highs = lows + sub[strad].sum(axis=0)
-        upper = float(highs.min())
-        lower = max(0.0, float(lows.min()) - self.eps_cm_eff * high_tot)
-        est = float((0.5 * (lows + highs)).min())
-        return self._bracket(est, lower, upper, k * self.eps_sw + self.eps_cm_eff, 1.0 - self.delta)
+        return self.frequencies(np.array([key], np.uint64), lo, hi)[0]
 
     def frequency_arrays(self, keys: np.ndarray, lo: int, hi: int):
         """``frequency`` of each of ``keys`` (uint64) in ``[lo, hi]`` as arrays
