@@ -287,6 +287,13 @@ class CellSketch(TimeBucketed):
             return 0.0
         return (self._events + len(self._tb) + 2) * _TWO_52
 
+    def _bracket(self, est, lower, upper, kind_eps, conf) -> Estimate:
+        """One reading widened by the float rounding of its sums (``_rounding``)."""
+        g = self._rounding()
+        lower, upper = max(0.0, lower * (1 - g)), upper * (1 + g)
+        est = min(max(est, lower), upper)
+        return Estimate(float(est), float(lower), float(upper), "additive", float(kind_eps), conf, self._method)
+
     @staticmethod
     def _zero(method: str) -> Estimate:
         return Estimate(0.0, 0.0, 0.0, "additive", 0.0, 1.0, method)
