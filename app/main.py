@@ -22,6 +22,7 @@ from app.alerts.store import AlertNotFound, AlertStore
 from app.answer_cache import AnswerCache, FastAnswers
 from app.answers import QueryError
 from app.fast_ingest import FastIngest
+from app.fast_reads import FastReads
 from app.ingest_pool import IngestPool
 from app.live_hub import LiveHub
 from app.metrics import Metrics
@@ -135,6 +136,8 @@ async def _lifespan(app: FastAPI):
     app.state.ingest_pool.start()  # in the background; posts validate in a thread until then
     yield
     app.state.ingest_pool.close()
+    if isinstance(app, TidemarkAPI) and app.fast_reads is not None:
+        app.fast_reads.close()
     warming.cancel()
     decoder.cancel()
     app.state.store.decoder.close()
@@ -159,12 +162,17 @@ class TidemarkAPI(FastAPI):
 
     fast_answers: FastAnswers | None = None
     fast_ingest: FastIngest | None = None  # likewise a post the full way would take (app.fast_ingest)
+    fast_reads: FastReads | None = None  # and /healthz, /readyz (app.fast_reads)
 
     async def __call__(self, scope, receive, send) -> None:
-        if scope["type"] == "http" and self.fast_answers and await self.fast_answers.answer(scope, send):
-            return
-        if scope["type"] == "http" and self.fast_ingest and await self.fast_ingest.take(scope, receive, send):
-            return
+        if scope["type"] == "http":
+            if scope["method"] == "GET":
+                if self.fast_answers and await self.fast_answers.answer(scope, send):
+                    return
+                if self.fast_reads and await self.fast_reads.answer(scope, send):
+                    return
+            elif self.fast_ingest and await self.fast_ingest.take(scope, receive, send):
+                return
         await super().__call__(scope, receive, send)
 
 
@@ -211,4 +219,5 @@ def create_app(settings: Settings, redis_url: str) -> FastAPI:
     _check_guarded(app)
     app.fast_answers = FastAnswers(app.state, settings.answered_hosts())
     app.fast_ingest = FastIngest(app, settings.answered_hosts())
+    app.fast_reads = FastReads(app.state, settings.answered_hosts())
     return app
