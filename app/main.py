@@ -183,7 +183,8 @@ def create_app(settings: Settings, redis_url: str) -> FastAPI:
     app.state.redis_url = redis_url
     secret = load_or_create(settings.checkpoint, settings.hash_secret)
     app.state.store = Store(redis_url, secret, settings.max_pending_chunks, settings.max_pending_events,
-                            log_partitions=settings.log_partitions, max_wait=settings.ready_max_wait)
+                            log_partitions=settings.log_partitions, max_wait=settings.ready_max_wait,
+                            decoders=settings.decoder_processes)
     app.state.store.federate(Federation(app.state.store, settings.sites, secret, settings.site_max_age,
                                         settings.site_pull_interval, settings.site_timeout))
     app.state.ingest_pool = IngestPool(settings.ingest_processes)

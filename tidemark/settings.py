@@ -63,6 +63,9 @@ class Settings(BaseSettings):
     ingest_processes: int = Field(
         default=1, ge=0, le=64, description="processes per API process that validate and "
         "encode posted events, off the API's GIL (0: in a thread of the API process)")
+    decoder_processes: int = Field(
+        default=0, ge=0, le=64, description="processes per API process that decode published "
+        "summaries (0: the API process's own decode thread, the summary served is the one decoded)")
     spark_master: str | None = None
     checkpoint: str = Field(default=".run/checkpoint", description="pyarrow.fs URI of worker state")
     state_partitions: int = Field(
