@@ -57,9 +57,10 @@ class Settings(BaseSettings):
     config_file: str | None = None
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=0, le=65535)
-    api_workers: int = Field(
-        default=1, ge=1, le=64, description="API processes answering on the one port "
-        "(uvicorn workers; each decodes and caches on its own, alerts are shared through Redis)")
+    api_workers: int | None = Field(
+        default=None, ge=1, le=64, description="API processes answering on the one port (each "
+        "decodes and caches on its own, alerts are shared through Redis); none: one per core "
+        "beside the worker's, at least 2 on two cores or more (tidemark_cli/serve.py)")
     ingest_processes: int = Field(
         default=1, ge=0, le=64, description="processes per API process that validate and "
         "encode posted events, off the API's GIL (0: in a thread of the API process)")

@@ -319,35 +319,33 @@ def _api_settings(args=None) -> tuple[Settings, str]:
     return settings.model_copy(update={"api_keys": keys}), redis_url
 
 
-def api_app():
-    """The app of one API worker process (``uvicorn --factory``), built as ``run_api`` does."""
-    from app.main import create_app
-
-    return create_app(*_api_settings())
-
-
 def run_api(args) -> None:
-    import uvicorn
-
-    from app.main import create_app
+    from tidemark_cli.serve import api_processes, serve
 
     settings, redis_url = _api_settings(args)
     declare_streams(redis_url, load_streams(args.config))
-    workers = args.workers or settings.api_workers
-    # Open dashboards hold /v1/live streams: give them 2 s, then stop regardless.
-    common = dict(host=args.host, port=args.port, log_level="warning", timeout_graceful_shutdown=2)
-    if workers == 1:
-        uvicorn.run(create_app(settings, redis_url), **common)
+    processes = api_processes(args.workers or settings.api_workers)
+    if processes == 1:
+        import uvicorn
+
+        from app.main import create_app
+
+        # Open dashboards hold /v1/live streams: give them 2 s, then stop regardless.
+        uvicorn.run(create_app(settings, redis_url), host=args.host, port=args.port, log_level="warning",
+                    timeout_graceful_shutdown=2)
         return
-    # Each worker process builds its own app from these; the files every one of them reads
-    # (API key, hash secret, webhook-secret key) are created here, once, before they start.
+    # The files every process reads (API key, hash secret, webhook-secret key) are made
+    # here, once, before they start.
     from tidemark.credentials import secret_key
     from tidemark.hash_secret import load_or_create
 
     load_or_create(settings.checkpoint, settings.hash_secret)
     secret_key(settings)
-    os.environ.update(TIDEMARK_REDIS_URL=redis_url, TIDEMARK_HOST=args.host, TIDEMARK_PORT=str(args.port))
-    uvicorn.run("tidemark_cli.main:api_app", factory=True, workers=workers, **common)
+    if "TIDEMARK_INGEST_PROCESSES" not in os.environ:
+        # Several API processes already validate posts side by side: an ingest process
+        # beside each (150 MB apiece) buys nothing more here.
+        settings = settings.model_copy(update={"ingest_processes": 0})
+    serve(settings, redis_url, processes, args.host, args.port)
 
 
 def run_streams(args) -> None:
@@ -426,7 +424,8 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--host", default="127.0.0.1")
     s.add_argument("--port", type=int, default=8000)
     s.add_argument("--workers", type=int, help="API processes on the port (default "
-                   "TIDEMARK_API_WORKERS or 1)")
+                   "TIDEMARK_API_WORKERS, else one per core beside the worker's, at least 2 on "
+                   "two cores or more)")
     return p
 
 
