@@ -64,6 +64,10 @@ class Settings(BaseSettings):
     ingest_processes: int = Field(
         default=1, ge=0, le=64, description="processes per API process that validate and "
         "encode posted events, off the API's GIL (0: in a thread of the API process)")
+    worker_nice: int = Field(
+        default=10, ge=0, le=19, description="niceness the worker (its driver, JVM and Python "
+        "workers) adds to its own: on a machine it shares with the API, the API's answers "
+        "come first")
     decoder_processes: int = Field(
         default=0, ge=0, le=64, description="processes per API process that decode published "
         "summaries (0: the API process's own decode thread, the summary served is the one decoded)")

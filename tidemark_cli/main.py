@@ -296,6 +296,11 @@ def run_worker(args) -> None:
     from tidemark.hash_secret import load_or_create
 
     checkpoint = args.checkpoint or settings.checkpoint
+    if settings.worker_nice:
+        # Before Spark starts: its JVM and Python workers inherit it. On a machine shared
+        # with the API the answers' latency then comes first and the batches take what
+        # is left; alone, the worker loses nothing.
+        os.nice(settings.worker_nice)
     worker_main(redis_url, checkpoint, args.master or settings.spark_master,
                 args.partitions or settings.state_partitions, settings.trigger,
                 load_or_create(checkpoint, settings.hash_secret), settings.spark_conf,
