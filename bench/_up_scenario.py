@@ -5,12 +5,15 @@ One stream (max_window 1 h) is given a backlog (``--backlog`` events over the la
 minutes, counted by the worker before the load), then takes 5,000 events/s in
 1,000-event NDJSON posts (one every 0.2 s) through the API for the whole run, while:
 
-1. ``/healthz`` is asked flat out over 50 kept-alive connections;
-2. one answer (``count?window=600``, kept by the API) is asked flat out the same way;
-3. 50 kept-alive clients ask count, sum, frequency, heavy hitters and quantiles,
+1. 50 kept-alive clients ask count, sum, frequency, heavy hitters and quantiles,
    open-loop, at each of ``--up-rate`` (2,000 and 500 queries/s by default);
+2. ``/healthz`` is asked flat out over 50 kept-alive connections;
+3. one answer (``count?window=600``, kept by the API) is asked flat out the same way;
 4. ingest is flooded (``--flood`` processes posting 1,000-event bodies back to back;
    ``429`` taken as an answer) while nothing else asks.
+
+Each phase starts once the worker has caught up with the posts (a flat-out phase leaves
+it behind on two cores), so every phase meets the steady state.
 
 Throughout, a probe process asks ``/healthz`` and ``/readyz`` every 0.1 s each on
 connections of its own, so their worst latency per phase shows whether a probe ever
@@ -186,6 +189,16 @@ def _counted(base: str, events: int) -> bool:
     return (status.get("status") or status).get("events", 0) >= events
 
 
+def _caught_up(base: str) -> bool:
+    """Is the worker within two seconds of the posts (a flat-out phase may leave it behind;
+    the next phase starts from a steady state)?"""
+    try:
+        lag = httpx.get(f"{base}/readyz", timeout=5).json().get("lag", {})
+    except (httpx.HTTPError, ValueError):
+        return False
+    return lag.get("pending_events", 0) <= 10_000
+
+
 def run_up(src: str, args) -> dict:
     """The scenario against ``tidemark up`` from ``src``: figures by phase."""
     ctx = multiprocessing.get_context("spawn")
@@ -222,11 +235,15 @@ def run_up(src: str, args) -> dict:
                                    "api_cores": (_cpu(api_pids(up.pid)) - cpu0) / (t1 - t0),
                                    "posted": (counts[0] - posted0) / (t1 - t0), "load": os.getloadavg()[0]}
 
-        phase("healthz", lambda: asyncio.run(flat_out(port, None, "/healthz", args.clients, args.flat_seconds)))
-        phase("cached", lambda: asyncio.run(flat_out(port, KEY, CACHED, args.clients, args.flat_seconds)))
         for rate in args.up_rate:
+            _wait("the worker caught up", lambda: _caught_up(base), 120)
             phase(f"{rate:.0f} q/s", lambda rate=rate: asyncio.run(
                 paced(port, KEY, paths, rate, args.clients, args.seconds)))
+        _wait("the worker caught up", lambda: _caught_up(base), 120)
+        phase("healthz", lambda: asyncio.run(flat_out(port, None, "/healthz", args.clients, args.flat_seconds)))
+        _wait("the worker caught up", lambda: _caught_up(base), 120)
+        phase("cached", lambda: asyncio.run(flat_out(port, KEY, CACHED, args.clients, args.flat_seconds)))
+        _wait("the worker caught up", lambda: _caught_up(base), 120)
         flood_stop = ctx.Event()
         flood = [ctx.Process(target=_poster, args=(port, KEY, flood_stop, counts, 0.0, 100 + i)) for i in range(args.flood)]
 

@@ -286,6 +286,21 @@ def _phases(console, store, url: str) -> None:
                   "API": "starting", "first batch": "the first micro-batch"}.get(console.waiting() or "", ""))
 
 
+def _yield_cpu(nice: int) -> None:
+    """Lower this process's CPU priority before Spark starts (its JVM and Python workers
+    inherit it): on a machine shared with the API, answers come first and the batches
+    take what is left; alone, the worker loses nothing. Under autogroup scheduling
+    (Linux's default on desktops and many servers) a niceness counts only against the
+    same session, so a worker leading its own session (as ``tidemark up`` starts it) sets
+    its session's too; one run from a terminal leaves the terminal's session alone."""
+    os.nice(nice)
+    if os.getsid(0) == os.getpid():
+        try:
+            Path("/proc/self/autogroup").write_text(str(nice))
+        except OSError:  # no autogroup scheduling here: the niceness alone counts
+            pass
+
+
 def run_worker(args) -> None:
     from workers.job import main as worker_main
 
@@ -297,10 +312,7 @@ def run_worker(args) -> None:
 
     checkpoint = args.checkpoint or settings.checkpoint
     if settings.worker_nice:
-        # Before Spark starts: its JVM and Python workers inherit it. On a machine shared
-        # with the API the answers' latency then comes first and the batches take what
-        # is left; alone, the worker loses nothing.
-        os.nice(settings.worker_nice)
+        _yield_cpu(settings.worker_nice)
     worker_main(redis_url, checkpoint, args.master or settings.spark_master,
                 args.partitions or settings.state_partitions, settings.trigger,
                 load_or_create(checkpoint, settings.hash_secret), settings.spark_conf,
