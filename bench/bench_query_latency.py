@@ -334,6 +334,8 @@ def _main_up(args) -> None:
             cells.append(f"{r['processes']}: {r['rss']:,.0f} / {r['pss']:,.0f} MB")
             cells.append(f"{ph['healthz']['load']:.1f}")
             rows.append(f"| {label} | " + " | ".join(cells) + " |")
+            print(f"{label}: worst probe by phase (ms, /healthz / /readyz): " + "; ".join(
+                f"{n} {worst[('/healthz', n)]:.0f} / {worst[('/readyz', n)]:.0f}" for n in ph), flush=True)
             print(rows[-1], flush=True)
     rates = " | ".join(f"{r:.0f} q/s: answered/s / p50 / p99 / max" for r in args.up_rate)
     print(f"\n{' '.join(sys.argv)}\n(up): `tidemark up` (defaults, its Spark worker) of each tree in turn; one "

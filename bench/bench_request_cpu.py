@@ -23,6 +23,8 @@ in the first stage (top of the stack down) whose pattern one of its frames match
 * **redis**: redis-py;
 * **other**: the rest, and idle samples are left out.
 
+A sample counts to the stage of its innermost frame that names one.
+
     .venv/bin/python bench/bench_request_cpu.py [--seconds 8] [--clients 50] [--compare /work/prev]
 """
 
@@ -49,7 +51,7 @@ ROUTES = {
     "/readyz": ("/readyz", None),
     "stream status": (f"/v1/streams/{STREAM}", KEY),
 }
-STAGES = [  # (stage, patterns): the first stage any frame of a sample matches, top of the stack first
+STAGES = [  # (stage, patterns), in the order they are tried on each frame
     ("redis", ("redis/",)),
     ("metrics", ("prometheus_client",)),
     ("rendering", ("jsonable_encoder", "json/encoder", "json/__init__", "JSONResponse", "render (")),
@@ -64,8 +66,10 @@ STAGES = [  # (stage, patterns): the first stage any frame of a sample matches, 
 
 
 def _stage(stack: list[str]) -> str:
-    for stage, patterns in STAGES:
-        for frame in reversed(stack):  # innermost first
+    """The stage of the innermost frame that names one (a sample in uvicorn's send called
+    from a fast path is writing, not looking up)."""
+    for frame in reversed(stack):
+        for stage, patterns in STAGES:
             if any(p in frame for p in patterns):
                 return stage
     return "other"
@@ -153,7 +157,8 @@ def main() -> None:
             label = "this tree" if src == str(ROOT) else src
             shares = " | ".join(f"{r['stages'][n] / total * r['cpu_ms'] * 1000:.0f} µs" if r["stages"][n] else "–"
                                 for n in names)
-            print(f"| {route} | {label} | {r['rate']:,.0f}{f" ({r['errors']} non-200)" if r['errors'] else ''} | "
+            refused = f" ({r['errors']} non-200)" if r["errors"] else ""
+            print(f"| {route} | {label} | {r['rate']:,.0f}{refused} | "
                   f"{r['cpu_ms'] * 1000:.0f} µs | {shares} |", flush=True)
 
 
