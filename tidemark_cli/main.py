@@ -337,7 +337,7 @@ def _api_settings(args=None) -> tuple[Settings, str]:
 
 
 def run_api(args) -> None:
-    from tidemark_cli.serve import api_processes, serve
+    from tidemark_cli.serve import api_processes, serve, tune
 
     settings, redis_url = _api_settings(args)
     declare_streams(redis_url, load_streams(args.config))
@@ -347,6 +347,7 @@ def run_api(args) -> None:
 
         from app.main import create_app
 
+        tune()
         # Open dashboards hold /v1/live streams: give them 2 s, then stop regardless.
         uvicorn.run(create_app(settings, redis_url), host=args.host, port=args.port, log_level="warning",
                     timeout_graceful_shutdown=2)
