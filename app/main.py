@@ -25,6 +25,7 @@ from app.fast_ingest import FastIngest
 from app.fast_reads import FastReads
 from app.ingest_pool import IngestPool
 from app.live_hub import LiveHub
+from app.loop_watch import LoopWatch
 from app.metrics import Metrics
 from app.federation import Federation, UnknownSite
 from app.ranges import RangeCache
@@ -128,6 +129,7 @@ async def _lifespan(app: FastAPI):
     app.state.live_hub.listen(app.state.range_cache.heard, app.state.range_cache.paused)
     app.state.store.federation.also_watch = engine.watched_streams  # alerts keep their sites pulled
     engine.start()
+    app.state.loop_watch.start()
     app.state.live_hub.start()
     app.state.alert_engine_wake = engine.wake
     # Off the start-up path: /healthz answers at once, the first queries find warm kernels.
@@ -143,6 +145,7 @@ async def _lifespan(app: FastAPI):
     app.state.store.decoder.close()
     app.state.store.federation.close()
     await app.state.live_hub.stop()
+    await app.state.loop_watch.stop()
     await engine.stop()
 
 
@@ -191,6 +194,7 @@ def create_app(settings: Settings, redis_url: str) -> FastAPI:
     app.state.alerts = AlertStore(redis_url, SecretBox(secret_key(settings)))
     app.state.alert_engine_wake = lambda: None
     app.state.metrics = Metrics()
+    app.state.loop_watch = LoopWatch(app.state.metrics.loop_stall)
     app.state.answer_cache = AnswerCache()
     app.state.range_cache = RangeCache(counter=app.state.metrics.range_points)
     app.state.store.on_decoded = partial(queries.render_ahead, app.state.answer_cache)

@@ -19,7 +19,8 @@ Throughout, a probe process asks ``/healthz`` and ``/readyz`` every 0.1 s each o
 connections of its own, so their worst latency per phase shows whether a probe ever
 waits behind ingest or queries. At the end: the API processes' resident memory (RSS)
 and proportional share (PSS: shared pages split between the processes sharing them,
-what they hold together), and the CPU of the API processes per phase.
+what they hold together), the CPU of the API processes per phase, and after each phase
+the longest event-loop stall of its last 30 s any API process reports on ``/metrics``.
 """
 
 from __future__ import annotations
@@ -199,6 +200,22 @@ def _caught_up(base: str) -> bool:
     return lag.get("pending_events", 0) <= 10_000
 
 
+def _stall(base: str, tries: int = 12) -> float:
+    """The longest event-loop stall of the last 30 s any API process reports (ms; each
+    new connection may reach another process; NaN where the tree has no such metric)."""
+    found = float("nan")
+    for _ in range(tries):
+        try:
+            text = httpx.get(f"{base}/metrics", headers={"Authorization": f"Bearer {KEY}"}, timeout=10).text
+        except httpx.HTTPError:
+            continue
+        for line in text.splitlines():
+            if line.startswith("tidemark_event_loop_stall_seconds "):
+                value = float(line.split()[1]) * 1000
+                found = value if found != found else max(found, value)
+    return found
+
+
 def run_up(src: str, args) -> dict:
     """The scenario against ``tidemark up`` from ``src``: figures by phase."""
     ctx = multiprocessing.get_context("spawn")
@@ -231,7 +248,7 @@ def run_up(src: str, args) -> dict:
             cpu0, posted0, t0 = _cpu(api_pids(up.pid)), counts[0], time.time()
             result = work()
             t1 = time.time()
-            out["phases"][name] = {"result": result, "from": t0, "to": t1,
+            out["phases"][name] = {"result": result, "from": t0, "to": t1, "stall": _stall(base),
                                    "api_cores": (_cpu(api_pids(up.pid)) - cpu0) / (t1 - t0),
                                    "posted": (counts[0] - posted0) / (t1 - t0), "load": os.getloadavg()[0]}
 

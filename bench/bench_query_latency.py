@@ -322,6 +322,7 @@ def _main_up(args) -> None:
                              f"{np.percentile(every, 99) * 1000:.1f} / {every.max() * 1000:.0f} ms"
                              + (f" ({len(errors)} errors)" if errors else ""))
             cells.append(f"{ph[f'{args.up_rate[0]:.0f} q/s']['api_cores']:.2f}")
+            cells.append(" / ".join(f"{ph[f'{rate:.0f} q/s']['stall']:.0f}" for rate in args.up_rate))
             worst = {}
             for path, got in r["probes"].items():
                 for name, p in ph.items():
@@ -343,9 +344,9 @@ def _main_up(args) -> None:
           f"throughout; {args.clients} kept-alive connections; flat-out runs {args.flat_seconds:.0f} s, paced "
           f"runs {args.seconds:.0f} s; probes every 0.1 s; memory of the API service's processes at the end.")
     print(f"\n| tree @ commit | /healthz flat out /s | cached answer flat out /s | {rates} | API cores at "
-          f"{args.up_rate[0]:.0f} q/s | worst /healthz / /readyz during the load (ms) | the same during an "
+          f"{args.up_rate[0]:.0f} q/s | longest loop stall at {' / '.join(f'{r:.0f}' for r in args.up_rate)} q/s (ms) | worst /healthz / /readyz during the load (ms) | the same during an "
           f"ingest flood ({args.flood} posters back to back) | posted | API processes: RSS / PSS | load |")
-    print("|---|" + "---|" * (8 + len(args.up_rate)))
+    print("|---|" + "---|" * (9 + len(args.up_rate)))
     print("\n".join(rows), flush=True)
 
 
