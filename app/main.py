@@ -138,7 +138,7 @@ async def _lifespan(app: FastAPI):
     app.state.ingest_pool.start()  # in the background; posts validate in a thread until then
     yield
     app.state.ingest_pool.close()
-    if isinstance(app, TidemarkAPI) and app.fast_reads is not None:
+    if getattr(app, "fast_reads", None) is not None:
         app.fast_reads.close()
     warming.cancel()
     decoder.cancel()

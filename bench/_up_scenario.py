@@ -36,7 +36,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 
-from _common import KEY, start_up, stop_up
+from _common import KEY, cpu_of, start_up, stop_up
 from _http_load import flat_out, paced, probe
 
 __all__ = ["run_up", "api_pids", "memory"]
@@ -89,17 +89,6 @@ def memory(pids: list[int]) -> tuple[float, float]:
         except OSError:
             continue
     return rss / 1024, pss / 1024
-
-
-def _cpu(pids: list[int]) -> float:
-    total = 0.0
-    for p in pids:
-        try:
-            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    return total
 
 
 def _body(rng, n: int, start: float, end: float) -> str:
@@ -245,11 +234,11 @@ def run_up(src: str, args) -> dict:
         out: dict = {"phases": {}, "processes": len(pids)}
 
         def phase(name: str, work):
-            cpu0, posted0, t0 = _cpu(api_pids(up.pid)), counts[0], time.time()
+            cpu0, posted0, t0 = cpu_of(api_pids(up.pid)), counts[0], time.time()
             result = work()
             t1 = time.time()
             out["phases"][name] = {"result": result, "from": t0, "to": t1, "stall": _stall(base),
-                                   "api_cores": (_cpu(api_pids(up.pid)) - cpu0) / (t1 - t0),
+                                   "api_cores": (cpu_of(api_pids(up.pid)) - cpu0) / (t1 - t0),
                                    "posted": (counts[0] - posted0) / (t1 - t0), "load": os.getloadavg()[0]}
 
         for rate in args.up_rate:

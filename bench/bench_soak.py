@@ -32,7 +32,7 @@ import httpx
 import numpy as np
 
 from _common import KEY, ROOT, api_env, run_dir, stop_up
-from _up_scenario import _body, _wait, api_pids, memory
+from _up_scenario import _body, _ready, _tree, _wait, api_pids, memory
 from tidemark.redis_server import free_port
 
 QUERIES = ["count?window=120", "sum?window=120", "frequency?window=120&key=k1",
@@ -94,17 +94,6 @@ def _label(pid: int) -> str:
     return cmd[0].decode(errors="replace").rsplit("/", 1)[-1]
 
 
-def _tree(pid: int) -> list[int]:
-    out = [pid]
-    for task in Path(f"/proc/{pid}/task").glob("*"):
-        try:
-            for child in Path(task, "children").read_text().split():
-                out += _tree(int(child))
-        except OSError:
-            continue
-    return out
-
-
 def _rss(pid: int) -> float | None:
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
@@ -153,13 +142,6 @@ def soak(src: str, args) -> dict:
         if loader is not None:
             loader.join(30)
         stop_up(up)
-
-
-def _ready(base: str) -> bool:
-    try:
-        return httpx.get(f"{base}/readyz", timeout=5).status_code == 200
-    except httpx.HTTPError:
-        return False
 
 
 def main() -> int:
