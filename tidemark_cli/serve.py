@@ -87,11 +87,24 @@ def _child(settings, redis_url: str, host: str, port: int, parent: int) -> None:
 
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD):
         signal.signal(sig, signal.SIG_DFL)
-    exit_with_parent(parent)
+    _die_with_parent()
+    exit_with_parent(parent)  # where the kernel cannot say so (and a parent gone before the line above)
     tune()
     sock = _listen(host, port)
     config = uvicorn.Config(create_app(settings, redis_url), log_level="warning", timeout_graceful_shutdown=2)
     uvicorn.Server(config).run(sockets=[sock])
+
+
+def _die_with_parent() -> None:
+    """Linux: the kernel kills this process the moment its parent dies (a parent killed
+    with SIGKILL cannot stop its processes, and they would go on answering on the port)."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
 
 
 def _fork(target) -> int:
