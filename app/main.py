@@ -159,9 +159,11 @@ def _check_guarded(app: FastAPI) -> None:
 
 
 class TidemarkAPI(FastAPI):
-    """FastAPI, with a repeated query answered before the middleware stack when the
-    answer kept for it is current (``app.answer_cache.FastAnswers``): at thousands of
-    queries a second the stack's layers cost more than the answer."""
+    """FastAPI, with the requests asked most answered before the middleware stack when the
+    full way would answer them exactly so: a repeated query whose kept answer is current
+    (``app.answer_cache.FastAnswers``), ``/healthz`` and ``/readyz`` (``app.fast_reads``)
+    and an ingest post (``app.fast_ingest``). At thousands of requests a second the stack's
+    layers cost more than the answer (bench/bench_request_cpu.py)."""
 
     fast_answers: FastAnswers | None = None
     fast_ingest: FastIngest | None = None  # likewise a post the full way would take (app.fast_ingest)
