@@ -85,16 +85,18 @@ async def paced(port: int, key: str, paths: list[tuple[str, str]], rate: float, 
     return results, errors, time.perf_counter() - started - 0.5
 
 
-async def flat_out(port: int, key: str | None, path: str, clients: int, seconds: float) -> tuple[float, int]:
+async def flat_out(port: int, key: str | None, path, clients: int, seconds: float) -> tuple[float, int]:
     """As many requests as ``clients`` connections get answered, each sending its next
-    when its last is answered: (answered a second, non-200 answers)."""
+    when its last is answered: (answered a second, non-200 answers). ``path`` is a path,
+    or a function of the request's number giving one."""
     conns = [await Connection(port, key).open() for _ in range(clients)]
-    counts = [0, 0]
+    counts = [0, 0, 0]  # answered, not 200, sent
     until = time.perf_counter() + seconds
 
     async def one(conn: Connection) -> None:
         while time.perf_counter() < until:
-            status, _ = await conn.get(path)
+            counts[2] += 1
+            status, _ = await conn.get(path(counts[2]) if callable(path) else path)
             counts[0] += 1
             counts[1] += status != 200
         conn.close()

@@ -48,9 +48,17 @@ ROUTES = {
     "/healthz": ("/healthz", None),
     "kept answer (count)": (f"/v1/streams/{STREAM}/count?window=600", KEY),
     "kept answer (heavy hitters)": (f"/v1/streams/{STREAM}/heavy-hitters?window=600&phi=0.01", KEY),
+    "answer computed (count, a new instant each)": (lambda i: f"/v1/streams/{STREAM}/count?window=600&at={_at(i)}", KEY),
+    "answer computed (heavy hitters, a new instant each)": (
+        lambda i: f"/v1/streams/{STREAM}/heavy-hitters?window=600&phi=0.01&at={_at(i)}", KEY),
     "/readyz": ("/readyz", None),
     "stream status": (f"/v1/streams/{STREAM}", KEY),
 }
+def _at(i: int) -> str:
+    """An instant inside the summary's hour not asked before (each answer computed)."""
+    return f"{1_700_001_800 + (i % 100_000) * 0.01:.2f}"
+
+
 STAGES = [  # (stage, patterns), in the order they are tried on each frame
     ("redis", ("redis/",)),
     ("metrics", ("prometheus_client",)),
@@ -100,11 +108,10 @@ def measure(src: str, redis_url: str, tmp: str, args) -> dict:
     try:
         with httpx.Client(base_url=f"http://127.0.0.1:{port}", headers={"Authorization": f"Bearer {KEY}"},
                           timeout=60) as c:
-            for path, _ in ROUTES.values():
-                c.get(path)  # the first read of the stream, kernels, the kept answers
-            time.sleep(1)
-            for path, _ in ROUTES.values():
-                c.get(path)
+            for _ in range(2):  # the first read of the stream, kernels, the kept answers
+                for path, _ in ROUTES.values():
+                    c.get(path(0) if callable(path) else path)
+                time.sleep(1)
         out = {}
         for route, (path, key) in ROUTES.items():
             raw = f"{tmp}/{Path(src).name}-{route.replace('/', '').replace(' ', '_')}.txt"
