@@ -154,8 +154,13 @@ class LogLag:
         if self.pending_chunks:
             running = self.running_for
             rest = max(self.batch_seconds - running, running)
-        else:  # nothing waits: at most a batch finishing (else an idle worker would refuse for good)
-            rest = max(0.0, self.batch_seconds - self.batch_elapsed)
+        else:
+            # Nothing waits, so no batch with events is under way (what a batch reads counts
+            # as waiting until it finishes): the next starts afresh. Not "a recent batch less
+            # the time since the last ended": the worker reports idle triggers as ended
+            # batches too, so after one slow batch an idle worker was taken to be busy for
+            # good and every post refused, which kept it idle (bench_soak.py found it).
+            rest = 0.0
         return (rest + self.fixed_seconds
                 + (self.pending_events + more) * self.per_event
                 + (self.pending_groups + chunks) * self.per_group)

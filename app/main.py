@@ -22,8 +22,10 @@ from app.alerts.store import AlertNotFound, AlertStore
 from app.answer_cache import AnswerCache, FastAnswers
 from app.answers import QueryError
 from app.fast_ingest import FastIngest
+from app.fast_reads import FastReads
 from app.ingest_pool import IngestPool
 from app.live_hub import LiveHub
+from app.loop_watch import LoopWatch
 from app.metrics import Metrics
 from app.federation import Federation, UnknownSite
 from app.ranges import RangeCache
@@ -127,6 +129,7 @@ async def _lifespan(app: FastAPI):
     app.state.live_hub.listen(app.state.range_cache.heard, app.state.range_cache.paused)
     app.state.store.federation.also_watch = engine.watched_streams  # alerts keep their sites pulled
     engine.start()
+    app.state.loop_watch.start()
     app.state.live_hub.start()
     app.state.alert_engine_wake = engine.wake
     # Off the start-up path: /healthz answers at once, the first queries find warm kernels.
@@ -135,11 +138,14 @@ async def _lifespan(app: FastAPI):
     app.state.ingest_pool.start()  # in the background; posts validate in a thread until then
     yield
     app.state.ingest_pool.close()
+    if getattr(app, "fast_reads", None) is not None:
+        app.fast_reads.close()
     warming.cancel()
     decoder.cancel()
     app.state.store.decoder.close()
     app.state.store.federation.close()
     await app.state.live_hub.stop()
+    await app.state.loop_watch.stop()
     await engine.stop()
 
 
@@ -153,18 +159,25 @@ def _check_guarded(app: FastAPI) -> None:
 
 
 class TidemarkAPI(FastAPI):
-    """FastAPI, with a repeated query answered before the middleware stack when the
-    answer kept for it is current (``app.answer_cache.FastAnswers``): at thousands of
-    queries a second the stack's layers cost more than the answer."""
+    """FastAPI, with the requests asked most answered before the middleware stack when the
+    full way would answer them exactly so: a repeated query whose kept answer is current
+    (``app.answer_cache.FastAnswers``), ``/healthz`` and ``/readyz`` (``app.fast_reads``)
+    and an ingest post (``app.fast_ingest``). At thousands of requests a second the stack's
+    layers cost more than the answer (bench/bench_request_cpu.py)."""
 
     fast_answers: FastAnswers | None = None
     fast_ingest: FastIngest | None = None  # likewise a post the full way would take (app.fast_ingest)
+    fast_reads: FastReads | None = None  # and /healthz, /readyz (app.fast_reads)
 
     async def __call__(self, scope, receive, send) -> None:
-        if scope["type"] == "http" and self.fast_answers and await self.fast_answers.answer(scope, send):
-            return
-        if scope["type"] == "http" and self.fast_ingest and await self.fast_ingest.take(scope, receive, send):
-            return
+        if scope["type"] == "http":
+            if scope["method"] == "GET":
+                if self.fast_answers and await self.fast_answers.answer(scope, send):
+                    return
+                if self.fast_reads and await self.fast_reads.answer(scope, send):
+                    return
+            elif self.fast_ingest and await self.fast_ingest.take(scope, receive, send):
+                return
         await super().__call__(scope, receive, send)
 
 
@@ -175,13 +188,15 @@ def create_app(settings: Settings, redis_url: str) -> FastAPI:
     app.state.redis_url = redis_url
     secret = load_or_create(settings.checkpoint, settings.hash_secret)
     app.state.store = Store(redis_url, secret, settings.max_pending_chunks, settings.max_pending_events,
-                            log_partitions=settings.log_partitions, max_wait=settings.ready_max_wait)
+                            log_partitions=settings.log_partitions, max_wait=settings.ready_max_wait,
+                            decoders=settings.decoder_processes)
     app.state.store.federate(Federation(app.state.store, settings.sites, secret, settings.site_max_age,
                                         settings.site_pull_interval, settings.site_timeout))
     app.state.ingest_pool = IngestPool(settings.ingest_processes)
     app.state.alerts = AlertStore(redis_url, SecretBox(secret_key(settings)))
     app.state.alert_engine_wake = lambda: None
     app.state.metrics = Metrics()
+    app.state.loop_watch = LoopWatch(app.state.metrics.loop_stall)
     app.state.answer_cache = AnswerCache()
     app.state.range_cache = RangeCache(counter=app.state.metrics.range_points)
     app.state.store.on_decoded = partial(queries.render_ahead, app.state.answer_cache)
@@ -213,4 +228,5 @@ def create_app(settings: Settings, redis_url: str) -> FastAPI:
     _check_guarded(app)
     app.fast_answers = FastAnswers(app.state, settings.answered_hosts())
     app.fast_ingest = FastIngest(app, settings.answered_hosts())
+    app.fast_reads = FastReads(app.state, settings.answered_hosts())
     return app

@@ -58,6 +58,10 @@ class Metrics:
             "tidemark_part_restarts", "Restarts of a part by `tidemark up` since it started",
             ["part"], registry=self.registry)
 
+        self.loop_stall = Gauge(
+            "tidemark_event_loop_stall_seconds", "Longest delay of this API process's event "
+            "loop in the last 30 s (every request waits for the loop)", registry=self.registry)
+
         self.site_pulled_bytes = Gauge(
             "tidemark_site_pulled_bytes", "Bytes received from a peer site by federated pulls "
             "since the API started (bodies as sent)", ["site"], registry=self.registry)

@@ -84,9 +84,11 @@ def readiness(store: Store, stale_after: float, max_wait: float) -> dict:
     body: dict = {"ready": False, "redis": False, "worker": False}
     r = store.redis
     try:
-        r.ping()
+        with r.pipeline(transaction=False) as p:  # one round trip: a probe answers quickly under load
+            p.mget(keys.HEARTBEAT, keys.STANDBY)
+            p.time()
+            (raw, spare), (sec, usec) = p.execute()
         body["redis"] = True
-        raw, spare = r.mget(keys.HEARTBEAT, keys.STANDBY)
         if spare:  # informative only: a spare makes a worker's return quick, not the worker ready
             spare = json.loads(spare)
             body["standby"] = {"pid": spare.get("pid"), "host": spare.get("host"),
@@ -106,7 +108,6 @@ def readiness(store: Store, stale_after: float, max_wait: float) -> dict:
             elif not beat.get("active") or not beat.get("run_id"):
                 why["worker"] = f"the worker ({who}) has no running streaming query"
             else:
-                sec, usec = r.time()
                 late = _waiting(store, _ms(beat.get("progress_at")), sec * 1000 + usec // 1000,
                                 max_wait)
                 if late:

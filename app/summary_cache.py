@@ -85,6 +85,7 @@ class SummaryCache:
             self._read_at.pop(name, None)
             self._merged.pop(name, None)
             self._segments.pop(name, None)
+        self.decoder.forget(name)
 
     def _read(self, name: str, max_age: float = 0.0) -> tuple[dict[int, dict], dict, tuple]:
         """The shards' published statuses, the ingest counters and the shard versions, as
@@ -258,7 +259,7 @@ class SummaryCache:
                  for k, _ in versions if shards[k].segments]
         if not blobs:
             return None, _status(shards, ingested)
-        merged, cpu = self.decoder.decode(blobs)
+        merged, cpu = self.decoder.decode(blobs, name)
         if self.on_decoded is not None:  # answers of the new version rendered before it serves
             try:
                 serving = self._merged.get(name)

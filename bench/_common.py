@@ -25,7 +25,7 @@ from tidemark.hash_secret import HashSecret
 from tidemark.redis_server import EmbeddedRedis, free_port
 
 __all__ = ["ROOT", "SECRET", "KEY", "HEADERS", "redis_server", "api_env", "start_api", "start_up", "wait_healthy",
-           "stop", "cpu_seconds", "profile", "profile_path", "table_of", "run_label"]
+           "stop", "cpu_seconds", "cpu_of", "profile", "profile_path", "table_of", "run_label"]
 
 ROOT = Path(__file__).resolve().parents[1]
 SECRET = HashSecret(b"tidemark-bench-secret")
@@ -141,8 +141,13 @@ def _children(pid: int) -> list[int]:
 def cpu_seconds(pid: int) -> float:
     """User + system CPU seconds of a process and its live children so far (Linux): an
     API with several worker processes counts them all."""
+    return cpu_of([pid, *_children(pid)])
+
+
+def cpu_of(pids: list[int]) -> float:
+    """User + system CPU seconds of the live processes ``pids`` so far (Linux)."""
     total = 0.0
-    for p in [pid, *_children(pid)]:
+    for p in pids:
         try:
             fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
         except OSError:

@@ -43,11 +43,12 @@ import subprocess
 import sys
 import time
 
-import httptools
 import httpx
 import numpy as np
 
 from _common import KEY, ROOT, SECRET, cpu_seconds, profile, profile_path, redis_server, start_api, stop, table_of
+from _http_load import Connection, paced
+from _up_scenario import run_up
 from tidemark.streams import StreamConfig
 from tidemark.summary import StreamSummary
 
@@ -80,79 +81,9 @@ def summaries(n: int = EVENTS, versions: int = 2) -> list[StreamSummary]:
     return out
 
 
-class Reply:
-    def __init__(self):
-        self.done = False
-        self.body = bytearray()
-
-    def on_body(self, data):
-        self.body += data
-
-    def on_message_complete(self):
-        self.done = True
-
-
-class Connection:
-    """One kept-alive HTTP/1.1 connection sending GETs one at a time."""
-
-    def __init__(self, port: int):
-        self.port = port
-
-    async def open(self):
-        self.reader, self.writer = await asyncio.open_connection("127.0.0.1", self.port)
-
-    async def get(self, path: str) -> tuple[int, bytes]:
-        self.writer.write(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-                          f"Authorization: Bearer {KEY}\r\n\r\n".encode())
-        reply = Reply()
-        parser = httptools.HttpResponseParser(reply)
-        while not reply.done:
-            data = await self.reader.read(65536)
-            if not data:
-                raise ConnectionError("closed")
-            parser.feed_data(data)
-        return parser.get_status_code(), bytes(reply.body)
-
-
-async def _client(port: int, rate: float, seconds: float, offset: int, results: dict, errors: list,
-                  names: list[str]):
-    conn = Connection(port)
-    await conn.open()
-    kinds = list(QUERIES)
-    start = time.perf_counter() + 0.5 + (offset % 50) / 50 / rate  # spread the clients' phases
-    i = 0
-    while True:
-        scheduled = start + i / rate
-        if scheduled > start + seconds or time.perf_counter() > start + seconds:
-            break  # a saturated API answers fewer: the count shows it
-        now = time.perf_counter()
-        if scheduled > now:
-            await asyncio.sleep(scheduled - now)
-        kind = kinds[(i + offset) % len(kinds)]
-        name = names[(i * 7 + offset) % len(names)]
-        status, body = await conn.get(f"/v1/streams/{name}/{QUERIES[kind]}")
-        done = time.perf_counter()
-        if status != 200:
-            errors.append((kind, status, body[:200]))
-        results.setdefault(kind, []).append(done - scheduled)
-        i += 1
-    conn.writer.close()
-
-
-async def _load(port: int, rate: float, clients: int, seconds: float,
-                names: list[str]) -> tuple[dict, list, float]:
-    results: dict[str, list[float]] = {}
-    errors: list = []
-    started = time.perf_counter()
-    await asyncio.gather(*[_client(port, rate / clients, seconds, c, results, errors, names)
-                           for c in range(clients)])
-    return results, errors, time.perf_counter() - started - 0.5
-
-
 async def _single(port: int, repeats: int = 20) -> dict:
     """One query at a time (no load): the latency a lone dashboard sees."""
-    conn = Connection(port)
-    await conn.open()
+    conn = await Connection(port, KEY).open()
     out = {}
     for kind, q in QUERIES.items():
         for label, vary in (("", False), (" new", True)):
@@ -165,7 +96,7 @@ async def _single(port: int, repeats: int = 20) -> dict:
                 lat.append(time.perf_counter() - t)
                 assert status == 200, body
             out[kind + label] = float(np.median(lat))
-    conn.writer.close()
+    conn.close()
     return out
 
 
@@ -263,7 +194,8 @@ def run(src: str, workers: int, args, scenario: str, versions: list[StreamSummar
             spy = profile(api.pid, args.seconds, profile_to) if profile_to else None
             r0 = _redis_out(redis.url)
             cpu, own, pub0 = cpu_seconds(api.pid), _own_cpu(api.pid), _published(count_file)
-            results, errors, elapsed = asyncio.run(_load(port, args.rate, args.clients, args.seconds, names))
+            asked = [(kind, f"/v1/streams/{n}/{q}") for n in names for kind, q in QUERIES.items()]
+            results, errors, elapsed = asyncio.run(paced(port, KEY, asked, args.rate, args.clients, args.seconds))
             cpu, own = cpu_seconds(api.pid) - cpu, _own_cpu(api.pid) - own
             publishes = _published(count_file) - pub0
             sent = _redis_out(redis.url) - r0
@@ -304,14 +236,23 @@ def main() -> None:
     ap.add_argument("--clients", type=int, default=50)
     ap.add_argument("--seconds", type=float, default=20.0)
     ap.add_argument("--runs", type=int, default=1)
-    ap.add_argument("--scenario", action="append", choices=["a", "b", "c"],
-                    help="(a) one stream, (b) 100 streams, (c) 100 streams and 1,000 rules; default a")
-    ap.add_argument("--src", action="append", default=[], help="another source tree to run beside this one")
+    ap.add_argument("--scenario", action="append", choices=["a", "b", "c", "up"],
+                    help="(a) one stream, (b) 100 streams, (c) 100 streams and 1,000 rules, (up) `tidemark up` "
+                    "with its worker (bench/_up_scenario.py); default a")
+    ap.add_argument("--src", "--compare", action="append", default=[], dest="src",
+                    help="another source tree whose API runs beside this one's in the same invocation (repeatable)")
+    ap.add_argument("--up-rate", type=float, action="append", help="(up) paced rates, q/s (default 2000 and 500)")
+    ap.add_argument("--backlog", type=int, default=100_000, help="(up) events counted before the load")
+    ap.add_argument("--flat-seconds", type=float, default=10.0, help="(up) seconds of each flat-out run")
+    ap.add_argument("--flood", type=int, default=2, help="(up) processes posting back to back in the flood")
     ap.add_argument("--quiet", action="store_true", help="no ingest and no new versions during the load")
     ap.add_argument("--no-ingest", action="store_true", help="(a) publishes but posts no events")
     ap.add_argument("--workers", type=int, action="append", help="API processes (repeatable; default 1)")
     ap.add_argument("--profile", help="directory for py-spy raw profiles of each run's API")
     args = ap.parse_args()
+    args.up_rate = args.up_rate or [2000.0, 500.0]
+    if args.scenario == ["up"]:
+        return _main_up(args)
     versions = summaries()
     many = summaries(MANY_EVENTS)
     sources = []
@@ -360,6 +301,52 @@ def main() -> None:
           "decoder and ingest processes) | publishes | read from Redis per publish (of the blob) "
           "| child-process CPU per publish | errors | posted | load |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("\n".join(rows), flush=True)
+
+
+def _main_up(args) -> None:
+    """Scenario (up) alone: each tree's `tidemark up` in turn, ``--runs`` times."""
+    rows, probes = [], []
+    trees = [("this tree", str(ROOT))] + [(src, src) for src in args.src]
+    for i in range(args.runs):
+        for label, src in trees:
+            label = f"{label} @ {_commit(src)}"
+            r = run_up(src, args)
+            ph = r["phases"]
+            cells = [f"{ph['healthz']['result'][0]:,.0f}", f"{ph['cached']['result'][0]:,.0f}"]
+            for rate in args.up_rate:
+                results, errors, elapsed = ph[f"{rate:.0f} q/s"]["result"]
+                every = np.concatenate([np.array(v) for v in results.values()])
+                answered = every.size / elapsed
+                cells.append(f"{answered:,.0f} / {np.percentile(every, 50) * 1000:.1f} / "
+                             f"{np.percentile(every, 99) * 1000:.1f} / {every.max() * 1000:.0f} ms"
+                             + (f" ({len(errors)} errors)" if errors else ""))
+            cells.append(f"{ph[f'{args.up_rate[0]:.0f} q/s']['api_cores']:.2f}")
+            cells.append(" / ".join(f"{ph[f'{rate:.0f} q/s']['stall']:.0f}" for rate in args.up_rate))
+            worst = {}
+            for path, got in r["probes"].items():
+                for name, p in ph.items():
+                    inside = [s for t, s, _ in got if p["from"] <= t <= p["to"]]
+                    worst[(path, name)] = max(inside) * 1000 if inside else float("nan")
+            cells.append(" / ".join(f"{max(worst[(path, n)] for n in ph if n != 'ingest flood'):.0f}"
+                                    for path in ("/healthz", "/readyz")))
+            cells.append(" / ".join(f"{worst[(path, 'ingest flood')]:.0f}" for path in ("/healthz", "/readyz")))
+            cells.append(f"{ph[f'{args.up_rate[0]:.0f} q/s']['posted'] / 1000:.1f} K/s")
+            cells.append(f"{r['processes']}: {r['rss']:,.0f} / {r['pss']:,.0f} MB")
+            cells.append(f"{ph['healthz']['load']:.1f}")
+            rows.append(f"| {label} | " + " | ".join(cells) + " |")
+            print(f"{label}: worst probe by phase (ms, /healthz / /readyz): " + "; ".join(
+                f"{n} {worst[('/healthz', n)]:.0f} / {worst[('/readyz', n)]:.0f}" for n in ph), flush=True)
+            print(rows[-1], flush=True)
+    rates = " | ".join(f"{r:.0f} q/s: answered/s / p50 / p99 / max" for r in args.up_rate)
+    print(f"\n{' '.join(sys.argv)}\n(up): `tidemark up` (defaults, its Spark worker) of each tree in turn; one "
+          f"stream, {args.backlog:,} events of backlog, 5,000 events/s posted in 1,000-event NDJSON posts "
+          f"throughout; {args.clients} kept-alive connections; flat-out runs {args.flat_seconds:.0f} s, paced "
+          f"runs {args.seconds:.0f} s; probes every 0.1 s; memory of the API service's processes at the end.")
+    print(f"\n| tree @ commit | /healthz flat out /s | cached answer flat out /s | {rates} | API cores at "
+          f"{args.up_rate[0]:.0f} q/s | longest loop stall at {' / '.join(f'{r:.0f}' for r in args.up_rate)} q/s (ms) | worst /healthz / /readyz during the load (ms) | the same during an "
+          f"ingest flood ({args.flood} posters back to back) | posted | API processes: RSS / PSS | load |")
+    print("|---|" + "---|" * (9 + len(args.up_rate)))
     print("\n".join(rows), flush=True)
 
 

@@ -57,12 +57,20 @@ class Settings(BaseSettings):
     config_file: str | None = None
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=0, le=65535)
-    api_workers: int = Field(
-        default=1, ge=1, le=64, description="API processes answering on the one port "
-        "(uvicorn workers; each decodes and caches on its own, alerts are shared through Redis)")
+    api_workers: int | None = Field(
+        default=None, ge=1, le=64, description="API processes answering on the one port (each "
+        "decodes and caches on its own, alerts are shared through Redis); none: one per core "
+        "beside the worker's, at least 2 on two cores or more (tidemark_cli/serve.py)")
     ingest_processes: int = Field(
         default=1, ge=0, le=64, description="processes per API process that validate and "
         "encode posted events, off the API's GIL (0: in a thread of the API process)")
+    worker_nice: int = Field(
+        default=10, ge=0, le=19, description="niceness the worker (its driver, JVM and Python "
+        "workers) adds to its own: on a machine it shares with the API, the API's answers "
+        "come first")
+    decoder_processes: int = Field(
+        default=0, ge=0, le=64, description="processes per API process that decode published "
+        "summaries (0: the API process's own decode thread, the summary served is the one decoded)")
     spark_master: str | None = None
     checkpoint: str = Field(default=".run/checkpoint", description="pyarrow.fs URI of worker state")
     state_partitions: int = Field(

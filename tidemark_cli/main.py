@@ -286,6 +286,21 @@ def _phases(console, store, url: str) -> None:
                   "API": "starting", "first batch": "the first micro-batch"}.get(console.waiting() or "", ""))
 
 
+def _yield_cpu(nice: int) -> None:
+    """Lower this process's CPU priority before Spark starts (its JVM and Python workers
+    inherit it): on a machine shared with the API, answers come first and the batches
+    take what is left; alone, the worker loses nothing. Under autogroup scheduling
+    (Linux's default on desktops and many servers) a niceness counts only against the
+    same session, so a worker leading its own session (as ``tidemark up`` starts it) sets
+    its session's too; one run from a terminal leaves the terminal's session alone."""
+    os.nice(nice)
+    if os.getsid(0) == os.getpid():
+        try:
+            Path("/proc/self/autogroup").write_text(str(nice))
+        except OSError:  # no autogroup scheduling here: the niceness alone counts
+            pass
+
+
 def run_worker(args) -> None:
     from workers.job import main as worker_main
 
@@ -296,6 +311,8 @@ def run_worker(args) -> None:
     from tidemark.hash_secret import load_or_create
 
     checkpoint = args.checkpoint or settings.checkpoint
+    if settings.worker_nice:
+        _yield_cpu(settings.worker_nice)
     worker_main(redis_url, checkpoint, args.master or settings.spark_master,
                 args.partitions or settings.state_partitions, settings.trigger,
                 load_or_create(checkpoint, settings.hash_secret), settings.spark_conf,
@@ -319,35 +336,34 @@ def _api_settings(args=None) -> tuple[Settings, str]:
     return settings.model_copy(update={"api_keys": keys}), redis_url
 
 
-def api_app():
-    """The app of one API worker process (``uvicorn --factory``), built as ``run_api`` does."""
-    from app.main import create_app
-
-    return create_app(*_api_settings())
-
-
 def run_api(args) -> None:
-    import uvicorn
-
-    from app.main import create_app
+    from tidemark_cli.serve import api_processes, serve, tune
 
     settings, redis_url = _api_settings(args)
     declare_streams(redis_url, load_streams(args.config))
-    workers = args.workers or settings.api_workers
-    # Open dashboards hold /v1/live streams: give them 2 s, then stop regardless.
-    common = dict(host=args.host, port=args.port, log_level="warning", timeout_graceful_shutdown=2)
-    if workers == 1:
-        uvicorn.run(create_app(settings, redis_url), **common)
+    processes = api_processes(args.workers or settings.api_workers)
+    if processes == 1:
+        import uvicorn
+
+        from app.main import create_app
+
+        tune()
+        # Open dashboards hold /v1/live streams: give them 2 s, then stop regardless.
+        uvicorn.run(create_app(settings, redis_url), host=args.host, port=args.port, log_level="warning",
+                    timeout_graceful_shutdown=2)
         return
-    # Each worker process builds its own app from these; the files every one of them reads
-    # (API key, hash secret, webhook-secret key) are created here, once, before they start.
+    # The files every process reads (API key, hash secret, webhook-secret key) are made
+    # here, once, before they start.
     from tidemark.credentials import secret_key
     from tidemark.hash_secret import load_or_create
 
     load_or_create(settings.checkpoint, settings.hash_secret)
     secret_key(settings)
-    os.environ.update(TIDEMARK_REDIS_URL=redis_url, TIDEMARK_HOST=args.host, TIDEMARK_PORT=str(args.port))
-    uvicorn.run("tidemark_cli.main:api_app", factory=True, workers=workers, **common)
+    if "TIDEMARK_INGEST_PROCESSES" not in os.environ:
+        # Several API processes already validate posts side by side: an ingest process
+        # beside each (150 MB apiece) buys nothing more here.
+        settings = settings.model_copy(update={"ingest_processes": 0})
+    serve(settings, redis_url, processes, args.host, args.port)
 
 
 def run_streams(args) -> None:
@@ -426,7 +442,8 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--host", default="127.0.0.1")
     s.add_argument("--port", type=int, default=8000)
     s.add_argument("--workers", type=int, help="API processes on the port (default "
-                   "TIDEMARK_API_WORKERS or 1)")
+                   "TIDEMARK_API_WORKERS, else one per core beside the worker's, at least 2 on "
+                   "two cores or more)")
     return p
 
 

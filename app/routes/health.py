@@ -78,6 +78,7 @@ def metrics(store: StoreDep, metrics: MetricsDep, settings: SettingsDep, request
         beat = store.worker_heartbeat()
         if beat:
             metrics.batch_seconds.set(beat.get("batch_seconds", 0.0))
+    request.app.state.loop_watch.longest()  # sets its gauge
     text = generate_latest(metrics.registry).decode()
     if principal is not None and principal.restricted:
         text = "".join(line for line in text.splitlines(keepends=True)

@@ -1,12 +1,15 @@
 """``tidemark api --workers N``: N processes answer on one port, each correct on its own —
 every connection, whichever process takes it, gets the answer of a published version that
 says which version it is, and each process moves to a new version by itself; the files all
-of them read (API key, hash secret, webhook-secret key) are made once, before they start."""
+of them read (API key, hash secret, webhook-secret key) are made once, before they start;
+connections are spread over the processes; a process that dies is replaced; and how many
+processes there are by default follows the machine (``tidemark_cli.serve``)."""
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -36,12 +39,19 @@ def _summary(n: int, secret: HashSecret) -> StreamSummary:
 
 
 def _children(pid: int) -> list[int]:
-    """The worker processes uvicorn spawned (not multiprocessing's resource tracker)."""
+    """The API processes the parent forked (their command line is the parent's)."""
     try:
         found = [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
     except OSError:
         return []
-    return [c for c in found if b"spawn_main" in Path(f"/proc/{c}/cmdline").read_bytes()]
+    out = []
+    for c in found:
+        try:
+            if b"tidemark_cli" in Path(f"/proc/{c}/cmdline").read_bytes():
+                out.append(c)
+        except OSError:
+            continue
+    return out
 
 
 @pytest.fixture
@@ -94,3 +104,77 @@ def test_every_process_answers_each_version_and_says_which(two_workers, redis_ur
             break
         assert time.monotonic() < deadline, "a process never moved to the new version"
         time.sleep(0.2)
+
+
+def _pids_answering(base: str, connections: int = 16) -> set[int]:
+    """The processes holding ``connections`` new connections (each asked once, kept open
+    meanwhile), read as the server's side of each connection's port."""
+    import socket
+
+    port = int(base.rsplit(":", 1)[1])
+    socks = []
+    try:
+        for _ in range(connections):
+            s = socket.create_connection(("127.0.0.1", port))
+            s.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            assert b"200 OK" in s.recv(4096)
+            socks.append(s)
+        local = {s.getsockname()[1] for s in socks}
+        owners = set()
+        for pid in _all_pids():
+            for fd in Path(f"/proc/{pid}/fd").glob("*"):
+                try:
+                    link = os.readlink(fd)
+                except OSError:
+                    continue
+                if link.startswith("socket:") and _peer_port(pid, link[8:-1]) in local:
+                    owners.add(pid)
+        return owners
+    finally:
+        for s in socks:
+            s.close()
+
+
+def _all_pids() -> list[int]:
+    return [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit()]
+
+
+def _peer_port(pid: int, inode: str) -> int | None:
+    """The remote port of the TCP socket ``inode`` seen from ``pid``."""
+    for table in ("tcp", "tcp6"):
+        try:
+            lines = Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if fields[9] == inode:
+                return int(fields[2].rsplit(":", 1)[1], 16)
+    return None
+
+
+def test_connections_are_spread_and_a_dead_process_is_replaced(two_workers):
+    proc, base, _ = two_workers
+    first = _children(proc.pid)
+    assert len(first) == 2
+    assert _pids_answering(base) == set(first)  # SO_REUSEPORT: both take connections
+    os.kill(first[0], signal.SIGKILL)
+    deadline = time.monotonic() + 60
+    while True:
+        now = _children(proc.pid)
+        if len(now) == 2 and first[0] not in now:
+            try:
+                if httpx.get(f"{base}/healthz", timeout=2).status_code == 200 and \
+                        _pids_answering(base) == set(now):
+                    break
+            except httpx.HTTPError:
+                pass
+        assert time.monotonic() < deadline, "the killed process was not replaced"
+        time.sleep(0.2)
+
+
+def test_the_number_of_processes_follows_the_machine():
+    from tidemark_cli.serve import api_processes
+
+    assert [api_processes(None, cores) for cores in (1, 2, 3, 4, 8)] == [1, 2, 2, 3, 7]
+    assert api_processes(5, 2) == 5  # a configured number is kept

@@ -280,3 +280,16 @@ def test_a_saturated_worker_admits_no_more_than_half_the_promise():
     assert _decide(lag, stream_pending=0, incoming=10) is not None
     lag.partitions[0]["pending_events"] = 400_000  # 4.5 s
     assert _decide(lag, stream_pending=0, incoming=10) is None
+
+
+def test_an_idle_worker_after_one_slow_batch_takes_posts_again():
+    """Nothing waits, the slowest recent batch took 14 s and the worker reported an idle
+    trigger 3 s ago: no batch with events is under way, so a post is taken (it was refused
+    for good, and with nothing taken the worker stayed idle)."""
+    lag = LogLag(partitions=[{"partition": 0, "pending_events": 0, "pending_chunks": 0,
+                              "oldest_age": 0.0, "oldest_stream": None}],
+                 batch_seconds=14.4, fixed_seconds=2.8, seconds_per_group=0.075, active_streams=10,
+                 worker_seen=True)
+    lag.batch_elapsed = 3.0
+    assert lag.wait_estimate(1000, 1) < TARGET * MAX_WAIT
+    assert _decide(lag, stream_pending=0, incoming=1000) is None

@@ -58,7 +58,10 @@ class Site:
         env = {**os.environ, "PYTHONPATH": str(ROOT), "TIDEMARK_RUN_DIR": str(self.directory / "run"),
                "TIDEMARK_CHECKPOINT": str(self.directory / "checkpoint"),
                "TIDEMARK_API_KEYS": json.dumps([*API_KEYS, RESTRICTED]),
-               "TIDEMARK_HASH_SECRET": self.secret_hex, "TIDEMARK_INGEST_PROCESSES": "0"}
+               "TIDEMARK_HASH_SECRET": self.secret_hex, "TIDEMARK_INGEST_PROCESSES": "0",
+               # One process: a site is stopped (SIGSTOP) and killed as one (its processes
+               # would go on answering for a stopped parent).
+               "TIDEMARK_API_WORKERS": "1"}
         self.proc = subprocess.Popen([sys.executable, "-m", "tidemark_cli", "api", "--redis", self.redis.url,
                                       "--port", str(self.port)], env=env, cwd=ROOT,
                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)

@@ -166,3 +166,20 @@ def test_ingest_retries_a_dropped_connection_and_503_under_one_idempotency_key(a
             pytest.raises(CliError, match="the API kept answering 503: storage unavailable; gave up after 2 s"):
         post_batch(client, stream_name, sent[0][1], sent[0][0], retry_for=2)
     real.close()
+
+
+def test_the_worker_yields_the_cpu_and_its_session_too_when_it_leads_one():
+    """`tidemark worker` lowers its priority before Spark starts; leading its own session
+    (as `tidemark up` starts it) it lowers the session's autogroup too, where the kernel
+    schedules by autogroup; run inside another session, it leaves that session alone."""
+    script = ("import os; from tidemark_cli.main import _yield_cpu; _yield_cpu(7); print(os.nice(0)); "
+              "print(open('/proc/self/autogroup').read().split()[-1] if os.path.exists('/proc/self/autogroup') "
+              "else 'none')")
+    led = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
+                         start_new_session=True)
+    nice, group = led.stdout.split()
+    assert nice == str(min(19, os.nice(0) + 7)) and group in ("7", "none"), led.stderr
+    ours = open("/proc/self/autogroup").read().split()[-1] if os.path.exists("/proc/self/autogroup") else "none"
+    inside = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    nice, group = inside.stdout.split()
+    assert nice == str(min(19, os.nice(0) + 7)) and group == ours, inside.stderr
