@@ -415,7 +415,11 @@ LOCAL_CONF = {
     # The driver JVM runs Spark's planning and moves chunk blobs (the sketches run in
     # Python): C1-compiled code and a serial collector start faster on few cores and leave
     # them to the Python workers, instead of C2 compiler threads competing at start-up.
-    "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
+    # The heap starts small and gives back what a collection frees (the default starts at
+    # 1/64 of the machine's memory and keeps every page it ever touched): the driver's
+    # resident memory follows what it holds, not how long it has run.
+    "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -Xms64m "
+                                     "-XX:MinHeapFreeRatio=10 -XX:MaxHeapFreeRatio=30",
 }
 
 
