@@ -13,7 +13,7 @@ import redis
 
 from app.backpressure import LagReader, LogLag, decide
 from app.declarations import StreamNotFound
-from app.stream_status import _consumed, _num, _shards
+from app.stream_status import consumed_events, current_shards, read_number
 from tidemark.ingest_log import partition_of
 from tidemark.wire import keys, scripts
 
@@ -56,7 +56,7 @@ def _ask_waiting(p, name: str) -> None:
 
 
 def _waiting_of(received, shards, generation) -> int:
-    return max(0, _num(received) - _consumed(_shards(shards, generation)))
+    return max(0, read_number(received) - consumed_events(current_shards(shards, generation)))
 
 
 class Ingest:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from tidemark.wire.records import ShardStatus
 
-__all__ = ["Status"]  # and the helpers app.ingest and app.summary_cache share
+__all__ = ["Status", "status_of", "current_shards", "versions_served", "consumed_events", "read_number"]
 
 
 class Status(dict):
@@ -13,13 +13,13 @@ class Status(dict):
 
 
 
-def _num(raw: bytes | None, kind=int, default=0):
+def read_number(raw: bytes | None, kind=int, default=0):
     if raw is None or raw == b"":
         return default
     return kind(raw.decode())
 
 
-def _shards(raw: dict, generation: bytes | None = None) -> dict[int, ShardStatus]:
+def current_shards(raw: dict, generation: bytes | None = None) -> dict[int, ShardStatus]:
     """The published shard statuses of the stream's current ``generation`` only (a status
     of another generation is a stale publish: never served, never counted)."""
     current = None if generation is None else int(generation)
@@ -27,20 +27,20 @@ def _shards(raw: dict, generation: bytes | None = None) -> dict[int, ShardStatus
     return {k: s for k, s in shards.items() if s.generation == current}
 
 
-def _versions(shards: dict[int, ShardStatus]) -> tuple:
+def versions_served(shards: dict[int, ShardStatus]) -> tuple:
     """What identifies the shard summaries served: (shard, (generation, version)) each, so
     a re-declared stream's version 1 is never taken for the old one's."""
     return tuple(sorted((k, (s.generation, s.version)) for k, s in shards.items()))
 
 
-def _consumed(shards: dict[int, ShardStatus]) -> int:
+def consumed_events(shards: dict[int, ShardStatus]) -> int:
     """Events the worker has taken from the ingest queue: counted or dropped as late."""
     return sum(s.events + s.late_dropped for s in shards.values())
 
 
-def _status(shards: dict[int, ShardStatus], ingested: dict) -> Status:
+def status_of(shards: dict[int, ShardStatus], ingested: dict) -> Status:
     """A stream's status from its shards' published statuses and the API's counters."""
-    consumed = _consumed(shards)
+    consumed = consumed_events(shards)
     clocks = [s.clock for s in shards.values() if s.clock is not None]
     sizes: dict[str, int] = {}
     for s in shards.values():
@@ -49,11 +49,11 @@ def _status(shards: dict[int, ShardStatus], ingested: dict) -> Status:
     failed = {k: s.failed for k, s in sorted(shards.items()) if s.failed}
     status = Status(
         # After a Redis flush the API's counter restarts; what the worker consumed is a floor.
-        received=max(_num(ingested.get(b"received")), consumed),
+        received=max(read_number(ingested.get(b"received")), consumed),
         events=sum(s.events for s in shards.values()),
         clock=max(clocks) if clocks else None,
         late_dropped=sum(s.late_dropped for s in shards.values()),
-        rejected=_num(ingested.get(b"rejected")),
+        rejected=read_number(ingested.get(b"rejected")),
         # Each shard's version only grows, so their sum does too.
         sketch_version=sum(s.version for s in shards.values()),
         updated_at=max((s.updated_at for s in shards.values()), default=None),

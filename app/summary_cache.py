@@ -25,7 +25,7 @@ import redis
 
 from app.declarations import Declarations
 from app.decoder import Decoder
-from app.stream_status import Status, _shards, _status, _versions
+from app.stream_status import Status, current_shards, status_of, versions_served
 from tidemark import segments
 from tidemark.summary import StreamSummary
 from tidemark.wire import keys, scripts
@@ -109,8 +109,8 @@ class SummaryCache:
             p.hgetall(keys.ingest_stats(name))
             p.hget(keys.GENERATIONS, name)
             raw, ingested, generation = p.execute()
-        shards = _shards(raw, generation)
-        read = shards, ingested, _versions(shards)
+        shards = current_shards(raw, generation)
+        read = shards, ingested, versions_served(shards)
         if len(self._reads) >= 4 * self.cached_streams:
             self._reads.clear()
             self._read_at.clear()
@@ -173,8 +173,8 @@ class SummaryCache:
         served = self._merged.get(name)
         if served and served[0] != versions:
             self._refresh_later(name)
-            return _status(served[2], ingested)
-        return _status(shards, ingested)
+            return status_of(served[2], ingested)
+        return status_of(shards, ingested)
 
     def summary(self, name: str, fresh: bool = False) -> tuple[StreamSummary | None, Status]:
         """The published summary (None before the first publish) and the status of those
@@ -194,16 +194,16 @@ class SummaryCache:
         if served and served[0] == versions:
             with self._lock:
                 self._merged.move_to_end(name)
-            return served[1], _status(shards, ingested)
+            return served[1], status_of(shards, ingested)
         if served and not fresh:
             self._refresh_later(name)
-            return served[1], _status(served[2], ingested)
+            return served[1], status_of(served[2], ingested)
         with self._lock:
             decoding = self._decoding.setdefault(name, threading.Lock())
         with decoding:  # one thread decodes a version; the others asking meanwhile wait
             served = self._merged.get(name)
             if served and served[0] == versions:
-                return served[1], _status(shards, ingested)
+                return served[1], status_of(shards, ingested)
             return self._decode(name, shards, ingested, versions)
 
     def _refresh_later(self, name: str) -> None:
@@ -247,8 +247,8 @@ class SummaryCache:
             args=[name, *held])
         raw = dict(zip(statuses[::2], statuses[1::2]))
         ingested = dict(zip(ingested_raw[::2], ingested_raw[1::2]))
-        shards = _shards(raw, generation)
-        versions = _versions(shards)
+        shards = current_shards(raw, generation)
+        versions = versions_served(shards)
         with self._lock:  # the freshest read of the statuses too
             self._reads[name] = (read_at, (shards, ingested, versions))
             self._read_at[name] = read_at
@@ -258,12 +258,12 @@ class SummaryCache:
         blobs = [(tuple(d for _, d in shards[k].segments), segments.join(shards[k].segments, held))
                  for k, _ in versions if shards[k].segments]
         if not blobs:
-            return None, _status(shards, ingested)
+            return None, status_of(shards, ingested)
         merged, cpu = self.decoder.decode(blobs, name)
         if self.on_decoded is not None:  # answers of the new version rendered before it serves
             try:
                 serving = self._merged.get(name)
-                self.on_decoded(name, serving and serving[0], versions, merged, _status(shards, ingested))
+                self.on_decoded(name, serving and serving[0], versions, merged, status_of(shards, ingested))
             except Exception as e:  # noqa: BLE001 — best effort: the query renders it then
                 log.warning("rendering answers of %s ahead failed: %s", name, type(e).__name__)
         with self._lock:
@@ -276,7 +276,7 @@ class SummaryCache:
             while len(self._merged) > self.cached_streams:
                 old, _ = self._merged.popitem(last=False)
                 self._segments.pop(old, None)
-        return merged, _status(shards, ingested)
+        return merged, status_of(shards, ingested)
 
     def failed_streams(self) -> dict[str, str]:
         """The streams whose current shards say ``failed``, with why (``tidemark up`` says
@@ -289,7 +289,7 @@ class SummaryCache:
             replies = p.execute()
         out = {}
         for i, name in enumerate(names):
-            shards = _shards(replies[2 * i], replies[2 * i + 1])
+            shards = current_shards(replies[2 * i], replies[2 * i + 1])
             failed = [f"shard {k}: {s.failed}" for k, s in sorted(shards.items()) if s.failed]
             if failed:
                 out[name] = "; ".join(failed)

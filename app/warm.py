@@ -11,7 +11,7 @@ import logging
 
 from app.answers import QUERY_KINDS, answer
 from app.ranges import answers_at
-from app.stream_status import _status
+from app.stream_status import status_of
 from tidemark.wire.records import ShardStatus
 
 __all__ = ["warm_answers"]
@@ -25,7 +25,7 @@ def warm_answers() -> int:
     from tidemark.summary import warm_up
 
     config, summary = warm_up()  # the worker's tiny warm-up stream, its kernels loaded too
-    status = _status({0: ShardStatus(version=1, events=3, late_dropped=0, clock=2.5, updated_at=0.0)}, {})
+    status = status_of({0: ShardStatus(version=1, events=3, late_dropped=0, clock=2.5, updated_at=0.0)}, {})
     params = {"window": "30", "key": "a", "q": "0.5", "phi": "0.1", "alpha": "1.5", "lo": "0", "hi": "5",
               "value": "1"}
     answered = 0

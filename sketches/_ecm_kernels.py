@@ -110,7 +110,7 @@ def _tab(x, tables, t):
 
 
 @nb.njit(cache=True, inline="always")
-def _cell(x, c, tables, shift, table, offset, width):
+def cell_index(x, c, tables, shift, table, offset, width):
     y = x >> shift[c]
     t = table[c]
     if t < 0:  # an exact slot: the shifted id is the cell
@@ -127,7 +127,7 @@ def cells_of(ids, tables, shift, table, offset, width):
     out = np.empty((n, c_n), np.int64)
     for i in range(n):
         for c in range(c_n):
-            out[i, c] = _cell(ids[i], c, tables, shift, table, offset, width)
+            out[i, c] = cell_index(ids[i], c, tables, shift, table, offset, width)
     return out
 
 
@@ -181,7 +181,7 @@ def materialize(n_out, old_counts, old_dest, ev_dest, ev_ids, ev_w, tables, shif
         x = ev_ids[i]
         w = ev_w[i]
         for c in range(shift.shape[0]):
-            out[r, _cell(x, c, tables, shift, table, offset, width)] += w
+            out[r, cell_index(x, c, tables, shift, table, offset, width)] += w
     return out
 
 

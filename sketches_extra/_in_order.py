@@ -19,7 +19,7 @@ from sketches.base import Estimate, Sketch, SketchError, integer_ticks
 from sketches_extra._eh_kernels import TICK_LIMIT
 
 NO_CLOCK = -(1 << 63)  # clock of a sketch that has seen no event
-_U = 2.0**-53  # unit roundoff of float64
+UNIT_ROUNDOFF = 2.0**-53  # unit roundoff of float64
 
 
 class InOrderWindowSum(Sketch):
@@ -31,7 +31,7 @@ class InOrderWindowSum(Sketch):
 
     @staticmethod
     def _check_window(window) -> int:
-        window = _as_int(window, "window")
+        window = as_int(window, "window")
         if not 0 <= window < TICK_LIMIT:
             raise SketchError(f"window must be in [0, 2^62), got {window}")
         return window
@@ -72,14 +72,14 @@ class InOrderWindowSum(Sketch):
             self._fold(parts)
         return self
 
-def _as_int(x, name: str) -> int:
+def as_int(x, name: str) -> int:
     try:
         return operator.index(x)
     except TypeError:
         raise SketchError(f"{name} must be an integer tick count, got {x!r}") from None
 
 
-def _coerce_ticks(ticks) -> np.ndarray:
+def coerce_ticks(ticks) -> np.ndarray:
     t = integer_ticks(ticks)
     if t.size and t.dtype.kind == "u" and int(t.max()) >= TICK_LIMIT:
         raise SketchError("ticks must lie in (-2^62, 2^62)")
@@ -90,7 +90,7 @@ def _coerce_ticks(ticks) -> np.ndarray:
 
 
 
-def _check_in_order(first_tick: int, clock: int) -> None:
+def check_in_order(first_tick: int, clock: int) -> None:
     if first_tick < clock:
         raise SketchError(
             f"out-of-order event: tick {first_tick} is older than the clock {clock}; "
@@ -100,7 +100,7 @@ def _check_in_order(first_tick: int, clock: int) -> None:
 
 def _check_query(lo, hi, clock: int, window: int):
     """Validated ``(lo, hi, empty)``; ``hi`` is clamped to the clock."""
-    lo, hi = _as_int(lo, "lo"), _as_int(hi, "hi")
+    lo, hi = as_int(lo, "lo"), as_int(hi, "hi")
     if lo > hi:
         raise SketchError(f"empty query range: lo={lo} > hi={hi}")
     if clock == NO_CLOCK:
@@ -120,7 +120,7 @@ def _exact_zero(eps: float, method: str) -> Estimate:
     return Estimate(0.0, 0.0, 0.0, "relative", eps, 1.0, method)
 
 
-def _bracket_estimate(a: float, b: float, eps: float, eta: float, g: float,
+def bracket_estimate(a: float, b: float, eps: float, eta: float, g: float,
                       method: str) -> Estimate:
     """Estimate of ``x`` from a state bracket ``a <= S* <= b`` of a stream ``S*`` with
     ``|S* − x| <= η·x``, sums within ``1 ± g`` of exact, and relative half-width ``<= ε``.
@@ -138,14 +138,14 @@ def _bracket_estimate(a: float, b: float, eps: float, eta: float, g: float,
     else:
         e = max(eps, float(np.nextafter((b - a) / (2.0 * a), math.inf)))
     if g > 0.0:
-        e *= ((1.0 + g) / (1.0 - g)) ** 2 * (1.0 + 4 * _U)
+        e *= ((1.0 + g) / (1.0 - g)) ** 2 * (1.0 + 4 * UNIT_ROUNDOFF)
     eps_rep = _compose(e, eta, g)
     if g == 0.0 and eta == 0.0:
         lower, upper = a, b
     else:
-        lower = a / ((1.0 + g) * (1.0 + eta)) * (1.0 - 4 * _U)
+        lower = a / ((1.0 + g) * (1.0 + eta)) * (1.0 - 4 * UNIT_ROUNDOFF)
         den = (1.0 - g) * (1.0 - eta)
-        upper = b / den * (1.0 + 4 * _U) if den > 0.0 else math.inf
+        upper = b / den * (1.0 + 4 * UNIT_ROUNDOFF) if den > 0.0 else math.inf
     est = min(max(0.5 * (a + b), lower), upper)
     return Estimate(float(est), float(lower), float(upper), "relative", eps_rep, 1.0, method)
 
@@ -154,7 +154,7 @@ def _compose(e: float, eta: float, g: float) -> float:
     """``(1 + e)(1 + η)(1 + g) − 1`` rounded up."""
     if g == 0.0 and eta == 0.0:
         return e
-    return ((1.0 + e) * (1.0 + eta) * (1.0 + g) - 1.0) * (1.0 + 4 * _U)
+    return ((1.0 + e) * (1.0 + eta) * (1.0 + g) - 1.0) * (1.0 + 4 * UNIT_ROUNDOFF)
 
 
 def _difference(x: Estimate, y: Estimate) -> Estimate:

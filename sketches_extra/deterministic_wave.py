@@ -19,7 +19,7 @@ from sketches_extra import _wave_kernels as K
 from sketches_extra._eh_kernels import TICK_LIMIT
 from sketches._bytes import HEADER_SIZE, Reader
 from sketches.base import CorruptSketchError, Estimate, SketchError
-from sketches_extra._in_order import NO_CLOCK, _U, InOrderWindowSum, _as_int, _bracket_estimate, _check_in_order, _coerce_ticks
+from sketches_extra._in_order import NO_CLOCK, UNIT_ROUNDOFF, InOrderWindowSum, as_int, bracket_estimate, check_in_order, coerce_ticks
 
 __all__ = ["DeterministicWave", "wave_levels", "suggest_max_window_weight"]
 
@@ -139,7 +139,7 @@ class DeterministicWave(InOrderWindowSum):
         if not MIN_EPSILON <= epsilon < 1.0:
             raise SketchError(f"epsilon must be in [1e-4, 1), got {epsilon}")
         window = self._check_window(window)
-        u = _as_int(max_window_weight, "max_window_weight")
+        u = as_int(max_window_weight, "max_window_weight")
         if not 1 <= u <= MAX_WINDOW_WEIGHT:
             raise SketchError(f"max_window_weight must be in [1, 2^58], got {u}")
         self._eps, self._window, self._u = epsilon, window, u
@@ -235,7 +235,7 @@ class DeterministicWave(InOrderWindowSum):
         if t.size > 1 and np.any(t[1:] < t[:-1]):
             order = np.argsort(t, kind="stable")
             t, w = t[order], w[order]
-        _check_in_order(int(t[0]), self.clock)
+        check_in_order(int(t[0]), self.clock)
         self._update_sorted(t, w)
 
     def _update_sorted(self, t, w) -> None:
@@ -262,7 +262,7 @@ class DeterministicWave(InOrderWindowSum):
                  t, w, self._window)
 
     def _coerce(self, ticks, weights):
-        t = _coerce_ticks(ticks)
+        t = coerce_ticks(ticks)
         if t.size and (t.min() <= -TICK_LIMIT or t.max() >= TICK_LIMIT):
             raise SketchError("ticks must lie in (-2^62, 2^62)")
         if weights is None:
@@ -295,7 +295,7 @@ class DeterministicWave(InOrderWindowSum):
     # ----------------------------------------------------------------------- query
     def _suffix(self, lo: int) -> Estimate:
         a, b = K.bracket(self._qp, self._qv, self._qz, self._qn, self._sc, lo)
-        return _bracket_estimate(float(a), float(b), 1.0 / self._k, self._eta, 0.0, METHOD)
+        return bracket_estimate(float(a), float(b), 1.0 / self._k, self._eta, 0.0, METHOD)
 
     # ----------------------------------------------------------------------- merge
     def _fold(self, parts: list) -> None:
@@ -318,7 +318,7 @@ class DeterministicWave(InOrderWindowSum):
             eta = 0.0
             for p, _, _, rho in logs:
                 r = max(1.0 / self._k, rho)
-                eta = max(eta, (p._eta + r + p._eta * r) * (1.0 + 4 * _U))
+                eta = max(eta, (p._eta + r + p._eta * r) * (1.0 + 4 * UNIT_ROUNDOFF))
             t = np.concatenate([x[1] for x in logs])
             w = np.concatenate([x[2] for x in logs])
             order = np.argsort(t, kind="stable")

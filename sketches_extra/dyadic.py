@@ -17,7 +17,7 @@ from fractions import Fraction
 import numba as nb
 import numpy as np
 
-from sketches._ecm_kernels import TICK_LIMIT, _cell
+from sketches._ecm_kernels import TICK_LIMIT, cell_index
 from sketches._bytes import Reader
 from sketches.base import CorruptSketchError, Estimate, SketchError, seed_value, unit_interval, window_ticks
 from sketches.ecm import CellSketch, as_batch
@@ -35,7 +35,7 @@ def _node_vals(lo_vec, hi_vec, node, c0, c1, tables, shift, table, offset, width
     lw = np.inf
     md = np.inf
     for c in range(c0, c1):
-        cell = _cell(node, c, tables, shift, table, offset, width)
+        cell = cell_index(node, c, tables, shift, table, offset, width)
         u = min(u, hi_vec[cell])
         lw = min(lw, lo_vec[cell])
         md = min(md, 0.5 * (lo_vec[cell] + hi_vec[cell]))

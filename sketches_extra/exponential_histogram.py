@@ -29,7 +29,7 @@ from sketches_extra._eh_kernels import (
 )
 from sketches._bytes import HEADER_SIZE, Reader
 from sketches.base import CorruptSketchError, Estimate, SketchError
-from sketches_extra._in_order import NO_CLOCK, _U, InOrderWindowSum, _bracket_estimate, _check_in_order, _coerce_ticks
+from sketches_extra._in_order import NO_CLOCK, UNIT_ROUNDOFF, InOrderWindowSum, bracket_estimate, check_in_order, coerce_ticks
 
 __all__ = ["ExponentialHistogram", "suggest_epsilon", "max_buckets"]
 
@@ -257,7 +257,7 @@ class ExponentialHistogram(InOrderWindowSum):
         if not srt:
             order = np.argsort(t, kind="stable")
             t, w = t[order], w[order]
-        _check_in_order(int(t[0]), self._clock)
+        check_in_order(int(t[0]), self._clock)
         self._ingest(t, w)
         self._clock = int(t[-1])
         self._m = compress(self._st, self._en, self._w, self._m, self._two_eps,
@@ -276,8 +276,8 @@ class ExponentialHistogram(InOrderWindowSum):
                 return Estimate(0.5 * (a + a + s), 0.0, math.inf, "relative", math.inf, 1.0, METHOD)
         # Depth-h lineage: 1 + η = (1 + ε_g)^h, rounded up (the class docstring).
         eps_g = self._eps * ((1.0 + g) / (1.0 - g)) ** 2 if g else self._eps
-        eta = ((1.0 + eps_g) ** self._depth - 1.0) * (1.0 + 8 * _U) if self._depth else 0.0
-        return _bracket_estimate(a, a + s, self._eps, eta, g, METHOD)
+        eta = ((1.0 + eps_g) ** self._depth - 1.0) * (1.0 + 8 * UNIT_ROUNDOFF) if self._depth else 0.0
+        return bracket_estimate(a, a + s, self._eps, eta, g, METHOD)
 
     # ----------------------------------------------------------------------- merge
     def _fold(self, parts: list) -> None:
@@ -386,7 +386,7 @@ class ExponentialHistogram(InOrderWindowSum):
 
 # ---------------------------------------------------------------- batch helpers
 def _coerce_batch(ticks, weights):
-    t = _coerce_ticks(ticks)
+    t = coerce_ticks(ticks)
     if weights is None:
         return t, np.ones(t.size, np.float64)
     w = np.asarray(weights)
@@ -405,5 +405,5 @@ def _raise_scan(status: int) -> None:
 
 
 def _gamma(k: int) -> float:
-    ku = k * _U
+    ku = k * UNIT_ROUNDOFF
     return 1.0 if ku >= 0.5 else ku / (1.0 - ku)
