@@ -23,14 +23,12 @@ segment, ``"_whole"``: the reader's decode refuses it whole, as before.
 from __future__ import annotations
 
 import hashlib
-import json
-import struct
 
-from sketches.base import HEADER_SIZE
+from sketches.base import CorruptSketchError
+from tidemark.summary import read_head
 
 __all__ = ["split", "join", "digest"]
 
-_META = struct.Struct("<I")
 HEAD, WHOLE = "_head", "_whole"
 
 
@@ -41,18 +39,14 @@ def digest(data: bytes) -> str:
 
 def split(blob: bytes) -> list[tuple[str, bytes]]:
     """``blob`` as ``[(part, bytes), ...]`` in order (module notes); joining them gives it
-    back exactly."""
+    back exactly. The head is read by the summary's own reader (``read_head``)."""
     try:
-        (n,) = _META.unpack_from(blob, HEADER_SIZE)
-        head_end = HEADER_SIZE + _META.size + n
-        meta = json.loads(bytes(blob[HEADER_SIZE + _META.size : head_end]))
-        layout = [(str(name), int(length)) for name, length in meta["parts"]]
-    except (struct.error, ValueError, KeyError, TypeError):
+        head = read_head(blob)
+    except CorruptSketchError:
         return [(WHOLE, bytes(blob))]
-    if head_end + sum(length for _, length in layout) != len(blob) or any(l < 0 for _, l in layout):
-        return [(WHOLE, bytes(blob))]
-    out, offset = [(HEAD, bytes(blob[:head_end]))], head_end
-    for name, length in layout:
+    offset = head.parts_at
+    out = [(HEAD, bytes(blob[:offset]))]
+    for name, length in head.layout:
         out.append((name, bytes(blob[offset : offset + length])))
         offset += length
     return out

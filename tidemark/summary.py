@@ -33,14 +33,15 @@ from typing import Callable, Sequence
 import numpy as np
 import pyarrow as pa
 
-from sketches.base import CorruptSketchError, Family, IncompatibleSketchError, pack_header, unpack_header
+from sketches.base import HEADER_SIZE, CorruptSketchError, Family, IncompatibleSketchError, pack_header, unpack_header
 from sketches.hashing import hash_keys
 from tidemark import limits
 from tidemark.hash_secret import HashSecret
 from tidemark.streams import StreamConfig
 from tidemark.ticks import ticks_of
+from tidemark.wire.records import read_config
 
-__all__ = ["StreamSummary", "Columns", "PARTS"]
+__all__ = ["StreamSummary", "Columns", "PARTS", "SummaryHead", "read_head"]
 
 
 @dataclass
@@ -349,16 +350,13 @@ class StreamSummary:
     @classmethod
     def from_bytes(cls, data: bytes, secret: HashSecret) -> "StreamSummary":
         """Read a summary built under ``secret``; anything else is refused whole."""
-        _, payload = unpack_header(data, Family.STREAM_SUMMARY, fmt=2)
-        if len(payload) < _META.size:
-            raise CorruptSketchError("stream summary truncated")
-        (n,) = _META.unpack_from(payload)
+        head = read_head(data)
+        payload, offset, layout = memoryview(data), head.parts_at, head.layout
         try:
-            meta = json.loads(bytes(payload[_META.size : _META.size + n]))
-            config = StreamConfig.model_validate(meta["config"])
+            meta = head.meta
+            config = read_config(meta["config"])
             fingerprint = str(meta["secret"])
             clock = meta["clock"]
-            layout = [(str(name), int(length)) for name, length in meta["parts"]]
             lost = _read_lost(meta.get("lost"))
         except (ValueError, KeyError, TypeError) as e:
             raise CorruptSketchError(f"stream summary metadata unreadable: {e}") from None
@@ -368,9 +366,6 @@ class StreamSummary:
                 f"{fingerprint}, this deployment's is {secret.fingerprint})")
         if clock is not None and not (isinstance(clock, (int, float)) and math.isfinite(clock)):
             raise CorruptSketchError("stream summary clock is not a finite number")
-        offset = _META.size + n
-        if any(length < 0 for _, length in layout) or offset + sum(l for _, l in layout) != len(payload):
-            raise CorruptSketchError("stream summary part lengths do not match its size")
         names = set(part_names(config))
         parts = {}
         for name, length in layout:
@@ -385,6 +380,38 @@ class StreamSummary:
 
     def __repr__(self) -> str:
         return f"StreamSummary(parts={list(self.parts)}, clock={self.clock_seconds}, bytes={self.sizes()})"
+
+
+@dataclass(frozen=True)
+class SummaryHead:
+    """What a summary blob's head says: its meta (settings, secret fingerprint, clock,
+    parts, what was lost), where the first part begins, and each part's name and length
+    in order."""
+
+    meta: dict
+    parts_at: int
+    layout: list
+
+
+def read_head(data) -> SummaryHead:
+    """The one reader of a summary blob's head (header, meta length, meta, part layout),
+    checked: the parts' lengths add up to the blob's. ``StreamSummary.from_bytes`` and
+    ``tidemark.segments.split`` read through it. Raises :class:`CorruptSketchError`."""
+    _, payload = unpack_header(data, Family.STREAM_SUMMARY, fmt=2)
+    if len(payload) < _META.size:
+        raise CorruptSketchError("stream summary truncated")
+    (n,) = _META.unpack_from(payload)
+    try:
+        meta = json.loads(bytes(payload[_META.size : _META.size + n]))
+        layout = [(str(name), int(length)) for name, length in meta["parts"]]
+    except (ValueError, KeyError, TypeError) as e:
+        raise CorruptSketchError(f"stream summary metadata unreadable: {e}") from None
+    if not isinstance(meta, dict):
+        raise CorruptSketchError("stream summary metadata is not an object")
+    start = HEADER_SIZE + _META.size + n
+    if any(length < 0 for _, length in layout) or start + sum(l for _, l in layout) != len(data):
+        raise CorruptSketchError("stream summary part lengths do not match its size")
+    return SummaryHead(meta, start, layout)
 
 
 def warm_up() -> tuple[StreamConfig, "StreamSummary"]:

@@ -27,8 +27,7 @@ import threading
 import time
 
 from tidemark.hash_secret import HashSecret, load_or_create
-from tidemark.streams import StreamConfig
-from tidemark.wire.records import ShardStatus, id_tuple
+from tidemark.wire.records import ShardStatus, id_tuple, read_config
 from workers.chunk_rows import ChunkRows
 
 __all__ = ["main", "start", "Prepared", "stand_by", "build_spark", "shard_updater", "republish_all",
@@ -211,7 +210,7 @@ def apply_chunks(stream: str, previous: dict | None, rows: ChunkRows, secret: Ha
         before = decoded.take(stream, shard, state["generation"] or 0, state["version"], state["blob"])
     state["version"] += 1
     try:
-        config = StreamConfig.model_validate_json(state["config"])
+        config = read_config(state["config"])
         result = update_shard(before, config, secret, chunks)
     except (ConnectionError, OSError):
         raise  # Redis or the file system away: the batch fails and is replayed, nothing lost
@@ -266,7 +265,7 @@ def _record_lost(state: dict, chunks: list, secret: HashSecret, why: str) -> tup
     if not lost["events"] or state["config"] is None:
         return lost, blob
     try:
-        config = StreamConfig.model_validate_json(state["config"])
+        config = read_config(state["config"])
         summary = (StreamSummary.from_bytes(blob, secret) if blob is not None
                    else StreamSummary.create(config, secret))
         summary.record_lost(lost["events"], lost["weight"], lost["ts_min"], lost["ts_max"], why)

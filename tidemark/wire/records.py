@@ -131,8 +131,11 @@ def write_config(config: StreamConfig) -> str:
     return json.dumps(config.model_dump())
 
 
-def read_config(raw: bytes | str) -> StreamConfig:
-    """A stream's declaration as stored in ``keys.STREAMS`` (the one reader of it)."""
+def read_config(raw: bytes | str | dict) -> StreamConfig:
+    """A stream's declaration as stored in ``keys.STREAMS``, in the worker's shard state,
+    or (parsed, a dict) in a summary's meta: the one reader of it."""
+    if isinstance(raw, dict):
+        return StreamConfig.model_validate(raw)
     return StreamConfig.model_validate_json(raw)
 
 
