@@ -1,10 +1,9 @@
 """How large a stream's summary can grow, checked when the stream is declared.
 
 Every part is built empty (the sketches refuse parameters they cannot take), then asked
-its worst-case size (``max_nbytes()``: the family works it out from the sizing its
-constructor chose). A family whose space follows the data, with no bound set by its
-parameters (``max_nbytes()`` is None), is sized here from what its paper lets it keep on an
-orderly stream. A stream whose
+its worst-case size through its spec in ``tidemark.summary.PARTS`` (``worst_bytes``: the
+family's own ``max_nbytes()`` where its parameters bound it, else the spec's
+``data_bound``, from what its paper lets it keep on an orderly stream). A stream whose
 summary could outgrow ``limit`` bytes per shard is refused with the finest ``epsilon``
 it could take instead, so no declaration can make the worker run out of memory later.
 """
@@ -27,29 +26,15 @@ class CapacityError(ValueError):
     """The settings would need an unreasonably large summary."""
 
 
-def _part_bytes(name: str, part, config: StreamConfig) -> float:
-    bound = part.max_nbytes()
-    if bound is not None:
-        return float(bound)
-    log_w = max(1, math.ceil(math.log2(config.window_ticks + 2)))
-    if name == "keys":  # ECM: one window counter of O(log W / eps) buckets per cell
-        return 16.0 * part.n_cells * (math.ceil(1 / part.eps_sw) + 1) * log_w
-    if name == "key_candidates":  # per time bucket, k keys of up to 256 bytes
-        return (256.0 + 16) * part.capacity * log_w * 2
-    if name.startswith("decayed-relative/"):
-        return 32.0 * part.cells * (1 / config.epsilon) * log_w * 4
-    return float(part.nbytes) if hasattr(part, "nbytes") else 0.0
-
-
 def worst_case_bytes(config: StreamConfig) -> int:
     """Upper estimate of one shard summary's bytes under these settings."""
-    from tidemark.summary import StreamSummary
+    from tidemark.summary import StreamSummary, spec_of
 
     try:
         summary = StreamSummary.create(config, _PROBE).build_all()
     except SketchError as e:
         raise CapacityError(f"these settings cannot be summarised: {e}") from None
-    return int(sum(_part_bytes(n, p, config) for n, p in summary.parts.items()))
+    return int(sum(spec_of(n).worst_bytes(p, config) for n, p in summary.parts.items()))
 
 
 def check(config: StreamConfig, limit: int = DEFAULT_LIMIT) -> int:

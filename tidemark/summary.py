@@ -41,7 +41,7 @@ from tidemark.streams import StreamConfig
 from tidemark.ticks import ticks_of
 from tidemark.wire.records import read_config
 
-__all__ = ["StreamSummary", "Columns", "PARTS", "SummaryHead", "read_head"]
+__all__ = ["StreamSummary", "Columns", "PARTS", "PartSpec", "spec_of", "SummaryHead", "read_head"]
 
 
 @dataclass
@@ -67,6 +67,20 @@ class PartSpec:
     # Does this batch hold anything for the part? (An absent part is built on first use.)
     fed_by: Callable[[Columns], bool] = lambda cols: len(cols.ticks) > 0
     per_decay: bool = False  # one part per relative decay (relative_decays), named below ``name``
+    # The worst-case bytes of a part whose space follows the data (``max_nbytes()`` None:
+    # no bound set by its parameters), from what its paper lets it keep on an orderly
+    # stream; read by ``tidemark.capacity`` when a stream is declared.
+    data_bound: Callable[[object, StreamConfig], float] | None = None
+
+    def worst_bytes(self, part, config: StreamConfig) -> float:
+        """The part's worst-case bytes under ``config``: its own bound where its parameters
+        set one, else ``data_bound``, else its present size."""
+        bound = part.max_nbytes()
+        if bound is not None:
+            return float(bound)
+        if self.data_bound is not None:
+            return float(self.data_bound(part, config))
+        return float(part.nbytes) if hasattr(part, "nbytes") else 0.0
 
     def names(self, config: StreamConfig) -> list[str]:
         if not self.wanted(config):
@@ -139,6 +153,25 @@ def relative_decays(config: StreamConfig) -> dict[str, dict]:
     return out
 
 
+def _log_window(config: StreamConfig) -> int:
+    return max(1, math.ceil(math.log2(config.window_ticks + 2)))
+
+
+def _ecm_bound(part, config: StreamConfig) -> float:
+    """ECM: one window counter of O(log W / ε_sw) buckets per cell."""
+    return 16.0 * part.n_cells * (math.ceil(1 / part.eps_sw) + 1) * _log_window(config)
+
+
+def _candidates_bound(part, config: StreamConfig) -> float:
+    """Key dictionary: per time bucket, ``capacity`` keys of up to 256 bytes."""
+    return (256.0 + 16) * part.capacity * _log_window(config) * 2
+
+
+def _relative_bound(part, config: StreamConfig) -> float:
+    """Weight-based merging histogram: O(log W / ε) buckets per cell."""
+    return 32.0 * part.cells * (1 / config.epsilon) * _log_window(config) * 4
+
+
 def _keyed(cols: Columns) -> bool:
     return bool(cols.keyed.any())
 
@@ -164,10 +197,12 @@ PARTS: tuple[PartSpec, ...] = (
              lambda sk, cols: sk.update(cols.ticks[cols.keyed], cols.key_ids), fed_by=_keyed),
     PartSpec("keys", _ecm,
              lambda c, seed, name: _ecm()(c.epsilon, c.delta, c.window_ticks + 1, seed),
-             lambda sk, cols: sk.update(cols.ticks[cols.keyed], cols.key_ids), fed_by=_keyed),
+             lambda sk, cols: sk.update(cols.ticks[cols.keyed], cols.key_ids), fed_by=_keyed,
+             data_bound=_ecm_bound),
     PartSpec("key_candidates", _candidates,
              lambda c, seed, name: _candidates()(candidate_k(c.epsilon), c.window_ticks + 1, c.epsilon),
-             lambda sk, cols: sk.update(cols.ticks[cols.keyed], cols.keys, cols.key_ids), fed_by=_keyed),
+             lambda sk, cols: sk.update(cols.ticks[cols.keyed], cols.keys, cols.key_ids), fed_by=_keyed,
+             data_bound=_candidates_bound),
     PartSpec("values", _values,
              lambda c, seed, name: _values()(c.epsilon, c.window_ticks + 1, c.value_accuracy),
              lambda sk, cols: sk.update(cols.ticks[cols.valued], cols.values), fed_by=_valued),
@@ -178,11 +213,12 @@ PARTS: tuple[PartSpec, ...] = (
     PartSpec("decayed-relative/", _relative,
              lambda c, seed, name: _relative()(c.epsilon, relative_decays(c)[name], c.value_min, c.value_max),
              lambda sk, cols: sk.update(cols.ticks[cols.valued], cols.values, cols.weight[cols.valued]),
-             wanted=lambda c: c.has_values, fed_by=_valued, per_decay=True),
+             wanted=lambda c: c.has_values, fed_by=_valued, per_decay=True, data_bound=_relative_bound),
 )
 
 
-def _spec(name: str) -> PartSpec | None:
+def spec_of(name: str) -> PartSpec | None:
+    """The spec of a part name (one of ``PARTS``), None for a name no spec serves."""
     return next((p for p in PARTS if p.serves(name)), None)
 
 
@@ -244,7 +280,7 @@ class StreamSummary:
         return cls(config, secret)
 
     def _build(self, name: str):
-        return _spec(name).build(self.config, self.seed, name)
+        return spec_of(name).build(self.config, self.seed, name)
 
     def build_all(self) -> "StreamSummary":
         """Build every part now (a declaration check: sketches refuse sizes they cannot take)."""
@@ -305,7 +341,7 @@ class StreamSummary:
             return
         cols = self.columns(table)
         for name in self.names:
-            spec = _spec(name)
+            spec = spec_of(name)
             if name in self.parts or spec.fed_by(cols):
                 spec.feed(self[name], cols)
         top = float(np.max(table.column("ts").to_numpy()))
@@ -369,7 +405,7 @@ class StreamSummary:
         names = set(part_names(config))
         parts = {}
         for name, length in layout:
-            spec = _spec(name)
+            spec = spec_of(name)
             if spec is None or name not in names or name in parts:
                 raise CorruptSketchError(f"stream summary has an unexpected part {name!r}")
             parts[name] = spec.cls().from_bytes(bytes(payload[offset : offset + length]))

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from tidemark.hash_secret import HashSecret
 from tidemark.streams import StreamConfig
-from tidemark.summary import StreamSummary, _spec
+from tidemark.summary import StreamSummary, spec_of
 
 CONFIG = StreamConfig(max_window=600.0, epsilon=0.1, delta=0.1)
 SECRET = HashSecret(b"summary-columns-test-secret-0123")
@@ -45,8 +45,8 @@ def test_unfiltered_keys_are_the_filtered_ones(events, chunks):
     ref = StreamSummary.create(CONFIG, SECRET)
     old = dataclasses.replace(cols, keys=table.column("key").filter(pa.array(cols.keyed)).to_pylist())
     for name in ref.names:
-        if _spec(name).fed_by(old):
-            _spec(name).feed(ref[name], old)
+        if spec_of(name).fed_by(old):
+            spec_of(name).feed(ref[name], old)
     ref.clock_seconds = max(ts)
     s.update_table(table)
     assert s.to_bytes() == ref.to_bytes()
