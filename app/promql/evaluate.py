@@ -43,8 +43,8 @@ class EvaluationTimeout(RuntimeError):
 @dataclass
 class Series:
     labels: dict[str, str]
-    # each sample as Prometheus writes it: [time in seconds, the value's text]
-    values: list[list] = field(default_factory=list)
+    # each sample as Prometheus writes it: (time in seconds, the value's text)
+    values: list[tuple] = field(default_factory=list)
 
 
 def format_value(x: float) -> str:
@@ -117,12 +117,17 @@ def _text(v) -> str | None:
 
 
 def _prometheus_samples(body: dict) -> tuple:
-    """An answer's samples, ``((item label or None, (estimate, lower, upper), their
-    texts), …)``: made once per kept point (``app.ranges``: tuples of numbers and strings,
-    which the garbage collector leaves alone), formatted once. A side an answer
-    does not have (null: a federated answer missing a site keeps only the sides that
-    hold, ``app.site_bounds``) has no sample, as an instant with no answer has none."""
-    return tuple((item, (e, lo, up), (_text(e), _text(lo), _text(up))) for item, e, lo, up in _samples(body))
+    """An answer's samples, ``(instant, ((item label or None, (estimate, lower, upper),
+    their samples), …))``, each sample the pair ``(instant, text)`` a series lists: made
+    once per kept point (``app.ranges``: tuples of numbers and strings, which the garbage
+    collector leaves alone), formatted once, and handed to every later range as they are
+    (a refreshed 500-point heavy-hitter range lists 37,000 samples: made anew, their lists
+    set off full collections that took 100 ms). A side an answer does not have (null: a
+    federated answer missing a site keeps only the sides that hold, ``app.site_bounds``)
+    has no sample, as an instant with no answer has none."""
+    at = body.get("at")
+    return at, tuple((item, (e, lo, up), tuple(None if t is None else (at, t) for t in (_text(e), _text(lo), _text(up))))
+                     for item, e, lo, up in _samples(body))
 
 
 def _collect(out: dict, query: SeriesQuery, whose, base: dict, times_ms: list[int],
@@ -140,7 +145,8 @@ def _collect(out: dict, query: SeriesQuery, whose, base: dict, times_ms: list[in
         for at, shown in zip(ats, answers_at(ats, _prometheus_samples)):
             if isinstance(shown, QueryError):
                 continue  # a refusal at this instant: no sample
-            for item, _, texts in shown:
+            shown_at, rows = shown
+            for item, _, samples in rows:
                 to = targets.get((whose, item))
                 if to is None:
                     to = targets[(whose, item)] = []
@@ -148,9 +154,10 @@ def _collect(out: dict, query: SeriesQuery, whose, base: dict, times_ms: list[in
                         labels = {**base, **dict([item] if item else []), "bound": bound}
                         to.append((out.setdefault((whose, item, bound), Series(labels)).values, i))
                 for values, i in to:
-                    text = texts[i]
-                    if text is not None:
-                        values.append([at, text])
+                    sample = samples[i]
+                    if sample is not None:
+                        # (an answer names its instant as asked: the pair is the series')
+                        values.append(sample if shown_at == at else (at, sample[1]))
 
 
 def _versions_of(store, name: str, summary):
