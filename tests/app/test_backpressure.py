@@ -13,7 +13,7 @@ from app.store import Backpressure, Store
 from tidemark.wire import keys
 from tidemark.redis_server import EmbeddedRedis
 from tidemark.streams import StreamConfig
-from workers.job import log_progress
+from workers.progress import log_progress
 from workers.publish import Publisher
 
 MAX_WAIT = 10.0

@@ -1,4 +1,4 @@
-"""Generations below Spark (``workers.job.apply_chunks``): whatever the interleaving of
+"""Generations below Spark (``workers.shard_state.apply_chunks``): whatever the interleaving of
 appends, deletes and re-declarations, however the log is cut into micro-batches and
 whenever each batch looks the declaration up, a shard ends with exactly the events of the
 stream's current declaration — nothing of an older one — and with no state at all once the
@@ -14,7 +14,8 @@ from tests.conftest import TEST_SECRET
 from tidemark.chunks import encode_chunk
 from tidemark.streams import StreamConfig
 from tests.workers.frames import apply_chunks
-from workers.job import DecodedShards, published_generation
+from workers.decoded import DecodedShards
+from workers.shard_state import published_generation
 
 CONFIG = StreamConfig(max_window=1e6, epsilon=0.1)
 _OPS = st.lists(st.one_of(st.tuples(st.just("events"), st.integers(1, 5)),
@@ -113,7 +114,7 @@ def test_a_shard_counts_exactly_the_current_declaration(ops, cuts, looks, legacy
 def test_a_shards_status_says_the_first_time_its_batch_added():
     """The published status carries ``touched`` of the version just made (the API keeps
     answers at instants before it); a state read back from the store knows none."""
-    from workers.job import shard_status
+    from workers.shard_state import shard_status
 
     def declared(name):
         return CONFIG, 1

@@ -238,7 +238,7 @@ def test_a_lifecycle_queue_moves_with_its_generations_and_tombstone(log_redis, t
 def test_a_checkpoint_of_an_earlier_state_layout_is_refused_with_what_to_do(tmp_path):
     """A new checkpoint is marked with the state layout; one an earlier Tidemark committed
     batches to (no mark) or marked otherwise is refused before Spark reads its state."""
-    from workers.job import STATE_FORMAT, CheckpointFormatError, check_state_format
+    from workers.checkpoint import STATE_FORMAT, CheckpointFormatError, check_state_format
 
     fresh = tmp_path / "fresh"
     check_state_format(str(fresh))

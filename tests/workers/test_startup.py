@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from workers.job import has_commits, read_everything_before
+from workers.checkpoint import has_commits
+from workers.progress import read_everything_before
 
 
 def test_a_checkpoint_has_commits_only_once_a_batch_committed(tmp_path):

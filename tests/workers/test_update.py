@@ -273,7 +273,7 @@ def test_a_kept_decoded_summary_gives_the_same_bytes_and_never_outlives_its_vers
     import pandas as pd
 
     from tests.workers.frames import apply_chunks
-    from workers.job import DecodedShards
+    from workers.decoded import DecodedShards
 
     batches = [_chunks([[float(10 * b + i) for i in range(5)]])[0] for b in range(4)]
     frames = [pd.DataFrame({"entry": [f"{b + 1}-0"], "payload": [c.payload],
@@ -307,7 +307,7 @@ def test_a_re_declared_stream_never_updates_the_old_generations_kept_summary():
     import pandas as pd
 
     from tests.workers.frames import apply_chunks
-    from workers.job import DecodedShards
+    from workers.decoded import DecodedShards
 
     def frame(entry, values, generation, tombstone=False):
         payload = b"" if tombstone else _chunks([values])[0].payload
@@ -369,7 +369,8 @@ def test_the_kept_summaries_survive_from_task_to_task_as_spark_ships_the_functio
     import pandas as pd
 
     from tidemark.wire import keys
-    from workers.job import decoded_shards, shard_updater
+    from workers.decoded import decoded_shards
+    from workers.job import shard_updater
     import redis
 
     name = "kept-across-tasks"
