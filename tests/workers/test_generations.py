@@ -47,7 +47,7 @@ def test_a_shard_counts_exactly_the_current_declaration(ops, cuts, looks, legacy
     appends its tombstone after the entries it ends."""
     assume(not (legacy and lose_tombstones))
     # The log as the append and delete scripts write it, and the declaration after each op.
-    generation, declared, log, history, sent, next_ts = 1, True, [], [], 0, 0
+    generation, declared, log, history, next_ts = 1, True, [], [], 0
     for op in ops:
         if op[0] == "events" and declared:
             g = 0 if legacy and generation == 1 else generation  # an entry from before generations
@@ -109,22 +109,3 @@ def test_a_shard_counts_exactly_the_current_declaration(ops, cuts, looks, legacy
     else:
         assert served is not None and served["events"] == expected, (state, expected)
         assert not served["failed"]
-
-
-def test_a_shards_status_says_the_first_time_its_batch_added():
-    """The published status carries ``touched`` of the version just made (the API keeps
-    answers at instants before it); a state read back from the store knows none."""
-    from workers.shard_state import shard_status
-
-    def declared(name):
-        return CONFIG, 1
-
-    rows = pd.DataFrame([{"entry": "1-0", "payload": _payload(3, 40), "clock_before": -np.inf},
-                         {"entry": "2-0", "payload": _payload(2, 7), "clock_before": 42.0}])
-    state = apply_chunks("s", None, rows, TEST_SECRET, declared)
-    assert shard_status(state).touched == repr(7.0)
-    again = apply_chunks("s", {k: v for k, v in state.items() if k not in ("touched", "sizes")},
-                         rows.iloc[:1].assign(entry="3-0", clock_before=3e6), TEST_SECRET, declared)
-    assert shard_status(again).touched == ""  # 40-42 are late behind 3e6: nothing added
-    stored = {k: v for k, v in again.items() if k not in ("touched", "sizes")}
-    assert shard_status(stored).touched is None  # a republish cannot say
