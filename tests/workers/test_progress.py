@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
+from hypothesis import assume, given, strategies as st
 
-from workers.progress import log_progress, read_everything_before
+from workers.progress import fit_batch_costs, log_progress, read_everything_before
 
 
 def test_the_first_batch_of_a_run_never_proves_that_everything_was_read():
@@ -63,3 +65,25 @@ def test_the_worker_measures_its_costs_from_the_batches_it_ran():
     assert log_progress([progress(0, None, a, 9000)], first_batch=0)["batch_seconds"] == 0.0
     assert log_progress([{"sources": [{"startOffset": None, "endOffset": '{"s": "1-0"}'}],
                           "durationMs": {"triggerExecution": 5}}]) is None  # a legacy offset
+
+
+_COST = st.one_of(st.just(0.0), st.floats(1e-3, 1.0))
+
+
+@given(fixed=_COST, per_group=_COST, per_event=_COST.map(lambda c: c / 1000),
+       batches=st.lists(st.tuples(st.integers(0, 10_000), st.integers(1, 50)), min_size=3, max_size=12))
+def test_the_fit_finds_the_costs_that_made_the_batches(fixed, per_group, per_event, batches):
+    """Batches that cost exactly ``fixed + per_group × groups + per_event × events`` are
+    explained by those costs, none negative, whichever of them are zero."""
+    x = np.array([[1.0, g, e] for e, g in batches])
+    assume(np.linalg.matrix_rank(x) == 3)
+    made = [(fixed + per_group * g + per_event * e, e, g) for e, g in batches]
+    fit = fit_batch_costs(made)
+    assert min(fit) >= 0
+    assert fit == pytest.approx((fixed, per_group, per_event), rel=1e-6, abs=1e-9)
+
+
+def test_the_fit_never_says_a_cost_is_negative():
+    # Seconds that fall as groups rise: no non-negative group cost explains them.
+    fit = fit_batch_costs([(1.0, 100, 1), (0.8, 100, 10), (0.6, 100, 20)])
+    assert min(fit) >= 0 and fit[1] == 0.0
