@@ -7,7 +7,7 @@ entry id, clock, payload, generation and tombstone flag in separate columns that
 ~0.65 ms of Python per group update, a tenth of a small stream's whole update, and most
 of it is gone with one column (``bench_worker.py``, 1,000 streams). The packing is private
 to the worker: the source packs (``workers.source.read_range``), the group function
-unpacks (``workers.job``).
+unpacks (``workers.job.shard_updater``).
 
 Layout: ``<d q ? H`` (clock before the chunk, generation, tombstone, entry id length),
 the entry id (ASCII), the payload.

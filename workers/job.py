@@ -1,5 +1,8 @@
-"""The Spark job: read ingest chunks, keep each shard's summary in Spark's state store,
-publish each changed shard from the executor that updated it.
+"""The Spark driver of the worker: the session (``build_spark``), the streaming query that
+reads ingest chunks and keeps each shard's summary in Spark's state store
+(``Prepared``/``start``), the function Spark runs per (stream, shard) group on the
+executors (``shard_updater``), republishing from the state store, and the worker's life
+(``stand_by``, ``main``).
 
 ``main()`` only wires. State is the engine's business: the stream is grouped by
 (stream, shard) and ``applyInPandasWithState`` keeps every shard's summary in the RocksDB
@@ -13,25 +16,27 @@ state store provider with changelog checkpointing, so
   offsets (chunks are applied in entry order), which the version-guarded publish makes
   idempotent.
 
-One stream's failure (settings too large for memory, a corrupt blob, a sketch error) is
-caught per group: the shard keeps its previous state, its status says why it failed, and
-every other stream goes on.
+What a group's state becomes is ``workers.shard_state`` (no Spark there); the checkpoint's
+layout mark is ``workers.checkpoint``; what the query's progress says for readiness and
+back-pressure is ``workers.progress``.
 """
 
 from __future__ import annotations
 
-import datetime as dt
 import logging
 import os
 import threading
 import time
 
 from tidemark.hash_secret import HashSecret, load_or_create
-from tidemark.wire.records import ShardStatus, id_tuple, read_config
+from workers.checkpoint import check_state_format, has_commits
 from workers.chunk_rows import ChunkRows
+from workers.decoded import decoded_shards
+from workers.progress import first_batch_of_run, log_progress, read_everything_before
+from workers.shard_state import STATE_SCHEMA, apply_chunks, shard_status
 
-__all__ = ["main", "start", "Prepared", "stand_by", "build_spark", "shard_updater", "republish_all",
-           "has_commits", "read_everything_before", "STATE_SCHEMA"]
+__all__ = ["main", "start", "Prepared", "stand_by", "build_spark", "LOCAL_CONF", "shard_updater",
+           "republish_all"]
 
 log = logging.getLogger("tidemark.worker")
 _STARTED = [time.monotonic(), "the worker's imports"]  # when, and since what, phases count
@@ -41,8 +46,7 @@ def _phase(what: str) -> None:
     """One start-up phase done: the log says where a start's seconds go."""
     log.info("start-up: %s (%.1f s since %s)", what, time.monotonic() - _STARTED[0], _STARTED[1])
 
-STATE_SCHEMA = ("blob binary, config string, events long, late_dropped long, clock double, "
-                "version long, failed string, failed_events long, generation long")
+
 OUTPUT_SCHEMA = "stream string, shard int, version long, events long, failed string"
 _STATE_FIELDS = [f.split()[0] for f in STATE_SCHEMA.split(", ")]
 _PUBLISHERS: dict[str, object] = {}  # one Redis client per Python worker process
@@ -54,224 +58,6 @@ def _publisher(redis_url: str):
     if redis_url not in _PUBLISHERS:
         _PUBLISHERS[redis_url] = Publisher(redis_url)
     return _PUBLISHERS[redis_url]
-
-
-def _now() -> str:
-    return dt.datetime.now(dt.timezone.utc).isoformat()
-
-
-def published_generation(state: dict) -> int | None:
-    """The generation a shard's state counts for (``sort_out_generations``: stored negated
-    while it holds entries from before generations alone)."""
-    generation = state["generation"]
-    return None if generation is None else abs(int(generation))
-
-
-def shard_status(state: dict, sizes: dict | None = None) -> ShardStatus:
-    """The status a shard's state publishes; ``touched`` is known only right after the
-    update that made the version (a republish from the state store says None: unknown)."""
-    return ShardStatus(generation=published_generation(state), version=state["version"], events=state["events"],
-                       late_dropped=state["late_dropped"], clock=state["clock"],
-                       updated_at=_now(), sizes=sizes or {}, failed=state["failed"] or None,
-                       failed_events=state["failed_events"], touched=state.get("touched"))
-
-
-def sort_out_generations(previous: dict | None, rows: ChunkRows):
-    """Which state and which chunk rows a batch goes on with (``tidemark.generations``):
-    ``(previous, rows, generation)``; ``previous`` None when the shard starts afresh (or has
-    no state), ``generation`` None when the rows say nothing about it (then the current
-    one is looked up).
-
-    A tombstone of generation T ends every state and chunk of a generation <= T; a chunk
-    of a generation newer than the state's starts the state afresh (the stream was deleted
-    and declared again, whether or not its tombstone was seen); an older one is dropped.
-    Entries from before generations (0) belong to the state's generation. A state that
-    holds such entries alone (its generation stored negated: the one looked up when it
-    started, which may already be a later declaration's) is ended by any tombstone: the
-    first delete after an upgrade ends the declaration those entries were appended to,
-    and a delete appends its tombstone after the entries it ends."""
-    gens, tombstone = rows.generation, rows.tombstone
-    dead = int(gens[tombstone].max()) if tombstone.any() else None
-    held = int(previous["generation"] or 0) if previous else None
-    legacy_only = held is not None and held < 0
-    if legacy_only:
-        held = -held
-    if previous is not None and dead is not None and (held <= dead or legacy_only):
-        previous, held = None, None
-    chunk = ~tombstone
-    if dead is not None:
-        chunk &= gens > dead
-    newest = int(gens[chunk].max()) if chunk.any() else 0
-    if held is not None and newest > held:
-        previous, held = None, None  # a new declaration of the name: nothing of the old counts
-    target = held if held is not None else (newest or None)
-    if target is not None:  # (entries from before generations precede any delete)
-        chunk &= (gens == target) | (gens == 0)
-    return previous, (rows if chunk.all() else rows.where(chunk)), target
-
-
-class DecodedShards:
-    """The last summary each (stream, shard) was updated to in this Python worker process,
-    so a busy shard is not decoded from its blob every batch.
-
-    Valid because the state store holds exactly the bytes the worker wrote: a summary kept
-    for version v of generation g is used only when the state handed in is version v of
-    generation g with the same blob (length and CRC-32 checked, cheap beside a decode), so
-    a stream deleted and declared again never reuses a decode of its old generation
-    (``tidemark.generations``). It is taken out before it is
-    updated in place, so a failed update or a replayed batch (which hands in an older
-    version) finds nothing and decodes. Bounded (least recently used first out): a decoded
-    summary of the typical small stream of issue #22 takes about 1.5 MB (150 KB encoded), so
-    256 of them stay within 400 MB per Python worker (``bench_worker.py``: at 1,000 streams
-    the kept summaries change the CPU per update by 3 %, not worth gigabytes)."""
-
-    def __init__(self, entries: int = 256):
-        self.entries = entries
-        self._kept: dict[tuple[str, int], tuple[int, int, int, int, object]] = {}
-        self.hits = self.misses = 0
-
-    @staticmethod
-    def _check(blob: bytes) -> tuple[int, int]:
-        import zlib
-
-        return len(blob), zlib.crc32(blob)
-
-    def take(self, stream: str, shard: int, generation: int, version: int, blob: bytes | None):
-        """The decoded summary of exactly ``blob`` at ``version`` of ``generation``, else
-        ``blob``."""
-        kept = self._kept.pop((stream, shard), None)
-        if (blob is not None and kept is not None and kept[0:2] == (generation, version)
-                and kept[2:4] == self._check(blob)):
-            self.hits += 1
-            return kept[4]
-        self.misses += 1
-        return blob
-
-    def keep(self, stream: str, shard: int, generation: int, version: int, blob: bytes,
-             summary) -> None:
-        if summary is None:
-            return
-        while len(self._kept) >= self.entries:
-            self._kept.pop(next(iter(self._kept)))
-        self._kept[(stream, shard)] = (generation, version, *self._check(blob), summary)
-
-    def forget(self, stream: str, shard: int) -> None:
-        """The shard's state is gone (its stream was deleted)."""
-        self._kept.pop((stream, shard), None)
-
-
-_DECODED = DecodedShards()
-
-
-def decoded_shards() -> DecodedShards:
-    """This Python worker process's kept summaries. Spark ships the group function by value
-    (cloudpickle), and with it a copy of every module-level object the function names: a
-    function that named ``_DECODED`` got an empty copy with every task, so nothing kept
-    ever survived a batch. A module function is shipped by reference and returns the
-    object of the process's own import."""
-    return _DECODED
-
-
-def apply_chunks(stream: str, previous: dict | None, rows: ChunkRows, secret: HashSecret,
-                 declaration_of, shard: int = 0, decoded: DecodedShards | None = None) -> dict | None:
-    """One shard's new state from its previous state and this batch's rows (pure but for
-    reading the stream's declaration when the shard starts, and for ``decoded``, the
-    process's summaries kept between batches): the ``previous`` object itself when nothing
-    of the batch counts for it, None when the shard holds no state any more (its stream was
-    deleted)."""
-    from workers.update import Chunk, update_shard
-
-    kept, rows, generation = sort_out_generations(previous, rows)
-    if not len(rows):
-        if kept is None and decoded is not None:
-            decoded.forget(stream, shard)
-        return kept  # ``previous`` unchanged, or None when a tombstone ended it
-    state = dict(kept) if kept else {
-        "blob": None, "config": None, "events": 0, "late_dropped": 0, "clock": None,
-        "version": 0, "failed": "", "failed_events": 0, "generation": generation}
-    if state["config"] is None:
-        declared = declaration_of(stream)
-        # State is created only for the generation current now: chunks of a deleted
-        # stream (or of a declaration since replaced) are never counted.
-        if declared is None or (generation is not None and declared[1] != generation):
-            return None
-        state["config"] = declared[0].model_dump_json()
-        # entries from before generations alone: negated until a chunk of it comes
-        # (``sort_out_generations``)
-        state["generation"] = declared[1] if bool((rows.generation > 0).any()) else -declared[1]
-    elif (state["generation"] or 0) < 0 and bool((rows.generation > 0).any()):
-        state["generation"] = -state["generation"]  # a chunk of its generation: no longer legacy alone
-    # Chunks go in in log order (the late rule and replays depend on it).
-    entries, payloads, clocks = rows.entry, rows.payload, rows.clock_before
-    order = sorted(range(len(entries)), key=lambda i: id_tuple(entries[i]))
-    chunks = [Chunk(bytes(payloads[i]), float(clocks[i])) for i in order]
-    before = state["blob"]
-    if decoded is not None:
-        before = decoded.take(stream, shard, state["generation"] or 0, state["version"], state["blob"])
-    state["version"] += 1
-    try:
-        config = read_config(state["config"])
-        result = update_shard(before, config, secret, chunks)
-    except (ConnectionError, OSError):
-        raise  # Redis or the file system away: the batch fails and is replayed, nothing lost
-    except Exception as e:  # noqa: BLE001 — isolate this stream, keep every other going
-        import redis
-
-        if isinstance(e, redis.RedisError):
-            raise
-        why = f"{type(e).__name__}: {e}"[:300]
-        lost, blob = _record_lost(state, chunks, secret, why)
-        state["failed"] = (f"{why}; {lost['events']} event(s) with ts in [{lost['ts_min']!r}, "
-                           f"{lost['ts_max']!r}] not counted" if lost["events"] else why)[:500]
-        state["failed_events"] += lost["events"]
-        state["blob"] = blob
-        # Lost events make answers over their times incomplete: from their first time on.
-        state["touched"] = repr(lost["ts_min"]) if lost["events"] else None
-        log.error("stream %s: update failed, its other shards and streams go on: %s", stream, e)
-        return state
-    state.update(blob=result.blob, events=state["events"] + result.events,
-                 late_dropped=state["late_dropped"] + result.late_dropped, clock=result.clock,
-                 failed="", sizes=result.sizes, touched=result.touched)
-    if decoded is not None:
-        decoded.keep(stream, shard, state["generation"] or 0, state["version"], result.blob,
-                     result.summary)
-    return state
-
-
-def _record_lost(state: dict, chunks: list, secret: HashSecret, why: str) -> tuple[dict, bytes | None]:
-    """What a failed update could not take (count, weight, time range of the chunks it
-    can read), and the shard's blob with that record added to its summary: the sketches
-    stay as they were, and answers over the lost times say they are incomplete
-    (``tidemark/summary.py``, lost events). The blob is unchanged when there is none or it
-    cannot be read."""
-    import math
-
-    from tidemark.chunks import decode_chunk
-    from tidemark.summary import StreamSummary
-
-    lost = {"events": 0, "weight": 0.0, "ts_min": math.inf, "ts_max": -math.inf}
-    for c in chunks:
-        try:
-            table = decode_chunk(c.payload)
-        except Exception:  # noqa: BLE001 — an unreadable chunk: nothing to name
-            continue
-        if table.num_rows:
-            ts, w = table.column("ts").to_numpy(), table.column("weight").to_numpy()
-            lost["events"] += table.num_rows
-            lost["weight"] += math.fsum(w.tolist())
-            lost["ts_min"] = min(lost["ts_min"], float(ts.min()))
-            lost["ts_max"] = max(lost["ts_max"], float(ts.max()))
-    blob = state["blob"]
-    if not lost["events"] or state["config"] is None:
-        return lost, blob
-    try:
-        config = read_config(state["config"])
-        summary = (StreamSummary.from_bytes(blob, secret) if blob is not None
-                   else StreamSummary.create(config, secret))
-        summary.record_lost(lost["events"], lost["weight"], lost["ts_min"], lost["ts_max"], why)
-        return lost, summary.to_bytes()
-    except Exception:  # noqa: BLE001 — the state itself is unreadable: the status says why
-        return lost, blob
 
 
 _FROZEN = []  # set once this Python worker process has frozen what its first update left
@@ -358,56 +144,6 @@ def republish_all(spark, redis_url: str, checkpoint: str) -> int:
     return rows.count()
 
 
-def has_commits(spark_checkpoint: str) -> bool:
-    """Has the streaming query ever committed a batch under this checkpoint? (Spark writes
-    ``commits/<batch id>`` after each batch; a checkpoint without one holds no state.)"""
-    import pyarrow.fs as pafs
-
-    uri = spark_checkpoint if "://" in spark_checkpoint else os.path.abspath(spark_checkpoint)
-    try:
-        fs, root = pafs.FileSystem.from_uri(uri)
-        infos = fs.get_file_info(pafs.FileSelector(f"{root}/commits", allow_not_found=True))
-    except Exception:  # noqa: BLE001 — a file system only Spark reads: let Spark look
-        return True
-    return any(i.type == pafs.FileType.File and i.base_name.isdigit() for i in infos)
-
-
-# The layout of the shard state kept in Spark's state store (``STATE_SCHEMA``): 2 since
-# generations (stream deletion) joined it. Spark refuses a state of another schema with an
-# error that names none of this, so a checkpoint says which layout it holds.
-STATE_FORMAT = "2"
-_STATE_FORMAT_FILE = "state-format"
-
-
-class CheckpointFormatError(RuntimeError):
-    """The checkpoint's shard state was written by a Tidemark this one cannot read."""
-
-
-def check_state_format(checkpoint: str) -> None:
-    """Refuse a checkpoint whose shard state an earlier layout wrote; mark a new one."""
-    import pyarrow.fs as pafs
-
-    uri = checkpoint if "://" in checkpoint else os.path.abspath(checkpoint)
-    fs, root = pafs.FileSystem.from_uri(uri)
-    path = f"{root}/{_STATE_FORMAT_FILE}"
-    if fs.get_file_info(path).type == pafs.FileType.File:
-        with fs.open_input_stream(path) as f:
-            found = f.read().decode().strip()
-    else:
-        found = "1" if has_commits(f"{checkpoint}/spark") else None  # older ones had no mark
-    if found == STATE_FORMAT:
-        return
-    if found is not None:
-        raise CheckpointFormatError(
-            f"the checkpoint {checkpoint} holds shard state in layout {found}, written by an "
-            f"earlier Tidemark; this one keeps layout {STATE_FORMAT} and cannot read it: start "
-            "afresh with a new checkpoint and Redis (for `tidemark up`, move the run directory "
-            "away), then declare the streams and send their events again")
-    fs.create_dir(root, recursive=True)
-    with fs.open_output_stream(path) as f:
-        f.write(f"{STATE_FORMAT}\n".encode())
-
-
 # Spark settings that cut the fixed cost of a start in local mode (``local[*]``: the
 # embedded deployment of ``tidemark up``); a cluster keeps its own spark-defaults.
 LOCAL_CONF = {
@@ -460,135 +196,6 @@ def build_spark(master: str | None, partitions: int, app_name: str = "tidemark-w
     return builder.getOrCreate()
 
 
-def read_everything_before(progress: dict, run_first_batch: int | None) -> str | None:
-    """The start of the last finished batch, when it proves that every entry appended
-    before it was read (readiness relies on that), else None.
-
-    A batch reads every entry there is when it plans its offsets, right after it starts,
-    except the first batch of a run: it may replay the offsets the previous run planned
-    before it was killed, and then entries that came in since are still unread."""
-    batch = progress.get("batchId", -1)
-    if run_first_batch is None or batch <= run_first_batch:
-        return None
-    return progress.get("timestamp")
-
-
-def _first_batch_of_run(query, seen: int) -> int:
-    """The first batch id of this query run (the oldest progress kept, at worst the one
-    seen now: then one more batch is needed before readiness trusts the progress)."""
-    try:
-        recent = query.recentProgress
-        return min(int(seen), int(recent[0]["batchId"])) if recent else int(seen)
-    except Exception:  # noqa: BLE001 — py4j hiccup: be conservative
-        return int(seen)
-
-
-def _offset(raw) -> dict | None:
-    import json
-
-    if isinstance(raw, str):
-        try:
-            raw = json.loads(raw)
-        except ValueError:
-            return None
-    return raw if isinstance(raw, dict) and isinstance(raw.get("log"), list) else None
-
-
-def log_progress(recent: list, first_batch: int | None = None) -> dict | None:
-    """What the last finished batch read of each log partition (its end offset) and what
-    recent batches cost, for back-pressure and readiness (``app.backpressure``); None
-    before any batch of the partitioned log finished.
-
-    A batch costs a fixed part (planning, tasks, state commits) plus a part per group update
-    (one per (stream, shard) that had chunks, however many: what many small streams cost;
-    the state operator's updated and removed rows) and a part per event (what a busy
-    stream costs): ``fixed_seconds``, ``seconds_per_group`` and ``seconds_per_event`` are a
-    non-negative least-squares fit of the recent batches that read something
-    (``fit_batch_costs``). The run's first batch (``first_batch``) counts for ``read`` only:
-    it pays the start of the Python workers. ``batch_seconds`` is the slowest of the last
-    five batches (the wait estimate must hold for the slow ones)."""
-    import json
-
-    batches, read, ended = [], None, 0.0
-    for progress in recent:
-        try:
-            source = progress["sources"][0]
-            start, end = _offset(source["startOffset"]), _offset(source["endOffset"])
-            seconds = progress["durationMs"]["triggerExecution"] / 1000
-        except (KeyError, IndexError, TypeError):
-            continue
-        if end is None:
-            continue
-        read = end["log"]
-        try:
-            ended = dt.datetime.fromisoformat(progress["timestamp"].replace("Z", "+00:00")).timestamp() + seconds
-        except (KeyError, AttributeError, ValueError):
-            ended = 0.0
-        if first_batch is not None and progress.get("batchId") == first_batch:
-            continue
-        before = start["log"] if start else [[None, 0, 0]] * len(end["log"])
-        events = sum(e[1] for e in end["log"]) - sum(b[1] for b in before)
-        chunks = sum(e[2] for e in end["log"]) - sum(b[2] for b in before)
-        if chunks > 0:
-            batches.append((seconds, max(0, events), _group_updates(progress, chunks)))
-    if read is None:
-        return None
-    out = {"read": json.dumps(read), "batch_ended": round(ended, 3), "fixed_seconds": 0.0,
-           "seconds_per_event": 0.0,
-           "seconds_per_group": 0.0, "capacity": 0.0, "batch_seconds": 0.0}
-    if batches:
-        # The slowest of the last few, not a typical one: an event taken now waits for the
-        # batch under way and the next, and on a shared machine one slow batch is what
-        # breaks the 202 promise (bench_scale: p95 2.7x the median with other load).
-        out["batch_seconds"] = round(max(b[0] for b in batches[-5:]), 3)
-    if len(batches) >= 3:
-        fixed, per_group, per_event = fit_batch_costs(batches[-30:])
-        out.update(fixed_seconds=round(fixed, 4), seconds_per_group=per_group,
-                   seconds_per_event=per_event,
-                   capacity=round(1 / per_event, 1) if per_event > 0 else 0.0)
-    return out
-
-
-def _group_updates(progress: dict, chunks: int) -> int:
-    """The batch's group updates: the state operator's updated and removed rows (a group
-    whose update failed keeps its state, so at most the chunks), else its chunks."""
-    try:
-        op = progress["stateOperators"][0]
-        groups = int(op.get("numRowsUpdated", 0)) + int(op.get("numRowsRemoved", 0))
-    except (KeyError, IndexError, TypeError, ValueError):
-        return chunks
-    return min(chunks, groups) if groups > 0 else chunks
-
-
-def fit_batch_costs(batches: list[tuple[float, int, int]]) -> tuple[float, float, float]:
-    """``(fixed, per group, per event)`` seconds, all >= 0, that best explain
-    ``seconds ≈ fixed + per_group × groups + per_event × events`` over ``batches`` of
-    ``(seconds, events, groups)``: least squares over each subset of the three terms,
-    keeping the best fit whose terms are all non-negative (three unknowns: exhaustive; of
-    equal fits the one with fewer terms, the group term before the event term, wins: with
-    requests of one size events and groups rise together, and a group costs the same
-    whatever it holds)."""
-    import itertools
-
-    import numpy as np
-
-    y = np.array([b[0] for b in batches], dtype=float)
-    x = np.array([[1.0, b[2], b[1]] for b in batches], dtype=float)
-    best, best_err = (float(y.min()), 0.0, 0.0), float(((y - y.min()) ** 2).sum())
-    for size in (1, 2, 3):
-        for cols in itertools.combinations(range(3), size):
-            coef, *_ = np.linalg.lstsq(x[:, cols], y, rcond=None)
-            if (coef < 0).any():
-                continue
-            err = float(((x[:, cols] @ coef - y) ** 2).sum())
-            if err < best_err - 1e-12:
-                full = [0.0, 0.0, 0.0]
-                for c, v in zip(cols, coef):
-                    full[c] = float(v)
-                best, best_err = tuple(full), err
-    return best
-
-
 class Driver:
     """What the driver does beside Spark: heartbeat from the query's progress, and
     republishing after Redis lost the published sketches. It holds no sketch bytes."""
@@ -618,7 +225,7 @@ class Driver:
         q = self.query
         progress = (q.lastProgress or {}) if q is not None else {}
         if self.run_first_batch is None and progress.get("batchId", -1) >= 0:
-            self.run_first_batch = _first_batch_of_run(q, progress["batchId"])
+            self.run_first_batch = first_batch_of_run(q, progress["batchId"])
             _phase(f"first batch {progress['batchId']} done, {progress.get('numInputRows', 0)} "
                    f"chunks, ms {progress.get('durationMs')}")
         self.publisher.heartbeat({

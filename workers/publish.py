@@ -117,7 +117,7 @@ class Publisher:
 
     def log_progress(self, progress: dict) -> None:
         """What the last finished batch read, per log partition, and the worker's
-        throughput (``workers.job.log_progress``; read by ``app.backpressure``)."""
+        throughput (``workers.progress.log_progress``; read by ``app.backpressure``)."""
         self.redis.hset(keys.LOG_PROGRESS, mapping={**progress, "at": time.time()})
 
     def standby_beat(self, since: float, ttl: int = 10) -> None:

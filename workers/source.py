@@ -17,7 +17,7 @@ generation and tombstone flag packed in one column (``workers.chunk_rows``); eve
 stable function of its entry id and of the stream's ``shards`` setting. Every entry names
 its stream (``s``) and the generation it belongs to (``g``; 0 for an entry from before
 generations), so the chunks of a deleted stream still in the shared partitions are
-dropped by generation in the worker (``workers.job.sort_out_generations``).
+dropped by generation in the worker (``workers.shard_state.sort_out_generations``).
 
 The tombstone entry a DELETE appends to the stream's partition (fields ``t``, ``g``, ``s``,
 ``k``: the generation it ended, the stream, its shard count) becomes one row per shard with

@@ -13,7 +13,6 @@ from app.store import Backpressure, Store
 from tidemark.wire import keys
 from tidemark.redis_server import EmbeddedRedis
 from tidemark.streams import StreamConfig
-from workers.job import log_progress
 from workers.publish import Publisher
 
 MAX_WAIT = 10.0
@@ -133,50 +132,6 @@ def test_a_fit_that_puts_no_cost_on_group_updates_is_not_an_unknown_one():
     assert _decide(lag, stream_pending=0) is None  # about 3.2 s: a fair share still
     lag.seconds_per_event = lag.fixed_seconds = 0.0  # no fit yet: the assumed floor
     assert lag.per_group == pytest.approx(1 / 50)
-
-
-def test_the_fit_counts_group_updates_not_chunks():
-    def progress(batch, start, end, ms, groups):
-        return {"batchId": batch, "durationMs": {"triggerExecution": ms},
-                "sources": [{"startOffset": json.dumps({"log": start}) if start else None,
-                             "endOffset": json.dumps({"log": end})}],
-                "stateOperators": [{"numRowsUpdated": groups, "numRowsRemoved": 0}]}
-    logs = [[["0-0", 0, 0]], [["1-0", 1_000, 10]], [["2-0", 3_000, 30]], [["3-0", 7_000, 70]],
-            [["4-0", 8_000, 80]]]
-    # 10 streams: 10, 20, 40, 10 chunks, always 10 group updates of 50 ms, 0.3 s fixed.
-    recent = [progress(i, logs[i - 1] if i else None, logs[i], 800, 10) for i in range(1, 5)]
-    out = log_progress(recent)
-    assert out["seconds_per_event"] == 0.0 and out["seconds_per_group"] == 0.0
-    assert out["fixed_seconds"] == pytest.approx(0.8)  # the same cost whatever the chunks
-    recent = [progress(i, logs[i - 1], logs[i], 300 + 50 * g, g) for i, g in zip(range(1, 5), (4, 8, 10, 2))]
-    out = log_progress(recent)
-    assert out["seconds_per_group"] == pytest.approx(0.05) and out["fixed_seconds"] == pytest.approx(0.3)
-
-
-def test_the_worker_measures_its_costs_from_the_batches_it_ran():
-    def progress(batch, start, end, ms):
-        return {"batchId": batch, "sources": [{"startOffset": json.dumps({"log": start}) if start else None,
-                                               "endOffset": json.dumps({"log": end})}],
-                "durationMs": {"triggerExecution": ms}}
-    a = [["1-0", 0, 0], ["2-0", 0, 0]]
-    b = [["5-0", 60_000, 6], ["6-0", 40_000, 4]]
-    c = [["7-0", 60_100, 7], ["6-0", 40_000, 4]]
-    d = [["7-0", 60_100, 7], ["9-0", 40_000, 5]]
-    e = [["9-0", 80_100, 8], ["9-0", 40_000, 5]]
-    # 0.2 s fixed + 10 ms a chunk + 10 µs an event, exactly
-    recent = [progress(0, None, a, 9000), progress(1, a, b, 200 + 100 + 1000),
-              progress(2, b, c, 200 + 10 + 1), progress(3, c, d, 200 + 10),
-              progress(4, d, e, 200 + 10 + 200)]
-    out = log_progress(recent, first_batch=0)  # the run's first batch (9 s of start) is left out
-    assert json.loads(out["read"]) == e
-    assert out["fixed_seconds"] == pytest.approx(0.2, abs=1e-3)
-    assert out["seconds_per_group"] == pytest.approx(0.01, rel=1e-3)
-    assert out["seconds_per_event"] == pytest.approx(1e-5, rel=1e-3)
-    assert out["capacity"] == pytest.approx(100_000, rel=1e-3)
-    assert out["batch_seconds"] == pytest.approx(1.3)  # the slowest recent one, not a typical one
-    assert log_progress([progress(0, None, a, 9000)], first_batch=0)["batch_seconds"] == 0.0
-    assert log_progress([{"sources": [{"startOffset": None, "endOffset": '{"s": "1-0"}'}],
-                          "durationMs": {"triggerExecution": 5}}]) is None  # a legacy offset
 
 
 def test_the_lag_is_read_per_partition_and_refuses_before_the_promise_breaks(tmp_path):

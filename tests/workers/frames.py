@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from workers.chunk_rows import ChunkRows
-from workers.job import apply_chunks as _apply_chunks
+from workers.shard_state import apply_chunks as _apply_chunks
 
 
 def rows_of(frame) -> ChunkRows:
@@ -19,5 +19,5 @@ def rows_of(frame) -> ChunkRows:
 
 
 def apply_chunks(stream, previous, frame, *args, **kwargs):
-    """``workers.job.apply_chunks`` of a frame's rows."""
+    """``workers.shard_state.apply_chunks`` of a frame's rows."""
     return _apply_chunks(stream, previous, rows_of(frame), *args, **kwargs)

@@ -1,4 +1,4 @@
-"""Generations below Spark (``workers.job.apply_chunks``): whatever the interleaving of
+"""Generations below Spark (``workers.shard_state.apply_chunks``): whatever the interleaving of
 appends, deletes and re-declarations, however the log is cut into micro-batches and
 whenever each batch looks the declaration up, a shard ends with exactly the events of the
 stream's current declaration — nothing of an older one — and with no state at all once the
@@ -14,7 +14,8 @@ from tests.conftest import TEST_SECRET
 from tidemark.chunks import encode_chunk
 from tidemark.streams import StreamConfig
 from tests.workers.frames import apply_chunks
-from workers.job import DecodedShards, published_generation
+from workers.decoded import DecodedShards
+from workers.shard_state import published_generation
 
 CONFIG = StreamConfig(max_window=1e6, epsilon=0.1)
 _OPS = st.lists(st.one_of(st.tuples(st.just("events"), st.integers(1, 5)),
@@ -46,7 +47,7 @@ def test_a_shard_counts_exactly_the_current_declaration(ops, cuts, looks, legacy
     appends its tombstone after the entries it ends."""
     assume(not (legacy and lose_tombstones))
     # The log as the append and delete scripts write it, and the declaration after each op.
-    generation, declared, log, history, sent, next_ts = 1, True, [], [], 0, 0
+    generation, declared, log, history, next_ts = 1, True, [], [], 0
     for op in ops:
         if op[0] == "events" and declared:
             g = 0 if legacy and generation == 1 else generation  # an entry from before generations
@@ -108,22 +109,3 @@ def test_a_shard_counts_exactly_the_current_declaration(ops, cuts, looks, legacy
     else:
         assert served is not None and served["events"] == expected, (state, expected)
         assert not served["failed"]
-
-
-def test_a_shards_status_says_the_first_time_its_batch_added():
-    """The published status carries ``touched`` of the version just made (the API keeps
-    answers at instants before it); a state read back from the store knows none."""
-    from workers.job import shard_status
-
-    def declared(name):
-        return CONFIG, 1
-
-    rows = pd.DataFrame([{"entry": "1-0", "payload": _payload(3, 40), "clock_before": -np.inf},
-                         {"entry": "2-0", "payload": _payload(2, 7), "clock_before": 42.0}])
-    state = apply_chunks("s", None, rows, TEST_SECRET, declared)
-    assert shard_status(state).touched == repr(7.0)
-    again = apply_chunks("s", {k: v for k, v in state.items() if k not in ("touched", "sizes")},
-                         rows.iloc[:1].assign(entry="3-0", clock_before=3e6), TEST_SECRET, declared)
-    assert shard_status(again).touched == ""  # 40-42 are late behind 3e6: nothing added
-    stored = {k: v for k, v in again.items() if k not in ("touched", "sizes")}
-    assert shard_status(stored).touched is None  # a republish cannot say

@@ -233,22 +233,3 @@ def test_a_lifecycle_queue_moves_with_its_generations_and_tombstone(log_redis, t
     rows = _drain(reader, reader.initialOffset(), reader.latestOffset(None))
     assert [(row[4], row[5], row[6]) for row in rows] == [
         (b"old:0", 0, False), (b"old:1", 7, False)] + [(b"", 7, True)] * 4
-
-
-def test_a_checkpoint_of_an_earlier_state_layout_is_refused_with_what_to_do(tmp_path):
-    """A new checkpoint is marked with the state layout; one an earlier Tidemark committed
-    batches to (no mark) or marked otherwise is refused before Spark reads its state."""
-    from workers.job import STATE_FORMAT, CheckpointFormatError, check_state_format
-
-    fresh = tmp_path / "fresh"
-    check_state_format(str(fresh))
-    assert (fresh / "state-format").read_text().strip() == STATE_FORMAT
-    check_state_format(str(fresh))  # marked: accepted again
-    old = tmp_path / "old"
-    (old / "spark" / "commits").mkdir(parents=True)
-    (old / "spark" / "commits" / "0").write_text("v1\n{}")
-    with pytest.raises(CheckpointFormatError, match="layout 1, written by an earlier Tidemark"):
-        check_state_format(str(old))
-    (old / "state-format").write_text("3\n")
-    with pytest.raises(CheckpointFormatError, match="layout 3"):
-        check_state_format(str(old))

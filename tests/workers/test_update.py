@@ -261,64 +261,6 @@ def test_lost_events_no_record_places_in_time_make_every_answer_incomplete():
     assert "incomplete" not in answer("count", "s", config, None, {**status, "failed_events": 0}, {})
 
 
-def test_a_kept_decoded_summary_gives_the_same_bytes_and_never_outlives_its_version():
-    import pandas as pd
-
-    from tests.workers.frames import apply_chunks
-    from workers.job import DecodedShards
-
-    batches = [_chunks([[float(10 * b + i) for i in range(5)]])[0] for b in range(4)]
-    frames = [pd.DataFrame({"entry": [f"{b + 1}-0"], "payload": [c.payload],
-                            "clock_before": [float(10 * b - 1) if b else -math.inf]})
-              for b, c in enumerate(batches)]
-    kept, plain = DecodedShards(), None
-    state = None
-    for frame in frames:
-        plain = apply_chunks("s", plain, frame, TEST_SECRET, lambda name: (CONFIG, 0))
-        state = apply_chunks("s", state, frame, TEST_SECRET, lambda name: (CONFIG, 0), 0, kept)
-        assert state["blob"] == plain["blob"] and state["version"] == plain["version"]
-    assert kept.hits == 3 and kept.misses == 1  # decoded once, then kept
-    # A replay hands in an older version: it is decoded from its bytes, never the kept one.
-    older = apply_chunks("s", None, frames[0], TEST_SECRET, lambda name: (CONFIG, 0))
-    again = apply_chunks("s", older, frames[1], TEST_SECRET, lambda name: (CONFIG, 0), 0, kept)
-    assert kept.misses == 2 and again["events"] == 10
-    # Same version, other bytes (another writer): decoded too.
-    kept.keep("t", 0, 5, 1, b"these bytes", StreamSummary.create(CONFIG, TEST_SECRET))
-    assert kept.take("t", 0, 5, 1, b"other bytes") == b"other bytes"
-    # Same version and bytes of another generation (the name deleted and declared again):
-    # decoded, never the old generation's summary.
-    kept.keep("t", 0, 5, 1, b"these bytes", StreamSummary.create(CONFIG, TEST_SECRET))
-    assert kept.take("t", 0, 6, 1, b"these bytes") == b"these bytes"
-    kept.keep("t", 0, 5, 1, b"these bytes", StreamSummary.create(CONFIG, TEST_SECRET))
-    assert isinstance(kept.take("t", 0, 5, 1, b"these bytes"), StreamSummary)
-
-
-def test_a_re_declared_stream_never_updates_the_old_generations_kept_summary():
-    """Through ``apply_chunks``: the shard of generation 1 is kept decoded; a tombstone
-    ends it, and generation 2's first batch starts from an empty summary."""
-    import pandas as pd
-
-    from tests.workers.frames import apply_chunks
-    from workers.job import DecodedShards
-
-    def frame(entry, values, generation, tombstone=False):
-        payload = b"" if tombstone else _chunks([values])[0].payload
-        return pd.DataFrame({"entry": [entry], "payload": [payload], "clock_before": [-math.inf],
-                             "generation": [generation], "tombstone": [tombstone]})
-
-    kept = DecodedShards()
-    old = apply_chunks("s", None, frame("1-0", [1.0, 2.0, 3.0], 1), TEST_SECRET,
-                       lambda name: (CONFIG, 1), 0, kept)
-    assert old["events"] == 3 and old["generation"] == 1
-    assert apply_chunks("s", old, frame("2-0", [], 1, True), TEST_SECRET,
-                        lambda name: (CONFIG, 2), 0, kept) is None
-    new = apply_chunks("s", None, frame("3-0", [4.0], 2), TEST_SECRET, lambda name: (CONFIG, 2), 0, kept)
-    assert new["events"] == 1 and new["generation"] == 2 and new["version"] == old["version"]
-    summary = StreamSummary.from_bytes(new["blob"], TEST_SECRET)
-    fresh = apply_chunks("s", None, frame("3-0", [4.0], 2), TEST_SECRET, lambda name: (CONFIG, 2))
-    assert new["blob"] == fresh["blob"] and summary.to_bytes() == fresh["blob"]
-
-
 class _GroupState:
     """What ``applyInPandasWithState`` hands the group function: the state row, if any."""
 
@@ -358,10 +300,10 @@ def test_the_kept_summaries_survive_from_task_to_task_as_spark_ships_the_functio
     copy of whatever module-level object it names: the process's kept summaries must be
     reached by reference, or each task starts with none and every group decodes."""
     from pyspark import cloudpickle
-    import pandas as pd
 
     from tidemark.wire import keys
-    from workers.job import decoded_shards, shard_updater
+    from workers.decoded import decoded_shards
+    from workers.job import shard_updater
     import redis
 
     name = "kept-across-tasks"
@@ -385,7 +327,6 @@ def test_a_python_worker_freezes_what_its_first_update_leaves_so_each_task_end_c
     import gc
     import weakref
 
-    import pandas as pd
     import redis
 
     from tidemark.wire import keys
