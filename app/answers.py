@@ -362,8 +362,8 @@ def answer_from_store(store, kind: str, name: str | None, params: dict, streams:
     number of streams the caller's route serves (None: any)."""
     query = lookup(kind, streams)
     names = streams_of(query, name, params)
-    configs = [store.config(n) for n in names]
-    read = [store.summary(n) for n in names]
+    configs = [store.declarations.config(n) for n in names]
+    read = [store.reads.summary(n) for n in names]
     if query.streams == 1:
         return answer(kind, name, configs[0], *read[0], params)
     return answer_streams(kind, names, configs, read, params)

@@ -55,7 +55,7 @@ def declare_streams(redis_url: str, streams: dict[str, StreamConfig]) -> None:
 
     store = Store(redis_url)
     for name, config in streams.items():
-        store.declare(name, config)
+        store.declarations.declare(name, config)
 
 
 # -- processes ---------------------------------------------------------------------------
@@ -252,7 +252,7 @@ def run_up(args, demo: bool = False) -> None:
                 if slot:  # a spare once all is processing
                     slot.tend(ready is True)
                 try:
-                    watch.streams(store.failed_streams())
+                    watch.streams(store.summaries.failed_streams())
                 except Exception:  # noqa: BLE001 — Redis restarting: the supervisor says so
                     pass
             time.sleep(0.2)
@@ -269,11 +269,11 @@ def run_up(args, demo: bool = False) -> None:
 
 def _phases(console, store, url: str) -> None:
     """Mark the phases of a start that are done now (seen from the outside)."""
-    if "Redis" not in console.done and store.ping():
+    if "Redis" not in console.done and store.health.ping():
         console.phase_done("Redis")
     if "worker" not in console.done and "Redis" in console.done:
         try:
-            beat = store.worker_heartbeat()
+            beat = store.health.worker_heartbeat()
         except Exception:  # noqa: BLE001
             beat = None
         if beat and beat.get("active") and time.time() - beat.get("time", 0) < 5:
