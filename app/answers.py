@@ -2,7 +2,7 @@
 HTTP endpoints, the dashboard and the alerts.
 
 Windows are in seconds; sketches count in ticks of the stream's ``resolution``. Which
-ticks a window covers is decided exactly in :mod:`app.windows`: a tick is *inside*
+ticks a window covers is decided exactly in :mod:`tidemark.ticks`: a tick is *inside*
 ``[at - window, at]`` when all of its events are, and *touches* it when some may be. The
 lower bound comes from the ticks inside, the upper from the ticks that touch, so the time
 grain can only widen an interval, never make it wrong — and every bound says how wide it
@@ -17,11 +17,10 @@ from fractions import Fraction
 from typing import Callable
 
 from app.site_bounds import mark_sites
-from app.windows import Window, make_window
 from sketches.base import Estimate, SketchError
 from tidemark.streams import StreamConfig, parse_duration
 from tidemark.summary import StreamSummary
-from tidemark.ticks import is_late
+from tidemark.ticks import Window, is_late, make_window
 
 __all__ = ["QueryError", "Window", "answer", "too_old", "answer_from_store", "QUERY_KINDS", "QueryKind", "register",
            "lookup", "streams_of", "alert_kinds", "parse_window", "bound_of"]
