@@ -2,7 +2,7 @@
 HTTP endpoints, the dashboard and the alerts.
 
 Windows are in seconds; sketches count in ticks of the stream's ``resolution``. Which
-ticks a window covers is decided exactly in :mod:`app.windows`: a tick is *inside*
+ticks a window covers is decided exactly in :mod:`tidemark.ticks`: a tick is *inside*
 ``[at - window, at]`` when all of its events are, and *touches* it when some may be. The
 lower bound comes from the ticks inside, the upper from the ticks that touch, so the time
 grain can only widen an interval, never make it wrong — and every bound says how wide it
@@ -17,11 +17,10 @@ from fractions import Fraction
 from typing import Callable
 
 from app.site_bounds import mark_sites
-from app.windows import Window, make_window
 from sketches.base import Estimate, SketchError
 from tidemark.streams import StreamConfig, parse_duration
 from tidemark.summary import StreamSummary
-from tidemark.ticks import is_late
+from tidemark.ticks import Window, is_late, make_window
 
 __all__ = ["QueryError", "Window", "answer", "too_old", "answer_from_store", "QUERY_KINDS", "QueryKind", "register",
            "lookup", "streams_of", "alert_kinds", "parse_window", "bound_of"]
@@ -362,8 +361,8 @@ def answer_from_store(store, kind: str, name: str | None, params: dict, streams:
     number of streams the caller's route serves (None: any)."""
     query = lookup(kind, streams)
     names = streams_of(query, name, params)
-    configs = [store.config(n) for n in names]
-    read = [store.summary(n) for n in names]
+    configs = [store.declarations.config(n) for n in names]
+    read = [store.reads.summary(n) for n in names]
     if query.streams == 1:
         return answer(kind, name, configs[0], *read[0], params)
     return answer_streams(kind, names, configs, read, params)

@@ -1,4 +1,7 @@
-"""Dependencies shared by the routers, as ``Annotated`` aliases and access guards.
+"""Dependencies shared by the routers, as ``Annotated`` aliases and access guards: the
+store's parts by job (``DeclarationsDep``, ``IngestDep``, ``ReadsDep``, ``FederationDep``,
+``WorkerHealthDep``; see ``app.store``), the store itself (``StoreDep``) for a route that
+hands it to what spans several parts, the settings and the metrics.
 
 The getters are ``async`` (they await nothing): a plain function dependency costs a hop to
 the thread pool on every request."""
@@ -9,14 +12,39 @@ from typing import Annotated
 
 from fastapi import Depends, Request, Security
 
+from app.declarations import Declarations
+from app.federation import Federation
+from app.ingest import Ingest
 from app.metrics import Metrics
 from app.security import authorize
 from app.store import Store
+from app.summary_cache import SummaryCache
+from app.worker_health import WorkerHealth
 from tidemark.settings import Settings
 
 
 async def get_store(request: Request) -> Store:
     return request.app.state.store
+
+
+async def get_declarations(request: Request) -> Declarations:
+    return request.app.state.store.declarations
+
+
+async def get_ingest(request: Request) -> Ingest:
+    return request.app.state.store.ingest
+
+
+async def get_reads(request: Request) -> SummaryCache | Federation:
+    return request.app.state.store.reads
+
+
+async def get_federation(request: Request) -> Federation | None:
+    return request.app.state.store.federation
+
+
+async def get_worker_health(request: Request) -> WorkerHealth:
+    return request.app.state.store.health
 
 
 async def get_settings(request: Request) -> Settings:
@@ -28,6 +56,11 @@ async def get_metrics(request: Request) -> Metrics:
 
 
 StoreDep = Annotated[Store, Depends(get_store)]
+DeclarationsDep = Annotated[Declarations, Depends(get_declarations)]
+IngestDep = Annotated[Ingest, Depends(get_ingest)]
+ReadsDep = Annotated[SummaryCache | Federation, Depends(get_reads)]
+FederationDep = Annotated[Federation | None, Depends(get_federation)]
+WorkerHealthDep = Annotated[WorkerHealth, Depends(get_worker_health)]
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 MetricsDep = Annotated[Metrics, Depends(get_metrics)]
 

@@ -12,7 +12,7 @@ except on a stream's first read (or the first after it went unread); it answers 
 copies held and says how old each is (``as_of.sites``); a newer version of the same sites is
 merged in the background.
 
-``Store.summary(name)`` of a federated stream returns the merge of the sites' summaries
+``store.reads.summary(name)`` of a federated stream returns the merge of the sites' summaries
 and a status that says each site's ``as_of`` (``Federation.summary``), so every query
 kind, the alerts, the dashboard, ``/v1/live`` (a pulled new version is announced on the
 local channel) and the Prometheus API serve it as any other stream.
@@ -102,8 +102,8 @@ def as_of_site(status: dict, age: float | None, error: str | None = None) -> dic
 
 class Federation:
     """Federated declarations and merged summaries of one API process. ``store`` is the
-    ``app.store.Store`` it serves (its local methods are captured before the store routes
-    federated names here, ``Store.federate``); ``pulls`` keeps the peers' copies
+    ``app.store.Store`` it serves (its summary cache's methods are captured before the
+    store reads every stream through this federation, ``Store.federate``); ``pulls`` keeps the peers' copies
     (``app.site_pulls``), ``serving`` serves this deployment's own to peers
     (``app.site_serving``)."""
 
@@ -117,7 +117,7 @@ class Federation:
         self.local_in_memory, self.local_versions = store.summaries.in_memory, store.summaries.served_versions
         self.ttl = store.declarations.config_ttl
         self.serving = Serving(self.local_summary)
-        self.pulls = Pulls(sites, secret, store.config, self.sites_of, self.records.announce, pull_interval, timeout,
+        self.pulls = Pulls(sites, secret, store.declarations.config, self.sites_of, self.records.announce, pull_interval, timeout,
                            watch_for)
         self.pulls.federated = lambda: {n for n, kept in list(self._federated.items()) if kept[1]}
         self.pulled = self.pulls.pulled
@@ -187,7 +187,7 @@ class Federation:
             for site in sites:
                 if site != LOCAL:
                     self._check_remote(site, name, config)
-        new = self.store.declare(name, config)
+        new = self.store.declarations.declare(name, config)
         if sites is not None:
             self.records.set(name, sites)
         elif current is not None and new:  # a federation left by a delete that did not finish
@@ -239,7 +239,7 @@ class Federation:
     def _gather(self, name: str, sites: tuple[str, ...], fresh: bool, watch: bool = True):
         """Each site's (summary, status, age, why missing) as held now; ``watch``: someone
         reads the stream, so the poller keeps its sites pulled for ``watch_for`` seconds."""
-        config = self.store.config(name)
+        config = self.store.declarations.config(name)
         now = time.monotonic()
         if watch:
             self.pulls.watch(name)
@@ -271,7 +271,7 @@ class Federation:
         return out
 
     def summary(self, name: str, fresh: bool = False) -> tuple[StreamSummary | None, Status]:
-        """``Store.summary``: a plain stream's own; a federated stream's merge of its
+        """``SummaryCache.summary`` for ``store.reads``: a plain stream's own; a federated stream's merge of its
         sites' summaries, with a status whose ``sites`` says each site's ``as_of`` and
         whose ``incomplete_sites`` names those left out, and why."""
         sites = self.sites_of(name)
@@ -336,7 +336,7 @@ class Federation:
         return out
 
     def status(self, name: str) -> Status:
-        """``Store.status``: a federated stream's combined status (no merge). Reading a
+        """``SummaryCache.status`` for ``store.reads``: a federated stream's combined status (no merge). Reading a
         status (a listing, ``/metrics``) does not keep the stream's sites pulled."""
         sites = self.sites_of(name)
         if sites is None:
@@ -367,10 +367,10 @@ class Federation:
         return status
 
     def in_memory(self, name: str) -> bool:
-        """``Store.in_memory``: a federated stream is always answered in a thread."""
+        """``SummaryCache.in_memory`` for ``store.reads``: a federated stream is always answered in a thread."""
         return self.known_federated(name) is False and self.local_in_memory(name)
 
     def served_versions(self, name: str):
-        """``Store.served_versions``: None for a federated stream, whose answer also
+        """``SummaryCache.served_versions`` for ``store.reads``: None for a federated stream, whose answer also
         depends on its sites' ages, so it is not kept per version."""
         return None if self.known_federated(name) is not False else self.local_versions(name)

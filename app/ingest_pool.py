@@ -7,7 +7,7 @@ has threads, a fork could copy a held lock), started with the app
 (``TIDEMARK_INGEST_PROCESSES``; 0 validates in a thread as before). A process gets the
 body and the stream's declaration and returns the encoded Arrow chunk, the count, the
 per-event rejects and the latest ``ts`` (``Prepared``): bytes pickled both ways, no
-parsing in the API. Storing stays in the API (``Store.append``, its Lua script and the
+parsing in the API. Storing stays in the API (``Ingest.append``, its Lua script and the
 idempotency record): a process that dies can then only have lost work, never stored a
 chunk nobody was told of.
 

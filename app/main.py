@@ -199,9 +199,9 @@ def create_app(settings: Settings, redis_url: str) -> FastAPI:
     app.state.loop_watch = LoopWatch(app.state.metrics.loop_stall)
     app.state.answer_cache = AnswerCache()
     app.state.range_cache = RangeCache(counter=app.state.metrics.range_points)
-    app.state.store.on_decoded = partial(queries.render_ahead, app.state.answer_cache)
+    app.state.store.summaries.on_decoded = partial(queries.render_ahead, app.state.answer_cache)
     app.state.live_hub = LiveHub(redis_url, settings.max_sse_clients,
-                                 prepare=lambda name: app.state.store.summary(name, fresh=True))
+                                 prepare=lambda name: app.state.store.reads.summary(name, fresh=True))
     app.state.keychain = keychain = Keychain(settings.api_keys)
     if not keychain:
         log.warning("no API key configured (TIDEMARK_API_KEYS): every /v1 request is refused")

@@ -34,11 +34,10 @@ import numpy as np
 import orjson
 
 from app.answers import QUERY_KINDS, QueryError, answer, parse_window, too_old
-from app.windows import EMPTY_RANGE, Window
 from sketches.base import SketchError
 from tidemark.streams import StreamConfig
 from tidemark.summary import StreamSummary
-from tidemark.ticks import ticks_of
+from tidemark.ticks import EMPTY_RANGE, Window, ticks_of
 
 __all__ = ["windows_at", "answers_at", "as_json", "RangeCache", "kept_point"]
 
@@ -55,7 +54,7 @@ def windows_at(params: dict, config: StreamConfig, clock: float | None,
     """``parse_window({**params, "at": repr(at)}, config, clock)`` for every ``at`` (the
     ``window`` parameter read once), each a :class:`Window` or the :class:`QueryError` it
     raises. The ticks of the four floats each window is read from (module notes of
-    ``app.windows``) are found for all instants at once."""
+    ``tidemark.ticks``) are found for all instants at once."""
     # The window itself checked once (at the clock, where no window is too old to answer).
     seconds = parse_window({k: v for k, v in params.items() if k != "at"}, config, clock).seconds
     res = config.resolution

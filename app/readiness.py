@@ -115,7 +115,7 @@ def readiness(store: Store, stale_after: float, max_wait: float) -> dict:
                     why["worker"] = (f"{n} events of a stream waiting {waited:.0f} s and "
                                      f"no batch has finished since (query {beat['run_id']}, last "
                                      f"batch {beat.get('batch_id')}, {who})")
-        body["lag"] = store.lag().as_dict()
+        body["lag"] = store.ingest.lag().as_dict()
     except redis.RedisError as e:
         why["redis"] = f"Redis does not answer ({type(e).__name__})"
     body["worker"] = body["redis"] and "worker" not in why

@@ -1,11 +1,18 @@
 """The API's one door to Redis, by job: stream declarations (``app.declarations``),
 ingest and back-pressure (``app.ingest``), the decoded-summary cache
 (``app.summary_cache``) and worker health (``app.worker_health``). ``Store`` holds one of
-each over one Redis client and answers for them all, so callers keep one object; what
-crosses to the worker is ``tidemark.wire``.
+each over one Redis client, as attributes named by job (``store.declarations.declare``,
+``store.ingest.append``, ``store.health.ping``), and does what spans several of them:
+deleting a stream, reading a stream's declaration ahead of its ingest, forgetting what is
+kept of a stream. A stream's summary and status are read through ``store.reads``: the
+summary cache, or once federated (``Store.federate``) the federation, which answers a
+stream that is not federated from that same cache. What crosses to the worker is
+``tidemark.wire``.
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 import redis
 
@@ -18,6 +25,9 @@ from app.summary_cache import SummaryCache
 from app.worker_health import WorkerHealth
 from tidemark.hash_secret import HashSecret
 from tidemark.streams import StreamConfig
+
+if TYPE_CHECKING:
+    from app.federation import Federation
 
 __all__ = ["Store", "StreamNotFound", "StreamConflict", "Backpressure", "Status", "IngestReceipt"]
 
@@ -39,25 +49,14 @@ class Store:
         self.summaries = SummaryCache(self.redis, self.declarations, self.decoder,
                                       cached_streams, read_ttl, revalidate_within)
         self.health = WorkerHealth(self.redis)
-        self.read_stats = self.summaries.read_stats
-        d, i, c, h = self.declarations, self.ingest, self.summaries, self.health
-        self.declare, self.config, self.names, self.generation = (
-            d.declare, d.config, d.names, d.generation)
-        self.check_backpressure, self.partition, self.append, self.take_rate, self.pending, self.lag = (
-            i.check_backpressure, i.partition, i.append, i.take_rate, i.pending, i.lag)
-        self.forget_reads, self.served_versions, self.in_memory, self.status, self.summary = (
-            c.forget_reads, c.served_versions, c.in_memory, c.status, c.summary)
-        self.failed_streams = c.failed_streams
-        self.ping, self.worker_heartbeat, self.worker_standby, self.worker_alive = (
-            h.ping, h.worker_heartbeat, h.worker_standby, h.worker_alive)
+        self.reads: SummaryCache | Federation = self.summaries
         self.federation = None
 
     def federate(self, federation) -> None:
         """Route reads through ``federation`` (``app.federation.Federation``): a federated
         stream's summary and status are its sites' merged; every other stream's are its own."""
         self.federation = federation
-        self.summary, self.status, self.in_memory, self.served_versions = (
-            federation.summary, federation.status, federation.in_memory, federation.served_versions)
+        self.reads = federation
 
     def delete(self, name: str) -> None:
         """``Declarations.delete``, with the stream's federation if it has one (never a
@@ -73,15 +72,6 @@ class Store:
             self.federation.refuse_ingest(name)
         ahead = self.ingest.ahead(name)
         return self.declarations.parsed(name, ahead.declaration), ahead
-
-    @property
-    def on_decoded(self):
-        """See ``SummaryCache.on_decoded``."""
-        return self.summaries.on_decoded
-
-    @on_decoded.setter
-    def on_decoded(self, hook) -> None:
-        self.summaries.on_decoded = hook
 
     def forget(self, name: str) -> None:
         """Drop everything kept in memory of a stream (it was deleted or declared anew)."""

@@ -26,8 +26,8 @@ import time
 import httpx
 import numpy as np
 
-from tidemark.ingest_client import _ndjson_as_arrow
 from tidemark.redis_server import EmbeddedRedis, free_port
+from tidemark_cli.ingest_client import _ndjson_as_arrow
 from _common import run_dir
 
 T0 = 1_700_000_000.0

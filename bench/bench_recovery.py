@@ -34,7 +34,7 @@ from pathlib import Path
 
 import httpx
 
-from tidemark.ingest_client import NDJSON, post_batch
+from tidemark_cli.ingest_client import NDJSON, post_batch
 from _common import HEADERS, start_up, stop_up
 
 HERE = str(Path(__file__).resolve().parents[1])

@@ -63,7 +63,7 @@ STAGES = [  # (stage, patterns), in the order they are tried on each frame
     ("redis", ("redis/",)),
     ("metrics", ("prometheus_client",)),
     ("rendering", ("jsonable_encoder", "json/encoder", "json/__init__", "JSONResponse", "render (")),
-    ("answer", ("app/answers", "app/kinds", "sketches/", "app/windows", "tidemark/summary")),
+    ("answer", ("app/answers", "app/kinds", "sketches/", "tidemark/ticks", "tidemark/summary")),
     ("host + key check", ("first_headers", "presented_key", "principal (", "_digest", "authorize")),
     ("lookup", ("answer_cache", "summary_cache", "fast_reads", "readiness")),
     ("thread pool", ("anyio", "to_thread", "concurrent/futures", "threading")),

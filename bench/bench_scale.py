@@ -344,7 +344,7 @@ def run(spark, declared: int, active: int, seconds: float, rate: float, size: in
             for k, v in p["durationMs"].items():
                 phases.setdefault(k, []).append(v / 1000)
         pid = jvm_pid()
-        sizes = [sum(store.status(n)["sketch_bytes"].values()) for n in active_names[:10]]
+        sizes = [sum(store.reads.status(n)["sketch_bytes"].values()) for n in active_names[:10]]
         offset_bytes, read_tasks = offset_log(checkpoint)
         out = {
             "declared": declared, "active": active, "size": size, "batches": len(durations),

@@ -7,7 +7,7 @@ cores; this isolates the worker's own cost, so a change to the group update show
 minute. ``--streams`` streams (the typical small stream of issue #22: 1 h window,
 ε = δ = 0.05, one of 1,000 string keys per event) each receive a ``--request``-event chunk
 every ``request / (rate / streams)`` seconds at its own phase, appended through the API's
-own append script (``app.store.Store.append``, back-pressure caps lifted).
+own append script (``app.ingest.Ingest.append``, back-pressure caps lifted).
 
     python bench/bench_worker.py [--streams 1000] [--rate 60000] [--request 500] [--seconds 30]
         [--spark-conf '{"key": "value"}']
@@ -62,7 +62,7 @@ def run(spark, streams: int, rate: float, size: int, seconds: float, warm: float
                 ts = time.time() + np.sort(rng.random(size)) * 0.01
                 chunk = encode_chunk(ts, [KEYS[i] for i in rng.integers(0, len(KEYS), size)],
                                      np.full(size, np.nan), np.ones(size))
-                store.append(name, chunk, size, 0, float(ts.max()), {"accepted": size})
+                store.ingest.append(name, chunk, size, 0, float(ts.max()), {"accepted": size})
                 totals[name] += size
 
             post(names[0])  # the first batch starts Spark's Python workers: not measured

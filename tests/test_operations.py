@@ -18,8 +18,8 @@ import uuid
 import httpx
 import pytest
 
-from tidemark.ingest_client import NDJSON, post_batch
 from tidemark.redis_server import free_port
+from tidemark_cli.ingest_client import NDJSON, post_batch
 
 pytestmark = pytest.mark.spark
 READY_MAX_WAIT = 5.0

@@ -140,7 +140,7 @@ class StreamConfig(BaseModel):
     @property
     def window_ticks(self) -> int:
         """The longest window in ticks (the sketches' ``W``), in exact arithmetic: the
-        window rule of ``app/windows.py`` is exact, so a float quotient rounded down to a
+        window rule of ``tidemark/ticks.py`` is exact, so a float quotient rounded down to a
         whole number would make the longest window one tick short."""
         return math.ceil(Fraction(self.max_window) / Fraction(self.resolution))
 

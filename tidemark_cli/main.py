@@ -55,7 +55,7 @@ def declare_streams(redis_url: str, streams: dict[str, StreamConfig]) -> None:
 
     store = Store(redis_url)
     for name, config in streams.items():
-        store.declare(name, config)
+        store.declarations.declare(name, config)
 
 
 # -- processes ---------------------------------------------------------------------------
@@ -132,7 +132,7 @@ def _services(args, settings: Settings, run_dir: Path, env: dict, streams: dict,
     worker_log = logs / "worker.log" if logs else None
     api_log = logs / "api.log" if logs else None
     from tidemark.redis_server import EmbeddedRedis
-    from tidemark.standby import WorkerSlot
+    from tidemark_cli.standby import WorkerSlot
     from tidemark.supervisor import Service
 
     redis_url = args.redis or settings.redis_url
@@ -169,7 +169,7 @@ def _services(args, settings: Settings, run_dir: Path, env: dict, streams: dict,
 
 def run_up(args, demo: bool = False) -> None:
     from app.store import Store
-    from tidemark.console import Console, Watch
+    from tidemark_cli.console import Console, Watch
     from tidemark.credentials import ensure_api_keys
     from tidemark.hash_secret import load_or_create
     from tidemark.supervisor import STATE_FILE, GiveUp, Supervisor
@@ -179,7 +179,7 @@ def run_up(args, demo: bool = False) -> None:
     admin = next((k.key for k in keys if "admin" in k.scopes), None)
     streams = load_streams(args.config)
     if demo:
-        from tidemark.demo import DEMO_STREAMS
+        from tidemark_cli.demo import DEMO_STREAMS
 
         streams = {**DEMO_STREAMS, **streams}
     run_dir = Path(settings.run_dir)
@@ -235,7 +235,7 @@ def run_up(args, demo: bool = False) -> None:
         else:
             console.say(f"Tidemark is up: dashboard at {url}/?key=<a read key>  (API docs at {url}/docs)")
         if demo:
-            from tidemark.demo import DemoFeeder
+            from tidemark_cli.demo import DemoFeeder
 
             if admin is None:
                 raise CliError("the demo needs an admin key in TIDEMARK_API_KEYS to declare and feed streams")
@@ -252,7 +252,7 @@ def run_up(args, demo: bool = False) -> None:
                 if slot:  # a spare once all is processing
                     slot.tend(ready is True)
                 try:
-                    watch.streams(store.failed_streams())
+                    watch.streams(store.summaries.failed_streams())
                 except Exception:  # noqa: BLE001 — Redis restarting: the supervisor says so
                     pass
             time.sleep(0.2)
@@ -269,11 +269,11 @@ def run_up(args, demo: bool = False) -> None:
 
 def _phases(console, store, url: str) -> None:
     """Mark the phases of a start that are done now (seen from the outside)."""
-    if "Redis" not in console.done and store.ping():
+    if "Redis" not in console.done and store.health.ping():
         console.phase_done("Redis")
     if "worker" not in console.done and "Redis" in console.done:
         try:
-            beat = store.worker_heartbeat()
+            beat = store.health.worker_heartbeat()
         except Exception:  # noqa: BLE001
             beat = None
         if beat and beat.get("active") and time.time() - beat.get("time", 0) < 5:
@@ -367,7 +367,7 @@ def run_api(args) -> None:
 
 
 def run_streams(args) -> None:
-    from tidemark.streams_client import delete_stream, list_streams, print_streams, the_key
+    from tidemark_cli.streams_client import delete_stream, list_streams, print_streams, the_key
 
     key = the_key(args.key)
     if args.action == "list":
@@ -385,7 +385,7 @@ def run_streams(args) -> None:
 
 
 def run_ingest(args) -> None:
-    from tidemark.ingest_client import send_files
+    from tidemark_cli.ingest_client import send_files
 
     send_files(args.api, args.stream, args.files, args.batch,
                key=args.key or os.environ.get("TIDEMARK_KEY"), retry_for=args.retry_for)

@@ -233,7 +233,7 @@ class AlertEngine:
         asked = {s for r in rules for s in rule_streams(r)}
         for stream in sorted(asked if streams is None else asked & set(streams)):
             try:
-                self.store.summary(stream, fresh=True)
+                self.store.reads.summary(stream, fresh=True)
             except Exception:  # the rules asking it say why, one by one
                 pass
         found = [judge(self.store, rule, answers, now) for rule in rules]
@@ -256,7 +256,7 @@ class AlertEngine:
             # from now (the hub listens in every process, always).
             self.store.forget(note["stream"])
         else:
-            self.store.forget_reads(note["stream"])
+            self.store.summaries.forget_reads(note["stream"])
             self._announced.add(note["stream"])
             self._announce.set()
 

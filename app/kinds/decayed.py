@@ -9,7 +9,7 @@ Tirthapura and Xu 2009).
   4.1–4.3): asking for one is a 422 that says why and offers the additive answer.
 * No ``guarantee``: relative when a declared sketch fits the decay, else additive.
 
-Time (:mod:`app.windows`): sketches keep ticks of the stream's resolution. Events after
+Time (:mod:`tidemark.ticks`): sketches keep ticks of the stream's resolution. Events after
 ``at`` never count: the lower reading counts the ticks wholly at or before ``at``, the
 upper those that may hold such an event. ``none`` and ``sliding`` are windows, read as
 tick ranges (no age arithmetic at all). A continuous decay is read with every event as
@@ -30,10 +30,10 @@ from fractions import Fraction
 import numpy as np
 
 from app.answers import QueryError, QueryKind, bracket, register
-from app.windows import EMPTY_RANGE, ROUNDING, age_decays, age_decays_rows
 from sketches.base import Estimate
 from tidemark.streams import parse_duration
 from tidemark.summary import relative_decays
+from tidemark.ticks import EMPTY_RANGE, ROUNDING, age_decays, age_decays_rows
 
 DECAYS = ("none", "sliding", "exponential", "polynomial")
 _PARAM = {"sliding": "window", "exponential": "half_life", "polynomial": "alpha"}

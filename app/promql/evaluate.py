@@ -178,8 +178,8 @@ def _refusal_or(answer_one, *args):
 
 def _one_stream(store, query: SeriesQuery, name: str, times_ms: list[int], step_ms: int | None,
                 out: dict, deadline: float, cache: RangeCache | None) -> None:
-    config = store.config(name)
-    summary, status = store.summary(name)  # one read: every instant below is of this version
+    config = store.declarations.config(name)
+    summary, status = store.reads.summary(name)  # one read: every instant below is of this version
     params = _checked(query, lookup(query.kind, streams=1), [config], step_ms)
     base = {"__name__": query.metric, **dict(query.labels), "stream": name}
     _collect(out, query, name, base, times_ms, deadline,
@@ -191,8 +191,8 @@ def _together(store, query: SeriesQuery, names: tuple[str, ...], times_ms: list[
               step_ms: int | None, out: dict, deadline: float) -> None:
     """A kind over several streams (``tidemark_inner_product{streams="A,B"}``): each stream
     read once, every instant answered by :func:`app.answers.answer_streams` as natively."""
-    configs = [store.config(n) for n in names]
-    read = [store.summary(n) for n in names]
+    configs = [store.declarations.config(n) for n in names]
+    read = [store.reads.summary(n) for n in names]
     params = _checked(query, lookup(query.kind), configs, step_ms)
     base = {"__name__": query.metric, **dict(query.labels)}
     _collect(out, query, names, base, times_ms, deadline,

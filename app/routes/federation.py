@@ -34,7 +34,7 @@ from typing import Annotated
 from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import JSONResponse, Response
 
-from app.deps import READ, StoreDep
+from app.deps import READ, DeclarationsDep, FederationDep
 from app.site_serving import MAX_DIGESTS, STATUS_HEADER
 from app.routes.streams import StreamName
 
@@ -51,10 +51,10 @@ def _unchanged(request: Request, etag: str) -> bool:
 
 @router.get("/{name}/summary", response_class=Response,
             responses={200: {"content": {"application/octet-stream": {}}}, 304: {}})
-def summary(name: StreamName, request: Request, store: StoreDep) -> Response:
+def summary(name: StreamName, request: Request, declarations: DeclarationsDep, federation: FederationDep) -> Response:
     """The stream's published summary bytes (empty before its first publish)."""
-    store.config(name)  # 404 for a stream not declared here
-    p = store.federation.serving.published(name)
+    declarations.config(name)  # 404 for a stream not declared here
+    p = federation.serving.published(name)
     headers = {"ETag": p.etag, STATUS_HEADER: json.dumps(p.status), "Cache-Control": "no-cache"}
     if _unchanged(request, p.etag):
         return Response(status_code=304, headers=headers)
@@ -63,16 +63,16 @@ def summary(name: StreamName, request: Request, store: StoreDep) -> Response:
 
 @router.get("/{name}/summary/delta", response_class=Response,
             responses={200: {"content": {"application/octet-stream": {}}}, 304: {}, 410: {}})
-def delta(name: StreamName, request: Request, store: StoreDep,
+def delta(name: StreamName, request: Request, declarations: DeclarationsDep, federation: FederationDep,
           since: Annotated[str | None, Query(max_length=80, description="the ETag of the version held")] = None,
           ) -> Response:
     """The newest version as a delta from ``since``: Zstandard with the bytes of ``since`` as
     the dictionary (decompress with them to get the version named in ``ETag``). ``304``
     when ``since`` is the newest; ``410`` when it is no longer kept (ask the manifest)."""
-    store.config(name)  # an absent stream is a 404 before a missing parameter is a 422
+    declarations.config(name)  # an absent stream is a 404 before a missing parameter is a 422
     if not since:
         raise HTTPException(422, "since: the ETag of the version held is required")
-    p, made = store.federation.serving.delta(name, since)
+    p, made = federation.serving.delta(name, since)
     headers = {"ETag": p.etag, STATUS_HEADER: json.dumps(p.status), "Cache-Control": "no-cache"}
     if _unchanged(request, p.etag) or since == p.etag:
         return Response(status_code=304, headers=headers)
@@ -83,33 +83,33 @@ def delta(name: StreamName, request: Request, store: StoreDep,
 
 
 @router.get("/{name}/summary/manifest")
-def manifest(name: StreamName, request: Request, store: StoreDep) -> Response:
+def manifest(name: StreamName, request: Request, declarations: DeclarationsDep, federation: FederationDep) -> Response:
     """The published version as content-addressed segments, with what a peer checks before
     merging it: the settings and the hash secret's fingerprint."""
-    config = store.config(name)
-    p = store.federation.serving.published(name)
+    config = declarations.config(name)
+    p = federation.serving.published(name)
     headers = {"ETag": p.etag, "Cache-Control": "no-cache"}
     if _unchanged(request, p.etag):
         return Response(status_code=304, headers=headers)
     return JSONResponse({"stream": name, "etag": p.etag, "settings": config.public(),
-                         "fingerprint": store.federation.secret.fingerprint,
+                         "fingerprint": federation.secret.fingerprint,
                          "segments": p.manifest, "status": p.status}, headers=headers)
 
 
 @router.get("/{name}/summary/segments", response_class=Response,
             responses={200: {"content": {"application/octet-stream": {}}}, 410: {}})
-def segments(name: StreamName, store: StoreDep,
+def segments(name: StreamName, declarations: DeclarationsDep, federation: FederationDep,
              digests: Annotated[str | None, Query(max_length=MAX_DIGESTS * 33,
                                                   description="comma-separated segment digests")] = None,
              ) -> Response:
     """The segments named, concatenated in the order asked (their lengths are the
     manifest's)."""
-    store.config(name)  # an absent stream is a 404 before a missing parameter is a 422
+    declarations.config(name)  # an absent stream is a 404 before a missing parameter is a 422
     asked = [d.strip() for d in (digests or "").split(",") if d.strip()]
     if not asked or len(asked) > MAX_DIGESTS or not all(_DIGEST.match(d) for d in asked):
         raise HTTPException(422, f"digests: 1 to {MAX_DIGESTS} segment digests (32 hex digits), "
                                  "comma-separated")
-    found = store.federation.serving.segments_of(name, asked)
+    found = federation.serving.segments_of(name, asked)
     if found is None:
         raise HTTPException(410, "a segment asked is no longer held (a newer version replaced it): "
                                  "ask the manifest again")

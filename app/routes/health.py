@@ -9,7 +9,8 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
 from prometheus_client import generate_latest
 
-from app.deps import READ, MetricsDep, SettingsDep, StoreDep
+from app.deps import (READ, DeclarationsDep, FederationDep, IngestDep, MetricsDep, ReadsDep, SettingsDep,
+                      StoreDep, WorkerHealthDep)
 from app.readiness import readiness
 from app.store import StreamNotFound
 from app.security import principal_of, visible
@@ -41,28 +42,30 @@ def _age_seconds(iso: str | None) -> float | None:
 
 
 @router.get("/metrics", dependencies=[READ])
-def metrics(store: StoreDep, metrics: MetricsDep, settings: SettingsDep, request: Request) -> PlainTextResponse:
+def metrics(declarations: DeclarationsDep, reads: ReadsDep, ingest: IngestDep, health: WorkerHealthDep,
+            federation: FederationDep, metrics: MetricsDep, settings: SettingsDep,
+            request: Request) -> PlainTextResponse:
     """Prometheus text; a key limited to some streams gets the per-stream series of those
     only (and every series without a stream label)."""
     supervised = read_state(settings.run_path / STATE_FILE)  # under `tidemark up`
     for part, state in (supervised or {}).get("parts", {}).items():
         metrics.part_restarts.labels(part).set(state.get("restarts", 0))
     principal = principal_of(request)
-    if store.ping():
-        for name in visible(principal, store.names()):
+    if health.ping():
+        for name in visible(principal, declarations.names()):
             try:
-                status = store.status(name)
+                status = reads.status(name)
             except StreamNotFound:  # deleted meanwhile
                 metrics.forget(name)
                 continue
             metrics.sketch_version.labels(name).set(status["sketch_version"])
-            metrics.pending_events.labels(name).set(store.pending(name))
+            metrics.pending_events.labels(name).set(ingest.pending(name))
             for part, size in status["sketch_bytes"].items():
                 metrics.sketch_bytes.labels(name, part).set(size)
             age = _age_seconds(status["updated_at"])
             if age is not None:  # one stream's unreadable status never fails the others
                 metrics.publish_age_seconds.labels(name).set(age)
-        lag = store.lag()
+        lag = ingest.lag()
         for part in lag.partitions:
             label = str(part["partition"])
             metrics.log_pending_events.labels(label).set(part["pending_events"])
@@ -70,12 +73,12 @@ def metrics(store: StoreDep, metrics: MetricsDep, settings: SettingsDep, request
             metrics.log_oldest_age.labels(label).set(part["oldest_age"])
         metrics.wait_estimate.set(lag.wait_estimate())
         metrics.worker_capacity.set(lag.capacity)
-        metrics.standby_workers.set(1 if store.worker_standby() else 0)
-        for site, pulled in (store.federation.pulled.items() if store.federation is not None else ()):
+        metrics.standby_workers.set(1 if health.worker_standby() else 0)
+        for site, pulled in (federation.pulled.items() if federation is not None else ()):
             metrics.site_pulled_bytes.labels(site).set(pulled["bytes"])
             for result in ("pulls", "not_modified", "deltas", "segments"):
                 metrics.site_pulls.labels(site, result).set(pulled.get(result, 0))
-        beat = store.worker_heartbeat()
+        beat = health.worker_heartbeat()
         if beat:
             metrics.batch_seconds.set(beat.get("batch_seconds", 0.0))
     request.app.state.loop_watch.longest()  # sets its gauge

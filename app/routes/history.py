@@ -65,8 +65,8 @@ def history(name: StreamName, query: str, request: Request, store: StoreDep, met
             ) -> Response:
     started = time.perf_counter()
     params = {k: v for k, v in request.query_params.items() if k != "points"}
-    config = store.config(name)
-    summary, status = store.summary(name)  # one read: every answer below is of this version
+    config = store.declarations.config(name)
+    summary, status = store.reads.summary(name)  # one read: every answer below is of this version
     clock = status.get("clock")
     last = parse_window(params, config, clock)  # checks window and at (a 422 when wrong)
     earliest = last.at if clock is None else clock - config.max_window + last.seconds

@@ -36,10 +36,10 @@ def _ingest(name: str, body: bytes, store, pool: IngestPool, max_future: float, 
     except IngestUnavailable as e:
         raise HTTPException(503, f"not stored: {e}", headers={"Retry-After": "1"}) from None
     if tenant is not None and prepared.accepted:  # one tenant's flood never starves the others
-        store.take_rate(tenant, prepared.accepted, tenant_rate)
+        store.ingest.take_rate(tenant, prepared.accepted, tenant_rate)
     receipt = {"accepted": prepared.accepted, "rejected": prepared.rejects}
-    first = store.append(name, prepared.chunk, prepared.accepted, len(prepared.rejects),
-                         prepared.max_ts, receipt, idempotency_key, ahead)
+    first = store.ingest.append(name, prepared.chunk, prepared.accepted, len(prepared.rejects),
+                                prepared.max_ts, receipt, idempotency_key, ahead)
     return prepared, first
 
 

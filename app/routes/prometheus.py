@@ -134,7 +134,7 @@ def _streams(request: Request, store, query: SeriesQuery) -> list[str]:
         if hidden:
             raise StreamNotFound(hidden[0])  # as if it did not exist
         return named
-    return [n for n in visible_streams(request, store.names()) if query.selects(n)]
+    return [n for n in visible_streams(request, store.declarations.names()) if query.selects(n)]
 
 
 def _timeout(form) -> float:
@@ -302,7 +302,7 @@ async def label_values(label_name: str, request: Request) -> JSONResponse:
             return sorted(metric_names())
         if label_name == "stream":
             store = request.app.state.store
-            return sorted(await run_in_threadpool(lambda: visible_streams(request, store.names())))
+            return sorted(await run_in_threadpool(lambda: visible_streams(request, store.declarations.names())))
         if label_name == "bound":
             return list(BOUNDS)
         return []

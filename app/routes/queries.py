@@ -55,7 +55,7 @@ async def query(name: StreamName, query: str, request: Request, store: StoreDep,
     params = dict(request.query_params)
     sent = request.scope["path"], request.scope["query_string"]
     cache: AnswerCache = request.app.state.answer_cache
-    if store.in_memory(name):
+    if store.reads.in_memory(name):
         rendered = _answer(store, cache, query, name, params, sent)
     else:
         rendered = await run_in_threadpool(_read_and_answer, store, cache, query, name, params, sent)
@@ -65,17 +65,17 @@ async def query(name: StreamName, query: str, request: Request, store: StoreDep,
 
 def _read_and_answer(store, cache: AnswerCache, query: str, name: str, params: dict, sent: tuple) -> bytes:
     """Read the statuses first (which starts decoding a newer version), then answer."""
-    store.summary(name)
+    store.reads.summary(name)
     return _answer(store, cache, query, name, params, sent)
 
 
 def _answer(store, cache: AnswerCache, query: str, name: str, params: dict, sent: tuple) -> bytes:
-    versions = store.served_versions(name)
+    versions = store.reads.served_versions(name)
     key = (name, versions, query, tuple(sorted(params.items())))
     rendered = cache.get(key) if versions is not None else None
     if rendered is None:
         rendered = _render(answer_from_store(store, query, name, params, streams=1))
-        if versions is None or store.served_versions(name) != versions:
+        if versions is None or store.reads.served_versions(name) != versions:
             return rendered  # a newer version came in between: not known to be theirs
         cache.put(key, rendered)
     cache.index(*sent, name, query, versions, rendered)
@@ -85,7 +85,7 @@ def _answer(store, cache: AnswerCache, query: str, name: str, params: dict, sent
 def render_ahead(cache: AnswerCache, name: str, serving: tuple | None, versions: tuple, summary,
                  status: dict) -> int:
     """Render the answers asked of ``name`` while it served ``serving`` for its newly
-    decoded ``versions``, before they serve (``Store.on_decoded``, in the thread that decoded them): the first queries
+    decoded ``versions``, before they serve (``SummaryCache.on_decoded``, in the thread that decoded them): the first queries
     after the swap find their answers kept instead of computing them while others queue.
     Keys are those ``_answer`` uses; a question that fails here is left to the query."""
     from urllib.parse import parse_qsl

@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, HTTPException, Path, Query, Request, Response
 from pydantic import Field
 
-from app.deps import ADMIN, READ, SettingsDep, StoreDep
+from app.deps import ADMIN, READ, DeclarationsDep, FederationDep, ReadsDep, SettingsDep, StoreDep
 from app.security import principal_of, visible
 from app.store import StreamNotFound
 from tidemark import capacity
@@ -25,9 +25,9 @@ class StreamDeclaration(StreamConfig):
         description="sites whose summaries of this stream answer it ('local': this deployment)")
 
 
-def describe(store, name: str) -> dict:
-    out = {"name": name, "settings": store.config(name).public(), "status": store.status(name)}
-    sites = store.federation.sites_of(name) if store.federation is not None else None
+def describe(declarations, reads, federation, name: str) -> dict:
+    out = {"name": name, "settings": declarations.config(name).public(), "status": reads.status(name)}
+    sites = federation.sites_of(name) if federation is not None else None
     if sites is not None:
         out["sites"] = list(sites)
     return out
@@ -35,7 +35,9 @@ def describe(store, name: str) -> dict:
 
 @router.get("", dependencies=[READ])
 def list_streams(
-    store: StoreDep,
+    declarations: DeclarationsDep,
+    reads: ReadsDep,
+    federation: FederationDep,
     request: Request,
     limit: Annotated[int, Query(ge=1, le=1000, description="streams per page")] = 1000,
     cursor: Annotated[str | None, Query(pattern=STREAM_NAME_PATTERN,
@@ -43,26 +45,27 @@ def list_streams(
 ) -> dict:
     """Streams in name order, a page at a time; ``next_cursor`` is null on the last page.
     A key limited to some streams lists those only."""
-    names = visible(principal_of(request), store.names())
+    names = visible(principal_of(request), declarations.names())
     if cursor is not None:
         names = [n for n in names if n > cursor]
     page = names[:limit]
     described = []
     for n in page:
         try:
-            described.append(describe(store, n))
+            described.append(describe(declarations, reads, federation, n))
         except StreamNotFound:  # deleted while the page was read
             pass
     return {"streams": described, "next_cursor": page[-1] if len(names) > limit else None}
 
 
 @router.put("/{name}", status_code=201, dependencies=[ADMIN])
-def declare_stream(name: StreamName, declaration: StreamDeclaration, store: StoreDep, settings: SettingsDep,
+def declare_stream(name: StreamName, declaration: StreamDeclaration, declarations: DeclarationsDep,
+                   reads: ReadsDep, federation: FederationDep, settings: SettingsDep,
                    request: Request, response: Response) -> dict:
     sites = declaration.sites
     config = StreamConfig.model_validate(declaration.model_dump(exclude={"sites"}))
     capacity.check(config, settings.max_summary_bytes)  # 422 before anything is stored
-    names = store.names()
+    names = declarations.names()
     if name not in names and len(names) >= settings.max_streams:
         raise HTTPException(409, f"this deployment already has {len(names)} streams, its limit "
                                  "(TIDEMARK_MAX_STREAMS)")
@@ -72,16 +75,17 @@ def declare_stream(name: StreamName, declaration: StreamDeclaration, store: Stor
         if len(mine) >= settings.tenant_max_streams:
             raise HTTPException(409, f"your streams already number {len(mine)}, the limit per "
                                      "tenant (TIDEMARK_TENANT_MAX_STREAMS)")
-    new = (store.federation.declare(name, config, sites) if store.federation is not None
-           else store.declare(name, config))
+    new = (federation.declare(name, config, sites) if federation is not None
+           else declarations.declare(name, config))
     if not new:
         response.status_code = 200
-    return describe(store, name)
+    return describe(declarations, reads, federation, name)
 
 
 @router.get("/{name}", dependencies=[READ])
-def get_stream(name: StreamName, store: StoreDep) -> dict:
-    return describe(store, name)
+def get_stream(name: StreamName, declarations: DeclarationsDep, reads: ReadsDep,
+               federation: FederationDep) -> dict:
+    return describe(declarations, reads, federation, name)
 
 
 @router.delete("/{name}", status_code=204, dependencies=[ADMIN])

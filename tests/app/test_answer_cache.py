@@ -127,7 +127,7 @@ def test_no_answer_is_older_than_the_version_served_when_it_was_asked(api, redis
         with api.client("read") as c:
             deadline = time.monotonic() + 20
             while publishing.is_alive() and time.monotonic() < deadline:
-                served = sum(v for _, (_, v) in store.served_versions(name) or ())
+                served = sum(v for _, (_, v) in store.reads.served_versions(name) or ())
                 body = c.get(f"/v1/streams/{name}/count?window=600").json()
                 version = body["as_of"]["sketch_version"]
                 assert version >= served, f"answered v{version} while v{served} was served"
@@ -197,34 +197,34 @@ def test_a_large_answer_is_gzipped_when_asked_and_only_then(api, redis_url):
 def test_a_read_due_again_runs_in_the_background_while_the_decoded_version_answers(redis_url):
     name = next(_names)
     store = Store(redis_url, TEST_SECRET)
-    store.declare(name, CONFIG)
+    store.declarations.declare(name, CONFIG)
     publisher = Publisher(redis_url)
     publisher.publish_summary(name, _summary(5), version=1, events=5)
-    store.summary(name)
-    assert store.in_memory(name)
+    store.reads.summary(name)
+    assert store.reads.in_memory(name)
     publisher.publish_summary(name, _summary(9), version=2, events=9)
-    store.forget_reads(name)  # what an announcement does
-    assert store.in_memory(name)  # the decoded version answers; the read starts behind it
+    store.summaries.forget_reads(name)  # what an announcement does
+    assert store.reads.in_memory(name)  # the decoded version answers; the read starts behind it
     deadline = time.monotonic() + 10
-    while [(k, v) for k, (_, v) in store.served_versions(name) or ()] != [(0, 2)]:
+    while [(k, v) for k, (_, v) in store.reads.served_versions(name) or ()] != [(0, 2)]:
         assert time.monotonic() < deadline, "the background read never decoded the new version"
         time.sleep(0.02)
     # A read kept longer than revalidate_within: the query goes the full way.
     store.summaries._reads[name] = (-1e9, store.summaries._reads[name][1])
     store.summaries._read_at[name] = -1e9
-    assert not store.in_memory(name)
+    assert not store.reads.in_memory(name)
     # A stream declared no more (a Redis flush): the background read drops what was decoded.
-    store.summary(name)
+    store.reads.summary(name)
     store.redis.hdel(redis_keys.STREAMS, name)
-    store.forget_reads(name)
+    store.summaries.forget_reads(name)
     kept = store.declarations._configs
     kept[name] = (time.monotonic() - store.declarations.config_ttl - 0.01, kept[name][1])
-    assert store.in_memory(name)
+    assert store.reads.in_memory(name)
     deadline = time.monotonic() + 10
-    while store.served_versions(name) is not None:
+    while store.reads.served_versions(name) is not None:
         assert time.monotonic() < deadline
         time.sleep(0.02)
-    assert not store.in_memory(name)
+    assert not store.reads.in_memory(name)
 
 
 def test_each_process_warms_every_single_stream_kind_off_the_start_path():
@@ -249,8 +249,8 @@ def test_answers_asked_before_are_rendered_ahead_for_the_next_version(api, redis
         for q in asked:
             assert c.get(f"/v1/streams/{name}/{q}").status_code == 200
         publisher.publish_summary(name, _summary(9, ["a"] * 9), version=2, events=9)
-        store.summary(name, fresh=True)  # decodes version 2 (as an alert evaluation would)
-        versions = store.served_versions(name)
+        store.reads.summary(name, fresh=True)  # decodes version 2 (as an alert evaluation would)
+        versions = store.reads.served_versions(name)
         for q in asked:
             kind, query_string = q.split("?")
             params = dict(p.split("=") for p in query_string.split("&"))

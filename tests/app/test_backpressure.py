@@ -138,12 +138,12 @@ def test_the_lag_is_read_per_partition_and_refuses_before_the_promise_breaks(tmp
     with EmbeddedRedis(tmp_path / "redis") as server:
         store = Store(server.url, log_partitions=2, max_wait=MAX_WAIT, lag_ttl=0.0)
         for name in ("flood", "trickle"):
-            store.declare(name, StreamConfig(max_window=60.0))
-        assert store.partition("flood") != store.partition("trickle")
-        store.append("trickle", b"t", 10, 0, 1.0, {"accepted": 10})
-        lag = store.lag()
+            store.declarations.declare(name, StreamConfig(max_window=60.0))
+        assert store.ingest.partition("flood") != store.ingest.partition("trickle")
+        store.ingest.append("trickle", b"t", 10, 0, 1.0, {"accepted": 10})
+        lag = store.ingest.lag()
         assert not lag.worker_seen and lag.pending_events == 10 and lag.pending_chunks == 1
-        assert lag.partitions[store.partition("trickle")]["oldest_stream"] == "trickle"
+        assert lag.partitions[store.ingest.partition("trickle")]["oldest_stream"] == "trickle"
         # The worker read everything so far at 1,000 events/s.
         r = redis.Redis.from_url(server.url)
         read = [[r.hget(keys.log_stats(p), "last").decode() if r.hget(keys.log_stats(p), "last") else "0-0",
@@ -152,26 +152,26 @@ def test_the_lag_is_read_per_partition_and_refuses_before_the_promise_breaks(tmp
         Publisher(server.url).log_progress({"read": json.dumps(read), "capacity": 1000.0,
                                             "seconds_per_event": 0.001, "seconds_per_group": 1e-4,
                                             "fixed_seconds": 0.0, "batch_seconds": 0.2})
-        lag = store.lag()
+        lag = store.ingest.lag()
         assert lag.worker_seen and lag.pending_events == 0 and lag.oldest_age == 0.0
         for _ in range(2):  # 2.6 s of work at 1,000 events/s: within the target
-            store.append("flood", b"f", 1_300, 0, 2.0, {"accepted": 1_300})
+            store.ingest.append("flood", b"f", 1_300, 0, 2.0, {"accepted": 1_300})
         with pytest.raises(Backpressure, match="fair share") as refused:
-            store.append("flood", b"f", 1_400, 0, 3.0, {"accepted": 1_400})
+            store.ingest.append("flood", b"f", 1_400, 0, 3.0, {"accepted": 1_400})
         assert refused.value.retry_after >= 1
-        store.append("trickle", b"t", 5, 0, 2.0, {"accepted": 5})  # the trickle still flows
-        lag = store.lag()
+        store.ingest.append("trickle", b"t", 5, 0, 2.0, {"accepted": 5})  # the trickle still flows
+        lag = store.ingest.lag()
         assert lag.pending_events == 2_605 and lag.active_streams == 2
-        assert lag.partitions[store.partition("flood")]["pending_chunks"] == 2
+        assert lag.partitions[store.ingest.partition("flood")]["pending_chunks"] == 2
         # 3 chunks of 2 streams of one shard each: 2 group updates at most.
         assert lag.shards_max == 1 and lag.streams_waiting == 2 and lag.pending_groups == 2
         # A Redis whose declarations came before the kept count: computed from them, once.
         r.delete(keys.SHARDS_MAX)
         r.hset(keys.STREAMS, "old-sharded", StreamConfig(max_window=60.0, shards=4).model_dump_json())
         r.hset(keys.STREAMS, "not-json", "{")
-        assert store.lag().shards_max == 4 and int(r.get(keys.SHARDS_MAX)) == 4
+        assert store.ingest.lag().shards_max == 4 and int(r.get(keys.SHARDS_MAX)) == 4
         time.sleep(0.05)
-        assert lag.oldest_age >= 0.0 and store.lag().oldest_age > 0.0
+        assert lag.oldest_age >= 0.0 and store.ingest.lag().oldest_age > 0.0
 
 
 def test_the_count_read_before_validation_judges_a_post_only_while_fresh(tmp_path):
@@ -184,26 +184,26 @@ def test_the_count_read_before_validation_judges_a_post_only_while_fresh(tmp_pat
     with EmbeddedRedis(tmp_path / "redis") as server:
         store = Store(server.url, log_partitions=2, max_wait=MAX_WAIT, lag_ttl=0.1)
         for name in ("flood", "trickle"):
-            store.declare(name, StreamConfig(max_window=60.0))
+            store.declarations.declare(name, StreamConfig(max_window=60.0))
         Publisher(server.url).log_progress({"read": json.dumps([["0-0", 0, 0]] * 2), "capacity": 1000.0,
                                             "seconds_per_event": 0.001, "seconds_per_group": 1e-4,
                                             "fixed_seconds": 0.0, "batch_seconds": 0.2})
-        store.append("trickle", b"t", 5, 0, 2.0, {"accepted": 5})
+        store.ingest.append("trickle", b"t", 5, 0, 2.0, {"accepted": 5})
         _, ahead = store.ahead_of_ingest("flood")
         assert ahead.waiting == 0
         for _ in range(2):
-            store.append("flood", b"f", 1_300, 0, 2.0, {"accepted": 1_300})
+            store.ingest.append("flood", b"f", 1_300, 0, 2.0, {"accepted": 1_300})
         now = dataclasses.replace(ahead, at=time.monotonic())
         assert store.ingest._waiting("flood", now) == 0  # fresh: taken as read
         stale = dataclasses.replace(ahead, at=time.monotonic() - 0.2)
         assert store.ingest._waiting("flood", stale) == 2_600  # older than the lag: read again
         time.sleep(0.15)  # the lag read again too (it now sees both streams active)
         with pytest.raises(Backpressure, match="fair share"):
-            store.append("flood", b"f", 1_400, 0, 3.0, {"accepted": 1_400}, ahead=stale)
+            store.ingest.append("flood", b"f", 1_400, 0, 3.0, {"accepted": 1_400}, ahead=stale)
         _, ahead = store.ahead_of_ingest("flood")
         assert ahead.waiting == 2_600
         with pytest.raises(Backpressure, match="fair share"):
-            store.append("flood", b"f", 1_400, 0, 3.0, {"accepted": 1_400}, ahead=ahead)
+            store.ingest.append("flood", b"f", 1_400, 0, 3.0, {"accepted": 1_400}, ahead=ahead)
 
 
 def test_the_declaration_read_before_validation_is_never_a_kept_old_one(tmp_path):
@@ -214,12 +214,12 @@ def test_the_declaration_read_before_validation_is_never_a_kept_old_one(tmp_path
 
     with EmbeddedRedis(tmp_path / "redis") as server:
         here, there = Store(server.url), Store(server.url)
-        here.declare("s", StreamConfig(max_window=60.0, value_min=0, value_max=10))
+        here.declarations.declare("s", StreamConfig(max_window=60.0, value_min=0, value_max=10))
         config, _ = here.ahead_of_ingest("s")
-        assert config.value_max == 10 and here.config("s").value_max == 10
+        assert config.value_max == 10 and here.declarations.config("s").value_max == 10
         assert here.ahead_of_ingest("s")[0] is config  # parsed once per stored declaration
         there.delete("s")
-        there.declare("s", StreamConfig(max_window=60.0, value_min=0, value_max=1000))
+        there.declarations.declare("s", StreamConfig(max_window=60.0, value_min=0, value_max=1000))
         assert here.ahead_of_ingest("s")[0].value_max == 1000
         there.delete("s")
         with pytest.raises(StreamNotFound):

@@ -410,8 +410,8 @@ def test_a_range_reads_each_summary_once(api, streams, monkeypatch):
     (a, b), end = streams
     store = api.app.state.store
     reads: list[str] = []
-    real = store.summary
-    monkeypatch.setattr(store, "summary", lambda name, *args, **kw: (reads.append(name), real(name, *args, **kw))[1])
+    real = store.reads.summary
+    monkeypatch.setattr(store.reads, "summary", lambda name, *args, **kw: (reads.append(name), real(name, *args, **kw))[1])
     r = grafana_post(api, "query_range", {"query": f'tidemark_quantiles{{stream=~"{a}|{b}", q="0.5"}}',
                                           "start": str(end - 600), "end": str(end), "step": "10"})
     assert r.status_code == 200 and len(r.json()["data"]["result"][0]["values"]) == 61

@@ -117,7 +117,7 @@ def test_a_new_version_decodes_off_the_request_path_and_the_status_agrees(redis_
     one = _summary(config, T0 + np.arange(10.0), [None] * 10, np.full(10, np.nan))
     two = _summary(config, T0 + np.arange(25.0), [None] * 25, np.full(25, np.nan))
     publisher.publish_summary(name, one, version=1, events=10)
-    summary, status = store.summary(name)  # nothing decoded yet: waits for it
+    summary, status = store.reads.summary(name)  # nothing decoded yet: waits for it
     assert status["events"] == 10 and answer("count", name, config, summary, status, {})["estimate"] == 10
     store.summaries.read_ttl = 0.0  # see the new version at once
     decoded = []
@@ -131,22 +131,22 @@ def test_a_new_version_decodes_off_the_request_path_and_the_status_agrees(redis_
     monkeypatch.setattr(store.summaries, "_decode", slow_decode)
     publisher.publish_summary(name, two, version=2, events=25)
     started = time.monotonic()
-    summary, status = store.summary(name)
+    summary, status = store.reads.summary(name)
     assert time.monotonic() - started < 1.5, "a query waited for the decode"
     assert status["events"] == 10 and status["sketch_version"] == 1  # the version it answers from
-    assert store.status(name)["events"] == 10
+    assert store.reads.status(name)["events"] == 10
     deadline = time.monotonic() + 10
-    while store.status(name)["events"] != 25:
+    while store.reads.status(name)["events"] != 25:
         assert time.monotonic() < deadline
         time.sleep(0.05)
-    summary, status = store.summary(name)
+    summary, status = store.reads.summary(name)
     assert status["sketch_version"] == 2
     assert answer("count", name, config, summary, status, {})["estimate"] == 25
     assert len(decoded) == 1  # decoded once, whatever the number of readers
     # Alerts ask for the announced version itself.
     three = _summary(config, T0 + np.arange(40.0), [None] * 40, np.full(40, np.nan))
     publisher.publish_summary(name, three, version=3, events=40)
-    assert store.summary(name, fresh=True)[1]["events"] == 40
+    assert store.reads.summary(name, fresh=True)[1]["events"] == 40
 
 
 def test_answers_are_rendered_once_per_version_and_anew_for_a_new_one(api, redis_url):

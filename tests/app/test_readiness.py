@@ -84,7 +84,7 @@ def test_metrics_answer_whatever_one_stream_status_holds(redis_url):
     try:
         for name, updated_at in ((good, _iso(time.time() - 5)), (odd, "t")):
             config = StreamConfig(max_window=60.0)
-            Store(redis_url).declare(name, config)
+            Store(redis_url).declarations.declare(name, config)
             pub.publish(name, 0, {"version": 1, "events": 0, "late_dropped": 0, "clock": 0.0,
                                   "sizes": {}, "failed": None, "updated_at": updated_at}, b"",
                         config.model_dump())

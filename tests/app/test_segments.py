@@ -87,7 +87,7 @@ def machine(redis_url):
             self.name = next(_names)
             self.publisher = Publisher(redis_url)
             self.store = Store(redis_url, TEST_SECRET)
-            self.store.declare(self.name, CONFIG)
+            self.store.declarations.declare(self.name, CONFIG)
             self.held: dict[int, int] = {}  # shard -> newest version published
 
         @rule(shard=st.sampled_from([0, 1]), version=st.integers(1, VERSIONS))
@@ -106,7 +106,7 @@ def machine(redis_url):
         @rule(fresh_reader=st.booleans())
         def read(self, fresh_reader):
             store = Store(redis_url, TEST_SECRET) if fresh_reader else self.store
-            summary, status = store.summary(self.name, fresh=True)
+            summary, status = store.reads.summary(self.name, fresh=True)
             if not self.held:
                 assert summary is None
                 return
@@ -154,7 +154,7 @@ def test_a_reader_racing_a_publisher_never_sees_a_torn_set(redis_url):
     name = next(_names)
     publisher = Publisher(redis_url)
     store = Store(redis_url, TEST_SECRET)
-    store.declare(name, CONFIG)
+    store.declarations.declare(name, CONFIG)
     done = threading.Event()
 
     def publish():
@@ -169,12 +169,12 @@ def test_a_reader_racing_a_publisher_never_sees_a_torn_set(redis_url):
     thread.start()
     seen = 0
     while not done.is_set() or seen == 0:
-        summary, status = store.summary(name, fresh=True)
+        summary, status = store.reads.summary(name, fresh=True)
         if summary is None:
             continue
-        versions = {k: v for k, (_, v) in store.served_versions(name)}
+        versions = {k: v for k, (_, v) in store.reads.served_versions(name)}
         _same(summary, _expected(versions))
         seen += 1
     thread.join()
-    summary, _ = store.summary(name, fresh=True)
+    summary, _ = store.reads.summary(name, fresh=True)
     _same(summary, _expected({0: VERSIONS, 1: VERSIONS}))

@@ -81,7 +81,7 @@ def test_offsets_stay_bounded_and_reads_keep_each_streams_order_with_10000_strea
     _append_many(store, [(name, f"{name}:0".encode(), 1, float(i)) for i, name in enumerate(names)])
     for k in range(1, 4):  # more chunks on a few streams, interleaved
         for name in ("s1", "s7", "s9999"):
-            store.append(name, f"{name}:{k}".encode(), 2, 0, 100_000.0 + k, {"accepted": 2})
+            store.ingest.append(name, f"{name}:{k}".encode(), 2, 0, 100_000.0 + k, {"accepted": 2})
     reader = _Reader({"redis_url": log_redis, "log_partitions": "4"})
     start = reader.initialOffset()
     end = reader.latestOffset(start)
@@ -109,12 +109,12 @@ def test_offsets_stay_bounded_and_reads_keep_each_streams_order_with_10000_strea
 def test_a_batch_reads_only_its_range_and_commit_trims_only_what_it_read(log_redis):
     store = _store(log_redis, partitions=2)
     for name in ("a", "b", "c"):
-        store.declare(name, StreamConfig(max_window=60.0))
-        store.append(name, b"first", 1, 0, 1.0, {"accepted": 1})
+        store.declarations.declare(name, StreamConfig(max_window=60.0))
+        store.ingest.append(name, b"first", 1, 0, 1.0, {"accepted": 1})
     reader = _Reader({"redis_url": log_redis, "log_partitions": "2"})
     start = reader.initialOffset()
     end = reader.latestOffset(start)
-    store.append("a", b"later", 1, 0, 2.0, {"accepted": 1})  # after the batch was planned
+    store.ingest.append("a", b"later", 1, 0, 2.0, {"accepted": 1})  # after the batch was planned
     assert sorted(r[0] for r in _drain(reader, start, end)) == ["a", "b", "c"]
     assert sorted(r[0] for r in _drain(reader, start, end)) == ["a", "b", "c"]  # a replay: the same
     reader.commit(end)
@@ -154,8 +154,8 @@ def test_an_earlier_runs_queues_move_into_the_log_beyond_the_committed_offsets(l
     _legacy_checkpoint(checkpoint, {"old-a": ids["old-a"][1]},
                        {"old-a": ids["old-a"][3], "old-b": ids["old-b"][2]})
     store = _store(log_redis, partitions=2)
-    store.declare("new", StreamConfig(max_window=60.0))
-    store.append("new", b"new:0", 1, 0, 1.0, {"accepted": 1})  # the new API appended already
+    store.declarations.declare("new", StreamConfig(max_window=60.0))
+    store.ingest.append("new", b"new:0", 1, 0, 1.0, {"accepted": 1})  # the new API appended already
     assert migrate_legacy_queues(r, str(checkpoint), 2) == 2 + 4
     assert not r.exists(keys.ingest("old-a")) and not r.exists(keys.ingest("old-b"))
     assert migrate_legacy_queues(r, str(checkpoint), 2) == 0  # once
@@ -190,17 +190,17 @@ def test_every_entry_names_its_stream_and_generation_and_a_delete_tombstones_eac
     it into one row per shard; the re-declared name's entries carry the new generation."""
     store = _store(log_redis, partitions=2)
     r = redis.Redis.from_url(log_redis)
-    store.declare("x", StreamConfig(max_window=60.0, shards=3))
-    store.declare("y", StreamConfig(max_window=60.0))
-    first = store.generation("x")
-    store.append("x", b"x:0", 2, 0, 1.0, {"accepted": 2})
-    store.append("y", b"y:0", 1, 0, 1.0, {"accepted": 1})
+    store.declarations.declare("x", StreamConfig(max_window=60.0, shards=3))
+    store.declarations.declare("y", StreamConfig(max_window=60.0))
+    first = store.declarations.generation("x")
+    store.ingest.append("x", b"x:0", 2, 0, 1.0, {"accepted": 2})
+    store.ingest.append("y", b"y:0", 1, 0, 1.0, {"accepted": 1})
     store.delete("x")
     assert r.zscore(keys.ACTIVE, "x") is None and r.zscore(keys.ACTIVE, "y") is not None
-    store.declare("x", StreamConfig(max_window=60.0))
-    second = store.generation("x")
+    store.declarations.declare("x", StreamConfig(max_window=60.0))
+    second = store.declarations.generation("x")
     assert second > first
-    store.append("x", b"x:1", 1, 0, 2.0, {"accepted": 1})
+    store.ingest.append("x", b"x:1", 1, 0, 2.0, {"accepted": 1})
     for part in range(2):
         for _, fields in r.xrange(keys.log_partition(part)):
             assert b"s" in fields and b"g" in fields

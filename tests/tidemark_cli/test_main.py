@@ -127,7 +127,7 @@ def test_up_serves_the_configured_streams_and_stops_cleanly(tmp_path):
 def test_ingest_retries_a_dropped_connection_and_503_under_one_idempotency_key(api, stream_name, tmp_path):
     from tidemark.errors import CliError
     from tidemark.events import ARROW_STREAM
-    from tidemark.ingest_client import NDJSON, batches, post_batch
+    from tidemark_cli.ingest_client import NDJSON, batches, post_batch
 
     httpx.put(f"{api.url}/v1/streams/{stream_name}", json={"max_window": "1h"}, headers=auth("admin"))
     nd = tmp_path / "events.ndjson"

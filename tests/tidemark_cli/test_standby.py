@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from tidemark.standby import WorkerSlot
+from tidemark_cli.standby import WorkerSlot
 from workers.job import stand_by
 
 # A worker: with "standby" it waits for a line "go" (then writes "started" to its file and
