@@ -7,6 +7,10 @@ ticks a window covers is decided exactly in :mod:`app.windows`: a tick is *insid
 lower bound comes from the ticks inside, the upper from the ticks that touch, so the time
 grain can only widen an interval, never make it wrong — and every bound says how wide it
 is (``half_width``, ``half_width_relative``) beside the structure's ``epsilon``.
+
+Tested by: tests/app/test_answers_windows.py and tests/app/test_answers_decayed.py (against
+exact oracles), tests/app/test_query_path.py (window_estimate, bound_of),
+tests/app/test_kinds.py, tests/app/test_exact_time.py (parse_window).
 """
 
 from __future__ import annotations

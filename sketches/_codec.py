@@ -19,6 +19,9 @@ what a sketch holds, not its capacity, and encoding runs in compiled loops:
   code instead of raising; :meth:`Reader.fail_code` turns it into the error.
 
 It imports only :mod:`sketches.errors`: the sketches sit above their codec, never below.
+
+Tested by: tests/sketches/test_compiled_codec.py (varints, zigzag, the kernel cache),
+tests/sketches/test_compact_bytes.py.
 """
 
 from __future__ import annotations

@@ -1,6 +1,8 @@
 """The Redis key layout, in one place: every key the API, the worker and the alerts use.
 
-Nothing outside ``tidemark.wire`` spells a key (``tests/test_wire_seam.py`` greps for it)."""
+Nothing outside ``tidemark.wire`` spells a key (``tests/test_wire_seam.py`` greps for it).
+
+Tested by: tests/tidemark/test_wire.py, tests/test_wire_seam.py."""
 
 PREFIX = "tm:"
 STREAMS = PREFIX + "streams"  # hash: name -> StreamConfig JSON

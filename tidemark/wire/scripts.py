@@ -5,6 +5,8 @@ Each script's KEYS and ARGV are listed above it; the ingest entry fields it writ
 those of ``records.LogEntry`` and ``records.Tombstone``, the status fields it reads those
 of ``records.ShardStatus`` (``tests/tidemark/test_wire.py`` runs each one on a real Redis
 and decodes what it wrote).
+
+Tested by: tests/tidemark/test_wire.py (each Lua script on a real Redis).
 """
 
 from __future__ import annotations
