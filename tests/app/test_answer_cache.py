@@ -14,7 +14,6 @@ answer the full way gives, for the version the stream serves, to a caller who ma
 
 from __future__ import annotations
 
-import gzip
 import itertools
 import random
 import threading

@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from app.security import Principal, api_routes, may_see, required_scope, visible
-from tests.conftest import API_KEYS, KEYS, TEST_SECRET, ApiServer
+from tests.conftest import API_KEYS, TEST_SECRET, ApiServer
 from tidemark.settings import ApiKey
 from tidemark.streams import StreamConfig
 from workers.publish import Publisher

@@ -9,7 +9,7 @@ import json
 
 import pytest
 import redis
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from tidemark.streams import StreamConfig

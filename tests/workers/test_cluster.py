@@ -11,7 +11,6 @@ import sys
 import time
 from pathlib import Path
 
-import httpx
 import pytest
 
 from tests.conftest import TEST_SECRET, ApiServer

@@ -46,7 +46,7 @@ def test_a_shard_counts_exactly_the_current_declaration(ops, cuts, looks, legacy
     appends its tombstone after the entries it ends."""
     assume(not (legacy and lose_tombstones))
     # The log as the append and delete scripts write it, and the declaration after each op.
-    generation, declared, log, history, sent, next_ts = 1, True, [], [], 0, 0
+    generation, declared, log, history, next_ts = 1, True, [], [], 0
     for op in ops:
         if op[0] == "events" and declared:
             g = 0 if legacy and generation == 1 else generation  # an entry from before generations

@@ -366,7 +366,6 @@ def test_the_kept_summaries_survive_from_task_to_task_as_spark_ships_the_functio
     copy of whatever module-level object it names: the process's kept summaries must be
     reached by reference, or each task starts with none and every group decodes."""
     from pyspark import cloudpickle
-    import pandas as pd
 
     from tidemark.wire import keys
     from workers.job import decoded_shards, shard_updater
@@ -393,7 +392,6 @@ def test_a_python_worker_freezes_what_its_first_update_leaves_so_each_task_end_c
     import gc
     import weakref
 
-    import pandas as pd
     import redis
 
     from tidemark.wire import keys
