@@ -202,7 +202,7 @@ def _distinct(summary, config, window, params) -> Estimate:
     (ε, δ) bracket (exactly while level 0 covers ``t``).
 
     * The window reaches the clock: ``n(lo)`` over the ticks touching it (upper) and over
-      the ticks inside it (lower), as before.
+      the ticks inside it (lower).
     * The window ends before the clock (``hi < clock``): the state no longer knows whether
       a key seen after ``hi`` was also seen in ``[lo, hi]`` (only its latest tick is kept),
       so the bracket is what the state proves. Every key with an event in the touching

@@ -133,7 +133,7 @@ return shards
 """
 
 # -- the worker publishes, the API reads (``tidemark/segments.py``, ``workers/publish.py``) -
-# Stores one shard's segments and its manifest-carrying status, guarded as before
+# Stores one shard's segments and its manifest-carrying status, guarded
 # (``workers/publish.py``: only the stream's current generation, only a newer version),
 # then removes the segments no current manifest of the stream names any more. Returns 1
 # (published), 0 (refused by a guard) or -1 (a segment the publisher took for stored is
