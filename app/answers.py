@@ -7,6 +7,10 @@ ticks a window covers is decided exactly in :mod:`tidemark.ticks`: a tick is *in
 lower bound comes from the ticks inside, the upper from the ticks that touch, so the time
 grain can only widen an interval, never make it wrong — and every bound says how wide it
 is (``half_width``, ``half_width_relative``) beside the structure's ``epsilon``.
+
+Tested by: tests/app/test_answers_windows.py and tests/app/test_answers_decayed.py (against
+exact oracles), tests/app/test_query_path.py (window_estimate, bound_of),
+tests/app/test_kinds.py, tests/app/test_exact_time.py (parse_window).
 """
 
 from __future__ import annotations
@@ -197,7 +201,7 @@ def _distinct(summary, config, window, params) -> Estimate:
     (ε, δ) bracket (exactly while level 0 covers ``t``).
 
     * The window reaches the clock: ``n(lo)`` over the ticks touching it (upper) and over
-      the ticks inside it (lower), as before.
+      the ticks inside it (lower).
     * The window ends before the clock (``hi < clock``): the state no longer knows whether
       a key seen after ``hi`` was also seen in ``[lo, hi]`` (only its latest tick is kept),
       so the bracket is what the state proves. Every key with an event in the touching

@@ -1,4 +1,7 @@
-"""Stream declarations: declare, delete, and the declaration kept for ``config_ttl``."""
+"""Stream declarations: declare, delete, and the declaration kept for ``config_ttl``.
+
+Tested by: tests/app/test_store.py (declarations through Store), tests/app/test_lifecycle.py
+(delete and re-declare through the API)."""
 
 from __future__ import annotations
 

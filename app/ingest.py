@@ -1,5 +1,8 @@
 """Ingest: a chunk handed over durably to the worker (the append script), with the
-back-pressure and per-tenant rate checks before it (``app.backpressure``)."""
+back-pressure and per-tenant rate checks before it (``app.backpressure``).
+
+Tested by: tests/app/test_ingest_pool.py (Ingest), tests/app/test_backpressure.py and
+tests/app/test_store.py (Backpressure, idempotent appends)."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ Run in a thread of the API process, validation and encoding hold the API's GIL w
 queries queue behind it (a waiting thread gets the GIL only every 5 ms switch interval).
 So each API process hands bodies to a small pool of ingest processes (``spawn``: the API
 has threads, a fork could copy a held lock), started with the app
-(``TIDEMARK_INGEST_PROCESSES``; 0 validates in a thread as before). A process gets the
+(``TIDEMARK_INGEST_PROCESSES``; 0 validates in a thread of the API process instead). A process gets the
 body and the stream's declaration and returns the encoded Arrow chunk, the count, the
 per-event rejects and the latest ``ts`` (``Prepared``): bytes pickled both ways, no
 parsing in the API. Storing stays in the API (``Ingest.append``, its Lua script and the

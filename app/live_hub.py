@@ -1,8 +1,8 @@
 """The API process's one Redis subscription to publish announcements (``keys.ANNOUNCE``),
 fanned out to the alert engine and to every ``/v1/live`` client.
 
-Each dashboard used to hold its own Redis connection, and the alert engine another; now
-one background task listens from the app's start. It hands each announcement at once to
+One background task listens from the app's start, so a process holds one Redis connection
+for this however many dashboards are open and whatever the alert engine waits on. It hands each announcement at once to
 its listeners (``listen``: the alert engine forgets what it kept of the stream and
 evaluates), then, from the first live client on, decodes the announced version and puts
 the note in every client's small queue. A client too slow to keep up loses its oldest

@@ -1,4 +1,7 @@
-"""Builds the FastAPI app: routers, error mapping, shared state."""
+"""Builds the FastAPI app: routers, error mapping, shared state.
+
+Tested by: every API test through tests/conftest.py (create_app),
+tests/app/test_readiness.py, tests/app/test_security.py."""
 
 from __future__ import annotations
 

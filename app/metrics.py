@@ -1,4 +1,7 @@
-"""Prometheus metrics of the API process (one registry per app, so tests can build many)."""
+"""Prometheus metrics of the API process (one registry per app, so tests can build many).
+
+Tested by: tests/app/test_loop_watch.py and tests/app/test_prometheus_api.py (/metrics),
+tests/app/test_readiness.py."""
 
 from __future__ import annotations
 

@@ -31,6 +31,8 @@ sites' own, so a reader sees what was counted; never a silent partial answer.
 Alerts read a null upper as +∞ and a null lower as −∞ (``app/alerts/engine.py``): a
 ``certain`` rule still fires on a lower bound that holds, a ``possible`` one fires on
 what is no longer bounded.
+
+Tested by: tests/app/test_federation_merge.py (mark_sites).
 """
 
 from __future__ import annotations

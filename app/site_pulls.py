@@ -4,6 +4,8 @@ serves it), else by the manifest and only the segments not held, each checked ag
 deployment's settings and hash secret. A poller keeps the streams someone read in the last
 ``watch_for`` seconds (or an alert watches) pulled every ``pull_interval``; a new version is
 announced on the local publish channel (alerts evaluate, live dashboards redraw).
+
+Tested by: tests/app/test_federation.py (three real sites: Pulls, deltas, missing sites).
 """
 
 from __future__ import annotations

@@ -1,6 +1,9 @@
 """The Redis side of federation (``app/federation.py``): which streams are federated over
 which sites, and the announcement of a peer's new version to this deployment's alerts and
-live dashboards (the channel a worker's publish is announced on)."""
+live dashboards (the channel a worker's publish is announced on).
+
+Tested by: tests/app/test_federation.py (federated streams and announcements through the
+API)."""
 
 from __future__ import annotations
 

@@ -6,6 +6,9 @@ published summary (``SummaryCache``), never the merge of a federated stream's si
 federation of federations would count a site twice. The ``KEPT_VERSIONS`` newest versions
 of each stream read by a peer are kept, so a peer one or a few versions behind gets a delta
 (Zstandard with the old bytes as its dictionary) or the segments it lacks.
+
+Tested by: tests/app/test_federation.py (versions, segments and deltas served to peer
+sites).
 """
 
 from __future__ import annotations

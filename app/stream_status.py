@@ -1,5 +1,8 @@
 """A stream's status (contract §4) from its shards' published statuses and the API's
-ingest counters: what ``status()`` answers and what back-pressure counts as consumed."""
+ingest counters: what ``status()`` answers and what back-pressure counts as consumed.
+
+Tested by: tests/app/test_store.py (a stream's status from its shards' statuses),
+tests/app/test_backpressure.py (the per-stream backlog, received less consumed)."""
 
 from __future__ import annotations
 

@@ -9,6 +9,9 @@ answered from the version before.
 
 The fast answer path (``app/answer_cache.py``) asks it only ``served_versions`` and
 ``in_memory`` (``Served``).
+
+Tested by: tests/app/test_store.py (shards merged at read, cached by version),
+tests/app/test_decoder.py, tests/app/test_answer_cache.py.
 """
 
 from __future__ import annotations

@@ -2,7 +2,9 @@
 start, at an instant and over a range, in the background: the first real query a process
 takes then finds its compiled kernels loaded (Numba's cache) instead of loading them while
 fifty requests wait. ``make`` runs it once when it installs, so the cache is written before
-any process starts (a compile holds the interpreter for seconds)."""
+any process starts (a compile holds the interpreter for seconds).
+
+Tested by: tests/app/test_answer_cache.py (warm_answers)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,7 @@
 """What the API knows of Redis and the worker: Redis answers, the worker's heartbeat and a
-spare worker's word that it stands by (``/healthz``, ``/readyz``, ``tidemark up``)."""
+spare worker's word that it stands by (``/healthz``, ``/readyz``, ``tidemark up``).
+
+Tested by: tests/app/test_readiness.py (/readyz with the worker's heartbeat)."""
 
 from __future__ import annotations
 

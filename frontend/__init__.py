@@ -16,6 +16,9 @@ Routes added by :func:`mount`:
   all of them, so a module's relative imports carry the version too; plotly.js has its own;
 * ``/static/vendor/plotly.min.js`` and ``/static/{path}`` — the same files at plain URLs,
   revalidated on each use.
+
+Tested by: tests/frontend/test_dashboard.py (Assets, plotly_js_path, the dashboard in a
+browser).
 """
 
 from __future__ import annotations

@@ -21,6 +21,8 @@ blob is refused whole, never half-read.
 
 Layers: :mod:`sketches.errors` < :mod:`sketches._codec` < this module < :mod:`sketches.base`
 (whose ``Sketch.to_bytes`` / ``from_bytes`` call it) < the families.
+
+Tested by: tests/sketches/test_contract.py (pack_header, every family's bytes round trip).
 """
 
 from __future__ import annotations

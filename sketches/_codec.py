@@ -15,10 +15,13 @@ what a sketch holds, not its capacity, and encoding runs in compiled loops:
 * the compiled pieces of both (``put_*`` / ``get_*``, ``decode_varints``), from which the
   families' kernels write and read whole intervals, instances or bucket lists in one
   compiled call each: a summary's blob has hundreds of small columns, and a Python call
-  per column cost more than the column (issue #22). Compiled readers return an ``E_*``
+  per column cost more than the column. Compiled readers return an ``E_*``
   code instead of raising; :meth:`Reader.fail_code` turns it into the error.
 
 It imports only :mod:`sketches.errors`: the sketches sit above their codec, never below.
+
+Tested by: tests/sketches/test_compiled_codec.py (varints, zigzag, the kernel cache),
+tests/sketches/test_compact_bytes.py.
 """
 
 from __future__ import annotations

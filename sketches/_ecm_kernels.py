@@ -54,6 +54,9 @@ Hashing: row ``j`` of a Count-Min array maps a ``uint64`` key with simple tabula
 hashing (8 tables of 256 random words, XOR), which is 3-wise independent, then reduces
 its top 32 bits to ``[0, w)`` by multiply-shift; for distinct keys
 ``Pr[h(x) = h(y)] <= 1/w + 2**-32``.
+
+Tested by: tests/sketches/test_ecm.py, tests/sketches/test_key_dictionary.py,
+tests/sketches/test_compiled_codec.py (bucket columns).
 """
 
 from __future__ import annotations

@@ -17,6 +17,9 @@ Buffers are lazy: an arrival is appended to level ``l`` when it beats the floor,
 level is trimmed back to its ``C`` best scores (:func:`compact_level`) only when it reaches
 ``2C`` entries, or before a query or a serialisation. Why this is exact is proved in
 ``sketches/randomized_wave.py``.
+
+Tested by: tests/sketches/test_randomized_wave.py (levels_of, hashes_of),
+tests/sketches/test_compiled_codec.py.
 """
 
 from __future__ import annotations

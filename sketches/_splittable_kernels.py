@@ -9,6 +9,9 @@ floating-point operations that level has done on masses (for the rounding allowa
 Level 0 holds singleton buckets (``r = l``). At levels ``i >= 1`` the buckets tile
 ``[T[i] + 1, Wp - 1]`` (splits keep a tiling, discards remove a prefix), so a bucket's
 right end is the next bucket's left end minus one, or ``Wp - 1`` for the last bucket.
+
+Tested by: tests/sketches/test_splittable_histogram.py,
+tests/sketches/test_compiled_codec.py (write_interval, read_interval).
 """
 
 from __future__ import annotations

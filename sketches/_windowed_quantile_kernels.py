@@ -9,6 +9,9 @@ and ``cnts`` (int64, >= 1). Dyadic aligned ranges nest or are disjoint, so the n
 inside a range form one contiguous run of the list.
 
 Counts are integers and the collapse test is integer arithmetic: nothing rounds.
+
+Tested by: tests/sketches/test_windowed_quantiles.py,
+tests/sketches/test_quantile_brackets.py.
 """
 
 from __future__ import annotations

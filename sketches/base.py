@@ -22,6 +22,9 @@ Every sketch in this package speaks the same verbs (after Apache DataSketches):
 The byte header and the blob reader are :mod:`sketches._bytes`'s; the errors are
 :mod:`sketches.errors`' (re-exported here). This module imports both and neither imports
 it: the library's import graph has no circle (``tests/test_layers.py``).
+
+Tested by: tests/sketches/test_contract.py (every family against the contract),
+tests/sketches_extra/test_contract.py.
 """
 
 from __future__ import annotations

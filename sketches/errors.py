@@ -1,5 +1,8 @@
 """The errors of the sketch library: the bottom of its import graph (every other module may
-import them; they import nothing)."""
+import them; they import nothing).
+
+Tested by: tests/sketches/test_contract.py and each family's tests (corrupt and incompatible
+bytes refused)."""
 
 from __future__ import annotations
 

@@ -4,6 +4,8 @@ Keys are hashed once, vectorised, where events are decoded (the worker); sketche
 then take ``uint64`` arrays. ``pandas.util.hash_array`` is SipHash with a fixed key,
 so the same key string maps to the same id on every worker and every run, which
 is what makes sketches built on different machines mergeable.
+
+Tested by: tests/sketches/test_key_dictionary.py (hash_keys).
 """
 
 from __future__ import annotations

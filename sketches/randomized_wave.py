@@ -215,8 +215,8 @@ class _Instance:
         """An instance from entries ``read_instance`` has checked whole (fresh arrays, held
         as they are). Its pool is exactly full and its key table is left unbuilt: the
         next insertion grows the pool and builds the table once (``reserve``), and a
-        summary only read (the API's) never builds one. Slots are numbered as before, so
-        the state, its bytes and its answers are the same."""
+        summary only read (the API's) never builds one. Slots keep the numbering the bytes
+        were written with, so the state, its bytes and its answers are the writer's."""
         w = object.__new__(cls)
         w.a0, w.a1, w.b = (np.uint64(x) for x in params)
         n = keys.size

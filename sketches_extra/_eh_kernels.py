@@ -3,6 +3,9 @@
 Buckets live in three parallel arrays ordered oldest first: ``st`` (first tick), ``en``
 (last tick) and ``w`` (total weight, float64). Ticks of different buckets never overlap
 except that two buckets may share one boundary tick after a time-disjoint merge.
+
+Tested by: tests/sketches_extra/test_exponential_histogram.py,
+tests/sketches_extra/test_deterministic_wave.py.
 """
 
 from __future__ import annotations

@@ -5,6 +5,10 @@ two suffixes, order-preserving aggregation of many parts (Papapetrou et al. 2012
 
 A family supplies ``_suffix(lo)`` (the estimate of ``[lo, clock]``), ``epsilon_bound``
 and ``_fold(parts)`` (the aggregation of the non-empty parts, ``self`` among them).
+
+Tested by: tests/sketches_extra/test_in_order.py (both in-order sums),
+tests/sketches_extra/test_exponential_histogram.py,
+tests/sketches_extra/test_deterministic_wave.py.
 """
 
 from __future__ import annotations

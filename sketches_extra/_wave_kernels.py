@@ -8,6 +8,9 @@ item known to lie before every admissible query (the "largest discarded 1-rank" 
 Fig. 4/5; initially one tick before the first event with partial sum 0), ``sc[4]`` 1
 once an event was seen, ``sc[5]`` 1 once the top level evicted an item still inside the
 window (the weight bound U was exceeded).
+
+Tested by: tests/sketches/test_randomized_wave.py,
+tests/sketches_extra/test_deterministic_wave.py.
 """
 
 from __future__ import annotations

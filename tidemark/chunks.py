@@ -3,6 +3,9 @@
 The API appends one chunk per request to the stream's Redis Stream; the worker decodes
 chunks in bulk. One entry per chunk (not per event) is what makes ingest fast: Redis and
 Spark then handle thousands of events per entry.
+
+Tested by: tests/tidemark/test_events.py and tests/tidemark/test_limits.py (encode_chunk,
+decode_chunk), tests/workers/test_update.py (ChunkError).
 """
 
 from __future__ import annotations

@@ -3,6 +3,8 @@ encrypts webhook secrets, the embedded Redis password.
 
 Each lives in its own file, created with mode 0600 (never wider), read back on later
 starts so that restarts keep working with what was printed once.
+
+Tested by: tests/app/test_security.py (private_file, ensure_api_keys).
 """
 
 from __future__ import annotations

@@ -20,4 +20,7 @@ generation still held in Spark's state store).
 
 The Lua that hands out and looks up generations, and every script using it, is in
 ``tidemark.wire.scripts`` (``NEXT_GENERATION``, ``CURRENT_GENERATION``).
+
+Tested by: tests/workers/test_generations.py, tests/tidemark/test_wire.py (the scripts that
+compare generations).
 """

@@ -11,6 +11,9 @@ between streams keep working.
 Where it comes from, first match wins: ``TIDEMARK_HASH_SECRET`` (hex, for clusters whose
 API machines cannot read the checkpoint), else the file ``hash-secret`` under the
 checkpoint URI (any ``pyarrow.fs`` URI), created there when absent.
+
+Tested by: tests/app/test_api_workers.py (HashSecret, load_or_create),
+tests/tidemark/test_summary_columns.py.
 """
 
 from __future__ import annotations

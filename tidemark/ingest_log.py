@@ -16,6 +16,9 @@ how many events wait and let the worker measure its own throughput.
 The number of partitions is fixed for the life of a run: the first process to need it
 stores its setting in Redis (``keys.LOG_PARTITIONS``) and every process uses the stored
 value from then on, since moving a stream to another partition could reorder it.
+
+Tested by: tests/workers/test_source.py (partition_of, partition_count, initial_offset),
+tests/app/test_lifecycle.py.
 """
 
 from __future__ import annotations

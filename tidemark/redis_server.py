@@ -5,6 +5,9 @@ Append-only persistence with fsync on every write: an accepted event survives a 
 of Redis. It listens on 127.0.0.1 only, in protected mode, with a generated password
 kept in its directory (mode 0600) and passed through a config file, never on the
 command line where any local user could read it.
+
+Tested by: tests/conftest.py's Redis for every Redis test, tests/app/test_security.py
+(config_problems), tests/workers/test_cluster.py.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ script. The reader reads statuses and the segments it lacks in one script
 is one publish's complete set: never a torn mix.
 
 A blob that is not a readable summary (a failed shard's empty blob, a corrupt one) is one
-segment, ``"_whole"``: the reader's decode refuses it whole, as before.
+segment, ``"_whole"``: the reader's decode refuses it whole, as it would the unsplit blob.
 """
 
 from __future__ import annotations

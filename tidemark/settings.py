@@ -1,4 +1,7 @@
-"""One validated configuration for every Tidemark process (environment ``TIDEMARK_*``)."""
+"""One validated configuration for every Tidemark process (environment ``TIDEMARK_*``).
+
+Tested by: tests/test_docs_settings.py (every setting documented),
+tests/tidemark/test_sites.py, tests/app/test_security.py, tests/app/test_tenants.py."""
 
 from __future__ import annotations
 

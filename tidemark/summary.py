@@ -20,6 +20,9 @@ chunk), the worker keeps the shard's sketches as they were and records what they
 ``lost`` = {"events", "weight", "ts_min", "ts_max", "why"}; merges add the records up, and an
 answer whose window may hold one of those events says it is incomplete
 (``app/answers.py``) instead of claiming a bracket that leaves them out.
+
+Tested by: tests/tidemark/test_summary_columns.py, tests/sketches/test_compact_bytes.py,
+tests/sketches/test_compiled_codec.py, tests/tidemark/test_segments.py.
 """
 
 from __future__ import annotations

@@ -18,6 +18,8 @@ batch the checkpoint planned on the queues but did not commit is replayed as emp
 Events the API appended to the partitions before this ran stay ahead of the moved ones in
 the log. Nothing changes for the answers: every chunk carries the stream's clock from its
 append (the late rule at arrival is unchanged) and the summaries take events in any order.
+
+Tested by: tests/workers/test_source.py (migrate_legacy_queues).
 """
 
 from __future__ import annotations

@@ -9,6 +9,8 @@ backoff, 0.2 s doubling to 2 s, for about ``RIDE_OUT_SECONDS`` in all; only a lo
 reaches Spark. Retrying is safe because every command the worker sends is idempotent:
 reads, trims to a bound, ``SET`` of a heartbeat, and the version-guarded publish script.
 (The API's ingest append is deliberately not retried: its ``503`` promises "not stored".)
+
+Tested by: tests/workers/test_publish.py (worker_redis).
 """
 
 from __future__ import annotations

@@ -9,6 +9,9 @@ loads its compiled kernels starts the executors' workers ahead; reading ``WarmUp
 a batch source made of such tasks, starts the planner's helpers too. The first batch then
 finds them ready. Spark stops a worker idle for a minute, so a standby worker warms them
 again every half minute.
+
+Tested by: tests/test_operations.py (``tidemark up``'s worker and its standby start and
+warm these helpers; no test checks that the first batch finds them ready).
 """
 
 from __future__ import annotations

@@ -9,6 +9,9 @@ parsed and their secrets opened once per stored form, not once per publish. Deli
 loop over due deliveries kept in Redis, so pending ones survive an API restart and several
 replicas share the work (see ``store.py``); sends go through a bounded pool of kept-alive
 connections, one pool per checked address and name (``webhooks.PinnedTransport``).
+
+Tested by: tests/app/alerts/test_engine.py (evaluation and delivery),
+tests/app/test_alert_rule_lookup.py (RuleCache).
 """
 
 from __future__ import annotations

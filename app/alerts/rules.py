@@ -1,4 +1,7 @@
-"""Alert rules: what a user registers (contract §7), validated like a query."""
+"""Alert rules: what a user registers (contract §7), validated like a query.
+
+Tested by: tests/app/alerts/test_engine.py (AlertRule, crossed), tests/app/test_kinds.py
+(AlertCreate per kind), tests/app/test_alert_rule_lookup.py."""
 
 from __future__ import annotations
 

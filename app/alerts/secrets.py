@@ -2,6 +2,9 @@
 
 The key is kept in a file beside the API keys (``TIDEMARK_SECRET_KEY_FILE``), never in
 Redis, so a copy of Redis or of its append-only file does not give away the secrets.
+
+Tested by: tests/app/alerts/test_engine.py and tests/app/test_alert_rule_lookup.py
+(SecretBox under the alert store).
 """
 
 from __future__ import annotations

@@ -8,6 +8,9 @@ Several API replicas may run; each step that must happen once is one atomic Redi
 * a due delivery is *leased* by a compare-and-set of its due time; a replica that dies
   mid-send loses the lease, and another sends it again later with the same
   ``delivery_id`` (receivers drop duplicates by the ``X-Tidemark-Delivery`` header).
+
+Tested by: tests/app/alerts/test_engine.py and tests/app/test_alert_rule_lookup.py
+(AlertStore on a real Redis).
 """
 
 from __future__ import annotations

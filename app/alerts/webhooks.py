@@ -13,6 +13,9 @@ Connections are kept alive in one bounded pool per (scheme, checked IP, port, ho
 a pooled connection is only ever reused for the same name at the same checked address,
 never for another name served there (TLS was verified for that name) nor for an address
 that this send's check did not return.
+
+Tested by: tests/app/alerts/test_webhooks.py (public addresses, check_webhook),
+tests/app/alerts/test_engine.py (PinnedTransport, kept-alive connections).
 """
 
 from __future__ import annotations

@@ -20,6 +20,9 @@ bucket ratio stays within 1 + ε (Theorem 3.3); above 1 s the bracket still hold
 
 Values: the relative sketch keeps value cells. A cell counts in the lower reading when all
 of its values satisfy the predicate, in the upper when some may (``_cells``).
+
+Tested by: tests/app/test_answers_decayed.py (against an exact oracle),
+tests/app/test_answers_windows.py.
 """
 
 from __future__ import annotations

@@ -3,6 +3,9 @@ product of two streams (a kind over two streams: ``GET /v1/inner-product?streams
 
 Each is monotone in the range, so ``window_estimate`` brackets the window's time grain:
 the lower bound from the ticks inside the window, the upper from those touching it.
+
+Tested by: tests/app/test_answers_windows.py (against an exact oracle),
+tests/app/test_query_path.py (keyed fast path).
 """
 
 from __future__ import annotations

@@ -10,6 +10,9 @@ the Δ actually read (events), ``value_accuracy`` the α of the logarithmic valu
 The time grain: the ticks wholly inside the window give the lower ranks, the ticks touching
 it the upper ranks, so a window whose edges cut ticks (or shorter than a tick) only widens
 the bracket.
+
+Tested by: tests/app/test_kinds.py (value kinds), tests/app/test_ranges.py and
+tests/app/test_query_path.py (through app.kinds).
 """
 
 from __future__ import annotations

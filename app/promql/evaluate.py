@@ -10,6 +10,9 @@ What is refused as a whole (a window beyond ``max_window``, parameters the kind 
 guarantee no summary can give) raises :class:`app.answers.QueryError` before any instant is
 answered; an instant with no answer — a refusal at that instant (a window no longer kept),
 quantiles of an empty window — simply has no sample.
+
+Tested by: tests/app/test_prometheus_api.py (query and query_range against the real API),
+tests/frontend/test_dashboard.py.
 """
 
 from __future__ import annotations

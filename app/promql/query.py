@@ -7,6 +7,9 @@ matched with ``=`` or ``=~``, every other label with ``=``; the labels other tha
 ``stream``, ``window`` and ``bound`` are the kind's parameters, passed to it as the native
 route passes its query string. Numbers and sums of numbers are folded into one scalar
 (Grafana's "Save & test" asks ``1+1``).
+
+Tested by: tests/app/promql/test_parser.py (what a query asks),
+tests/app/test_grafana_provisioning.py (read_query).
 """
 
 from __future__ import annotations

@@ -5,6 +5,8 @@ A time is Unix seconds (fractions allowed) or RFC 3339; a duration is seconds (f
 allowed) or units in descending order, each once: ``1y2w3d4h5m6s7ms`` (``5m``, ``1h30m``).
 Both are kept as whole milliseconds, Prometheus' own grain: a sample's time is what the
 answer was computed at, to the millisecond the client reads back.
+
+Tested by: tests/app/test_promql_regex_times.py (parse_time, parse_duration).
 """
 
 from __future__ import annotations

@@ -7,6 +7,8 @@ Stored elements are kept in one set of parallel arrays sorted by the key
 the sample keeps ``j`` iff ``m_j >= λ_j``. Dropped elements only ever bump counters of
 levels below the pointer, which the scan never reads again, so re-scanning the kept
 elements reproduces every ``λ_j`` exactly: merges and re-compactions are exact.
+
+Tested by: tests/sketches/decayed/test_additive.py.
 """
 
 from __future__ import annotations

@@ -7,6 +7,8 @@ sketch supplies ``interval(est, lo, hi, tails)``: an interval for the decayed we
 any selection of points whose sums are ``est``/``lo``/``hi`` (floats or arrays), valid on an event of
 probability ``>= confidence`` that already pays for ``tails`` one-sided deviation events
 of fixed selections (the caller's union bound).
+
+Tested by: tests/sketches/decayed/test_derived.py (derived aggregates on both sketches).
 """
 
 from __future__ import annotations

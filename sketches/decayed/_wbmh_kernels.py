@@ -14,6 +14,8 @@ level-``h`` siblings that have entered::
     F = ⌊s/I_1⌋·I_1,  L = F + I_1 − 1                            (h = 0)
 
 which is exactly what FINDREGIONS-driven merging produces (checked in the tests).
+
+Tested by: tests/sketches/decayed/test_relative.py, tests/sketches/decayed/test_derived.py.
 """
 
 from __future__ import annotations

@@ -25,6 +25,9 @@ Examples
 [0, 1, 3, 6, 10, 16, 25, 39, 60]
 >>> capacities(set_boundaries(Polynomial(1.0), 0.5, 40)).tolist()
 [1, 1, 2, 2, 4, 4, 8, 8, 16]
+
+Tested by: tests/sketches/decayed/test_relative.py (set_boundaries, capacities,
+merge_time_after).
 """
 
 from __future__ import annotations

@@ -60,6 +60,21 @@ def feed(sk, ticks, values, batches):
         sk.update(ticks[part], values[part])
 
 
+def merged_parts(eps, window, ticks, values, batches, k):
+    """The merge of ``k`` sketches, event ``i`` fed to part ``i mod k``."""
+    parts = []
+    for s in range(k):
+        sk = WindowedQuantiles(eps, window, 0.02)
+        m = np.arange(ticks.size) % k == s
+        if m.any():
+            feed(sk, ticks[m], values[m], batches)
+        parts.append(sk)
+    merged = parts[0]
+    for p in parts[1:]:
+        merged.merge(p)
+    return merged
+
+
 def live_events(ticks, values, lo, hi):
     """Events in [lo, hi]. One dropped for being late was older than clock − window + 1
     when it came, below every range the sketch still answers (lo ≥ clock − window + 1)."""
@@ -134,17 +149,7 @@ def test_rank_and_value_widths_are_within_epsilon_and_alpha(stream, data):
 @given(streams(), st.integers(2, 6), st.data())
 def test_merge_of_many_parts_keeps_the_bracket_and_epsilon(stream, k, data):
     window, ticks, values, batches, eps = stream
-    shards = np.arange(ticks.size) % k
-    parts = []
-    for s in range(k):
-        sk = WindowedQuantiles(eps, window, 0.02)
-        m = shards == s
-        if m.any():
-            feed(sk, ticks[m], values[m], batches)
-        parts.append(sk)
-    merged = parts[0]
-    for p in parts[1:]:
-        merged.merge(p)
+    merged = merged_parts(eps, window, ticks, values, batches, k)
     clock = int(ticks.max())
     lo = data.draw(st.integers(clock - window + 1, clock))
     out = check_bracket(merged, ticks, values, lo, clock, [0.0, 0.5, 0.99, 1.0])
@@ -422,16 +427,7 @@ def test_rank_tables_in_one_sweep_are_rank_table(stream, k, data):
     from each edge, empty ones, ranges past the clock, expired ones refused) reads the
     table ``rank_table`` reads, array for array; merged parts included (nested nodes)."""
     window, ticks, values, batches, eps = stream
-    parts = []
-    for s in range(k):
-        sk = WindowedQuantiles(eps, window, 0.02)
-        m = np.arange(ticks.size) % k == s
-        if m.any():
-            feed(sk, ticks[m], values[m], batches)
-        parts.append(sk)
-    sk = parts[0]
-    for p in parts[1:]:
-        sk.merge(p)
+    sk = merged_parts(eps, window, ticks, values, batches, k)
     clock = int(ticks.max())
     length = data.draw(st.one_of(st.integers(1, 3), st.integers(1, window)))  # short: inside one node
     starts = data.draw(st.lists(st.integers(clock - window - 1, clock + 2), min_size=1, max_size=40))

@@ -1,6 +1,8 @@
 """The Redis key layout, in one place: every key the API, the worker and the alerts use.
 
-Nothing outside ``tidemark.wire`` spells a key (``tests/test_wire_seam.py`` greps for it)."""
+Nothing outside ``tidemark.wire`` spells a key (``tests/test_wire_seam.py`` greps for it).
+
+Tested by: tests/tidemark/test_wire.py, tests/test_wire_seam.py."""
 
 PREFIX = "tm:"
 STREAMS = PREFIX + "streams"  # hash: name -> StreamConfig JSON
@@ -10,9 +12,10 @@ FEDERATED = PREFIX + "federated"
 
 
 def ingest(stream: str) -> str:
-    """The per-stream ingest queue of runs before the partitioned log (one entry per
-    accepted request). Nothing appends to it any more: the worker moves what a run
-    directory still holds into the log partitions at start (``workers.migrate``)."""
+    """The per-stream ingest queue an earlier Tidemark wrote instead of the partitioned log
+    (one entry per accepted request). Nothing of this version appends to it: the worker
+    moves what a run directory still holds into the log partitions at start
+    (``workers.migrate``)."""
     return f"{PREFIX}ingest:{{{stream}}}"
 
 

@@ -14,6 +14,9 @@ encode and one decode each.
 
 The Lua scripts that write or read these (``scripts``) spell the same fields; the round
 trip of each, script included, is tested without Spark (``tests/tidemark/test_wire.py``).
+
+Tested by: tests/tidemark/test_wire.py (encode and decode inverse), tests/test_wire_seam.py,
+tests/tidemark/test_sites.py.
 """
 
 from __future__ import annotations

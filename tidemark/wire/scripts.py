@@ -5,6 +5,8 @@ Each script's KEYS and ARGV are listed above it; the ingest entry fields it writ
 those of ``records.LogEntry`` and ``records.Tombstone``, the status fields it reads those
 of ``records.ShardStatus`` (``tests/tidemark/test_wire.py`` runs each one on a real Redis
 and decodes what it wrote).
+
+Tested by: tests/tidemark/test_wire.py (each Lua script on a real Redis).
 """
 
 from __future__ import annotations
@@ -131,7 +133,7 @@ return shards
 """
 
 # -- the worker publishes, the API reads (``tidemark/segments.py``, ``workers/publish.py``) -
-# Stores one shard's segments and its manifest-carrying status, guarded as before
+# Stores one shard's segments and its manifest-carrying status, guarded
 # (``workers/publish.py``: only the stream's current generation, only a newer version),
 # then removes the segments no current manifest of the stream names any more. Returns 1
 # (published), 0 (refused by a guard) or -1 (a segment the publisher took for stored is
