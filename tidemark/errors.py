@@ -1,6 +1,6 @@
 """Errors shown to a command-line user as one clear line.
 
-Tested by: tests/tidemark/test_cli.py (CliError raised with its one line), tests/app/test_security.py."""
+Tested by: tests/tidemark_cli/test_main.py (CliError raised with its one line), tests/app/test_security.py."""
 
 
 class CliError(Exception):
