@@ -21,7 +21,7 @@ chunk), the worker keeps the shard's sketches as they were and records what they
 answer whose window may hold one of those events says it is incomplete
 (``app/answers.py``) instead of claiming a bracket that leaves them out.
 
-Tested by: tests/tidemark/test_summary_columns.py, tests/sketches/test_compact_bytes.py,
+Tested by: tests/tidemark/test_summary.py (the stored form), tests/tidemark/test_summary_columns.py, tests/sketches/test_compact_bytes.py,
 tests/sketches/test_compiled_codec.py, tests/tidemark/test_segments.py.
 """
 
@@ -393,6 +393,8 @@ class StreamSummary:
         payload, offset, layout = memoryview(data), head.parts_at, head.layout
         try:
             meta = head.meta
+            if not isinstance(meta["config"], dict):  # written as an object, never as text
+                raise TypeError("config is not an object")
             config = read_config(meta["config"])
             fingerprint = str(meta["secret"])
             clock = meta["clock"]
