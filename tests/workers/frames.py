@@ -4,9 +4,13 @@ group function reads the packed rows Spark hands it."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
+from tidemark.chunks import encode_chunk
 from workers.chunk_rows import ChunkRows
+from workers.update import Chunk
 from workers.shard_state import apply_chunks as _apply_chunks
 
 
@@ -21,3 +25,14 @@ def rows_of(frame) -> ChunkRows:
 def apply_chunks(stream, previous, frame, *args, **kwargs):
     """``workers.shard_state.apply_chunks`` of a frame's rows."""
     return _apply_chunks(stream, previous, rows_of(frame), *args, **kwargs)
+
+
+def chunks_of(requests: list[list[float]]) -> list[Chunk]:
+    """Chunks as the API's append makes them: each carries the clock before it."""
+    out, clock = [], -math.inf
+    for ts in requests:
+        arr = np.array(ts, dtype=float)
+        out.append(Chunk(encode_chunk(arr, [None] * len(arr), np.full(len(arr), np.nan),
+                                      np.ones(len(arr))), clock))
+        clock = max(clock, float(arr.max()))
+    return out

@@ -5,26 +5,14 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 
 from tests.conftest import TEST_SECRET
-from tidemark.chunks import encode_chunk
 from tidemark.streams import StreamConfig
 from tidemark.summary import StreamSummary
-from workers.update import Chunk
+
+from tests.workers.frames import chunks_of  # noqa: E402
 
 CONFIG = StreamConfig(max_window=100.0, epsilon=0.1)
-
-
-def _chunks(requests: list[list[float]]) -> list[Chunk]:
-    """Chunks as the API's append makes them: each carries the clock before it."""
-    out, clock = [], -math.inf
-    for ts in requests:
-        arr = np.array(ts, dtype=float)
-        out.append(Chunk(encode_chunk(arr, [None] * len(arr), np.full(len(arr), np.nan),
-                                      np.ones(len(arr))), clock))
-        clock = max(clock, float(arr.max()))
-    return out
 
 
 def test_a_kept_decoded_summary_gives_the_same_bytes_and_never_outlives_its_version():
@@ -33,7 +21,7 @@ def test_a_kept_decoded_summary_gives_the_same_bytes_and_never_outlives_its_vers
     from tests.workers.frames import apply_chunks
     from workers.decoded import DecodedShards
 
-    batches = [_chunks([[float(10 * b + i) for i in range(5)]])[0] for b in range(4)]
+    batches = [chunks_of([[float(10 * b + i) for i in range(5)]])[0] for b in range(4)]
     frames = [pd.DataFrame({"entry": [f"{b + 1}-0"], "payload": [c.payload],
                             "clock_before": [float(10 * b - 1) if b else -math.inf]})
               for b, c in enumerate(batches)]
@@ -68,7 +56,7 @@ def test_a_re_declared_stream_never_updates_the_old_generations_kept_summary():
     from workers.decoded import DecodedShards
 
     def frame(entry, values, generation, tombstone=False):
-        payload = b"" if tombstone else _chunks([values])[0].payload
+        payload = b"" if tombstone else chunks_of([values])[0].payload
         return pd.DataFrame({"entry": [entry], "payload": [payload], "clock_before": [-math.inf],
                              "generation": [generation], "tombstone": [tombstone]})
 

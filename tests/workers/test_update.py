@@ -16,18 +16,9 @@ from tidemark.streams import StreamConfig
 from tidemark.summary import StreamSummary
 from workers.update import Chunk, late_mask, update_shard
 
+from tests.workers.frames import chunks_of  # noqa: E402
+
 CONFIG = StreamConfig(max_window=100.0, epsilon=0.1)
-
-
-def _chunks(requests: list[list[float]]) -> list[Chunk]:
-    """Chunks as the API's append makes them: each carries the clock before it."""
-    out, clock = [], -math.inf
-    for ts in requests:
-        arr = np.array(ts, dtype=float)
-        out.append(Chunk(encode_chunk(arr, [None] * len(arr), np.full(len(arr), np.nan),
-                                      np.ones(len(arr))), clock))
-        clock = max(clock, float(arr.max()))
-    return out
 
 
 def _oracle(requests) -> tuple[int, list[float]]:
@@ -50,7 +41,7 @@ requests_st = st.lists(
 @settings(max_examples=60, deadline=None)
 @given(requests_st, st.integers(1, 4), st.data())
 def test_late_count_is_independent_of_batches_and_shards(requests, shards, data):
-    chunks = _chunks(requests)
+    chunks = chunks_of(requests)
     # Spread chunks over shards and cut each shard's sequence into batches at random.
     owner = [data.draw(st.integers(0, shards - 1)) for _ in chunks]
     events = late = 0
@@ -81,7 +72,7 @@ def test_a_backlog_posted_in_order_loses_nothing():
     day = 86400.0
     config = StreamConfig(max_window=3600.0)
     requests = [list(np.arange(i * day / 30, (i + 1) * day / 30, 60.0)) for i in range(30)]
-    result = update_shard(None, config, TEST_SECRET, _chunks(requests))
+    result = update_shard(None, config, TEST_SECRET, chunks_of(requests))
     assert result.late_dropped == 0 and result.events == sum(len(r) for r in requests)
 
 
@@ -95,7 +86,7 @@ def test_summary_from_another_secret_is_refused():
     from sketches.base import IncompatibleSketchError
     from tidemark.hash_secret import HashSecret
 
-    blob = update_shard(None, CONFIG, TEST_SECRET, _chunks([[1.0, 2.0]])).blob
+    blob = update_shard(None, CONFIG, TEST_SECRET, chunks_of([[1.0, 2.0]])).blob
     with pytest.raises(IncompatibleSketchError, match="another hash secret"):
         StreamSummary.from_bytes(blob, HashSecret(b"another-secret-of-16"))
 
@@ -105,7 +96,7 @@ def test_a_failing_stream_keeps_its_state_and_says_why():
 
     from tests.workers.frames import apply_chunks
 
-    good = _chunks([[1.0, 2.0, 3.0]])[0]
+    good = chunks_of([[1.0, 2.0, 3.0]])[0]
     rows = pd.DataFrame({"entry": ["1-0"], "payload": [good.payload], "clock_before": [-math.inf]})
     state = apply_chunks("s", None, rows, TEST_SECRET, lambda name: (CONFIG, 7))
     assert state["events"] == 3 and not state["failed"] and state["version"] == 1
@@ -313,7 +304,7 @@ def test_the_kept_summaries_survive_from_task_to_task_as_spark_ships_the_functio
     kept = decoded_shards()
     hits = kept.hits
     for b in range(3):  # three batches, each a new task with a freshly unpickled function
-        chunk = _chunks([[float(10 * b + i) for i in range(5)]])[0]
+        chunk = chunks_of([[float(10 * b + i) for i in range(5)]])[0]
         frame = _spark_frame(name, f"{b + 1}-0", chunk.payload, float(10 * b - 1) if b else -math.inf)
         assert list(cloudpickle.loads(shipped)((name, 0), iter([frame]), state)) == []
     assert kept.hits - hits == 2  # decoded once, then kept from task to task
@@ -339,7 +330,7 @@ def test_a_python_worker_freezes_what_its_first_update_leaves_so_each_task_end_c
     gc.unfreeze()
     try:
         for b in range(2):
-            chunk = _chunks([[float(10 * b + i) for i in range(5)]])[0]
+            chunk = chunks_of([[float(10 * b + i) for i in range(5)]])[0]
             frame = _spark_frame(name, f"{b + 1}-0", chunk.payload, float(10 * b - 1) if b else -math.inf)
             list(update((name, 0), iter([frame]), state))
             if b == 0:
@@ -366,13 +357,13 @@ def test_an_update_says_the_first_time_it_added(requests):
     """``touched``: the smallest time among the events inserted (late ones are not), exactly
     as a float's repr; empty when every event was late."""
     late, kept = _oracle(requests)
-    result = update_shard(None, CONFIG, TEST_SECRET, _chunks(requests))
+    result = update_shard(None, CONFIG, TEST_SECRET, chunks_of(requests))
     assert result.touched == (repr(min(kept)) if kept else "")
     if kept:
         assert float(result.touched) == min(kept)
 
 
 def test_an_update_of_late_events_only_touches_nothing():
-    blob = update_shard(None, CONFIG, TEST_SECRET, _chunks([[500.0]])).blob
-    result = update_shard(blob, CONFIG, TEST_SECRET, [Chunk(_chunks([[1.0, 2.0]])[0].payload, 500.0)])
+    blob = update_shard(None, CONFIG, TEST_SECRET, chunks_of([[500.0]])).blob
+    result = update_shard(blob, CONFIG, TEST_SECRET, [Chunk(chunks_of([[1.0, 2.0]])[0].payload, 500.0)])
     assert result.events == 0 and result.late_dropped == 2 and result.touched == ""
