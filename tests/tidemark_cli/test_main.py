@@ -168,18 +168,23 @@ def test_ingest_retries_a_dropped_connection_and_503_under_one_idempotency_key(a
     real.close()
 
 
+# The kernel names a session's autogroup and its nice value in this file, and prints nothing
+# for the default autogroup (a process whose session never left it) or where it has none.
+_AUTOGROUP = ("import os\n"
+              "text = open('/proc/self/autogroup').read().split() if os.path.exists('/proc/self/autogroup') else []\n"
+              "print(text[-1] if text else 'none')\n")
+
+
 def test_the_worker_yields_the_cpu_and_its_session_too_when_it_leads_one():
     """`tidemark worker` lowers its priority before Spark starts; leading its own session
     (as `tidemark up` starts it) it lowers the session's autogroup too, where the kernel
     schedules by autogroup; run inside another session, it leaves that session alone."""
-    script = ("import os; from tidemark_cli.main import _yield_cpu; _yield_cpu(7); print(os.nice(0)); "
-              "print(open('/proc/self/autogroup').read().split()[-1] if os.path.exists('/proc/self/autogroup') "
-              "else 'none')")
+    script = "import os; from tidemark_cli.main import _yield_cpu; _yield_cpu(7); print(os.nice(0))\n" + _AUTOGROUP
     led = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
                          start_new_session=True)
     nice, group = led.stdout.split()
     assert nice == str(min(19, os.nice(0) + 7)) and group in ("7", "none"), led.stderr
-    ours = open("/proc/self/autogroup").read().split()[-1] if os.path.exists("/proc/self/autogroup") else "none"
+    ours = subprocess.run([sys.executable, "-c", _AUTOGROUP], capture_output=True, text=True, timeout=60).stdout.strip()
     inside = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
     nice, group = inside.stdout.split()
     assert nice == str(min(19, os.nice(0) + 7)) and group == ours, inside.stderr
