@@ -25,7 +25,7 @@ import json
 import math
 import re
 from dataclasses import dataclass
-from typing import Union
+from typing import Callable, Union
 
 __all__ = ["ParseError", "Number", "Unary", "Binary", "Matcher", "Selector", "Expr",
            "parse", "format_expr", "SUPPORTED"]
@@ -232,19 +232,18 @@ class _Parser:
             self.fail(f"operator {t.text!r} is not supported; {SUPPORTED}")
 
     def expr(self) -> Expr:
-        left = self.term()
-        while self.at("+", "-"):
-            self.grow()
-            op = self.take().text
-            left = Binary(op, left, self.term())
-        return left
+        return self.left_assoc(("+", "-"), self.term)
 
     def term(self) -> Expr:
-        left = self.unary()
-        while self.at("*", "/"):
+        return self.left_assoc(("*", "/"), self.unary)
+
+    def left_assoc(self, ops: tuple[str, ...], operand: Callable[[], Expr]) -> Expr:
+        """``operand (op operand)*`` with ``op`` one of ``ops``, grouped from the left."""
+        left = operand()
+        while self.at(*ops):
             self.grow()
             op = self.take().text
-            left = Binary(op, left, self.unary())
+            left = Binary(op, left, operand())
         return left
 
     def unary(self) -> Expr:
