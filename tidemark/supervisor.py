@@ -15,13 +15,14 @@ from __future__ import annotations
 import json
 import os
 import signal
+import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-__all__ = ["Service", "Supervisor", "GiveUp", "describe_exit", "read_state", "STATE_FILE"]
+__all__ = ["Service", "Supervisor", "GiveUp", "describe_exit", "read_state", "stop_on_signals", "STATE_FILE"]
 
 # The supervisor's state file in a run directory: `tidemark up` writes it, /metrics reads it.
 STATE_FILE = "supervisor.json"
@@ -29,6 +30,15 @@ STATE_FILE = "supervisor.json"
 
 class GiveUp(RuntimeError):
     """A service keeps failing: restarting it again would only hide the cause."""
+
+
+def stop_on_signals() -> threading.Event:
+    """An event that SIGTERM or SIGINT sets: what a supervising loop checks between rounds,
+    so a stop is noticed there, never in the middle of starting or reaping a process."""
+    stopping = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stopping.set())
+    return stopping
 
 
 def describe_exit(code: int | str) -> str:
