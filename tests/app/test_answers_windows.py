@@ -125,7 +125,7 @@ def test_probabilistic_bounds_fail_at_most_at_their_rate():
     assert failures <= 32, (failures, trials)
 
 
-# -- the edges where a bound is easiest to get wrong, one example each -------------------------
+# -- the edges where a bound is easiest to get wrong, one example each -----------------------------
 def _one(config, rows, **kw):
     ts, keys = [r[0] for r in rows], [r[1] for r in rows]
     return S.Case(config, ts, keys, [math.nan] * len(ts), [1.0] * len(ts), [0] * len(ts))
