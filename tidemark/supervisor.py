@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 import threading
 import time
 from collections import deque
@@ -22,7 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-__all__ = ["Service", "Supervisor", "GiveUp", "describe_exit", "read_state", "stop_on_signals", "STATE_FILE"]
+__all__ = ["Service", "Supervisor", "GiveUp", "describe_exit", "read_state", "stop_on_signals",
+           "terminate", "STATE_FILE"]
 
 # The supervisor's state file in a run directory: `tidemark up` writes it, /metrics reads it.
 STATE_FILE = "supervisor.json"
@@ -39,6 +41,17 @@ def stop_on_signals() -> threading.Event:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stopping.set())
     return stopping
+
+
+def terminate(process: subprocess.Popen, grace: float) -> None:
+    """Stop ``process`` with SIGTERM, or SIGKILL once ``grace`` seconds have not been enough
+    (a process that will not finish must not hold up a stop); reaped either way."""
+    process.terminate()
+    try:
+        process.wait(grace)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
 
 
 def describe_exit(code: int | str) -> str:
