@@ -267,7 +267,7 @@ def test_a_pickled_summary_is_the_same_summary():
        st.lists(st.integers(0, 12), max_size=4))
 def test_key_strings_split_as_the_former_slices(strings, cuts):
     """The key dictionary's string table decodes to the strings, and a table whose pieces
-    are not each UTF-8 (a character cut in two) is refused as before."""
+    are not each UTF-8 (a character cut in two) is refused, as the Python slices refused it."""
     from sketches.key_dictionary import _split_strings
 
     enc = [x.encode() for x in strings]
