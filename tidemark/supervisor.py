@@ -8,6 +8,10 @@ Each service is a ``start()`` that returns a handle with ``poll()`` (``None`` wh
 else its exit status, like ``subprocess.Popen``) and a ``stop(handle)`` that also reaps
 what the service left behind (Spark's JVM and Python workers). The supervisor writes what it
 did (pids, restarts, last exit) to a small JSON file that the API's ``/metrics`` reads.
+
+What every loop that owns processes needs is here too: ``stop_on_signals`` (the stop
+request of ``tidemark up`` and ``tidemark api``) and ``terminate`` (SIGTERM, then SIGKILL
+after a grace).
 """
 
 from __future__ import annotations
