@@ -153,12 +153,9 @@ class Pulls:
         client = self.client(site)
         stats["pulls"] += 1
         if copy.etag and copy.blob and zstd is not None:  # what changed since the version held
-            r = client.get(f"/v1/streams/{name}/summary/delta", params={"since": copy.etag},
-                           headers={"If-None-Match": copy.etag})
-            stats["bytes"] += r.num_bytes_downloaded
-            if r.status_code == 304:
-                stats["not_modified"] += 1
-                copy.confirmed = copy.attempted
+            r = self._ask(client, f"/v1/streams/{name}/summary/delta", name, copy, stats,
+                          params={"since": copy.etag}, headers={"If-None-Match": copy.etag})
+            if r is None:
                 return
             if r.status_code == 200:
                 dictionary = zstd.ZstdCompressionDict(copy.blob, dict_type=zstd.DICT_TYPE_RAWCONTENT)
@@ -168,18 +165,11 @@ class Pulls:
                 stats["deltas"] += 1
                 self._take(copy, config, blob, r.headers["etag"], json.loads(r.headers.get(STATUS_HEADER) or "{}"))
                 return
-            if r.status_code == 404:
-                raise ValueError(f"the site has no stream {name!r} (deleted there?)")
             # 410: the site no longer holds the version we have; the manifest says what is new
         headers = {"If-None-Match": copy.etag} if copy.etag else {}  # set only by a whole pull
-        r = client.get(f"/v1/streams/{name}/summary/manifest", headers=headers)
-        stats["bytes"] += r.num_bytes_downloaded
-        if r.status_code == 304:
-            stats["not_modified"] += 1
-            copy.confirmed = copy.attempted
+        r = self._ask(client, f"/v1/streams/{name}/summary/manifest", name, copy, stats, headers=headers)
+        if r is None:
             return
-        if r.status_code == 404:
-            raise ValueError(f"the site has no stream {name!r} (deleted there?)")
         if r.status_code != 200:
             raise ValueError(f"the site answered {r.status_code}")
         manifest = r.json()
@@ -211,6 +201,21 @@ class Pulls:
                 raise ValueError("the segments' lengths did not match the manifest")
         blob = segments.join([[p, d] for p, d, _ in manifest["segments"]], held)
         self._take(copy, config, blob, manifest["etag"], manifest.get("status") or {})
+
+    @staticmethod
+    def _ask(client: httpx.Client, path: str, name: str, copy: _Copy, stats: dict,
+             **request) -> httpx.Response | None:
+        """GET ``path`` from a site, counting the bytes; None when the version held is still
+        the site's (a 304 confirms it), a ValueError when the site has no such stream."""
+        r = client.get(path, **request)
+        stats["bytes"] += r.num_bytes_downloaded
+        if r.status_code == 304:
+            stats["not_modified"] += 1
+            copy.confirmed = copy.attempted
+            return None
+        if r.status_code == 404:
+            raise ValueError(f"the site has no stream {name!r} (deleted there?)")
+        return r
 
     def _take(self, copy: _Copy, config: StreamConfig, blob: bytes, etag: str, status: dict) -> None:
         """Decode a site's new version (refused whole under another secret or settings)."""

@@ -460,6 +460,83 @@ def _read_members(buf, p, u, n):
 
 
 @njit(cache=True)
+def _read_floors(buf, p, levels, clock):
+    """``(code, end, nf, fhas, fT, fK)``: the ``nf`` floors stored at ``buf[p]`` (a count,
+    each floor's tick back from the clock, then their keys), levels ``0..nf-1``."""
+    fhas = np.zeros(levels, np.uint8)
+    fT = np.zeros(levels, np.int64)
+    fK = np.zeros(levels, np.uint64)
+    f, p = get_varint(buf, p)
+    if p < 0:
+        return p, p, 0, fhas, fT, fK
+    if f > np.uint64(levels):
+        return 2, p, 0, fhas, fT, fK
+    nf = np.int64(f)
+    if nf > buf.shape[0] - p:
+        return -1, p, nf, fhas, fT, fK
+    for l in range(nf):
+        back, p = get_varint(buf, p)
+        if p < 0:
+            return p, p, nf, fhas, fT, fK
+        if back > np.uint64(clock):
+            return 1, p, nf, fhas, fT, fK
+        fhas[l] = 1
+        fT[l] = clock - np.int64(back)
+    if 8 * nf > buf.shape[0] - p:
+        return -1, p, nf, fhas, fT, fK
+    fK[:nf] = buf[p : p + 8 * nf].copy().view(np.uint64)
+    return 0, p + 8 * nf, nf, fhas, fT, fK
+
+
+@njit(cache=True)
+def _check_members(uk, ut, idx, n, nf, fhas, fT, fK, counts, C, has_clock, clock, a0, a1, b, L):
+    """``(code, h, emask)``: the members ``idx`` checked against the floors by
+    ``read_instance``'s rules, each level's members counted into ``counts``; ``h`` their
+    hash levels, ``emask`` the levels each is in."""
+    h = np.empty(n, np.int64)
+    emask = np.empty(n, np.uint64)
+    if not has_clock and (n or nf):
+        return 1, h, emask
+    for j in range(1, n):  # the instance's keys are distinct (and increasing)
+        if uk[idx[j]] <= uk[idx[j - 1]]:
+            return 1, h, emask
+    for l in range(1, nf):  # floors fall (weakly) as levels rise
+        if _above(fT[l], fK[l], fT[l - 1], fK[l - 1]):
+            return 7, h, emask
+    latest0 = np.int64(-1)
+    for j in range(n):
+        key, t = uk[idx[j]], ut[idx[j]]
+        low = 0
+        for l in range(nf):  # the levels whose floor it does not beat
+            if not _above(t, key, fT[l], fK[l]):
+                low += 1
+        hj = level_of(field_hash(key, a0, a1, b), L)
+        if low > hj:
+            return 8, h, emask
+        # It is a member of levels low..h, each of which it must beat the floor of (if any),
+        # and it must beat no floor of a level below ``low`` it hashes to: it would be
+        # missing there (such a level has a floor: ``low`` counts floors).
+        for l in range(low, min(nf, hj + 1)):
+            if not _above(t, key, fT[l], fK[l]):
+                return 10, h, emask
+        for l in range(min(low, hj + 1)):
+            if _above(t, key, fT[l], fK[l]):
+                return 10, h, emask
+        for l in range(low, hj + 1):
+            counts[l] += 1
+        if low == 0:
+            latest0 = max(latest0, t)
+        h[j] = hj
+        emask[j] = ((_U1 << np.uint64(hj + 1)) - _U1) & ~((_U1 << np.uint64(low)) - _U1)
+    for l in range(counts.shape[0]):
+        if counts[l] > C or (fhas[l] and counts[l] != C):
+            return 9, h, emask
+    if has_clock and (counts[0] == 0 or latest0 != clock):
+        return 12, h, emask
+    return 0, h, emask
+
+
+@njit(cache=True)
 def read_instance(buf, p, uk, ut, levels, C, has_clock, clock, a0, a1, b, L):
     """One stored instance at ``buf[p]``, checked whole against what a compacted wave is
     (module notes of ``randomized_wave``): floors fall as levels rise; each entry's lowest
@@ -472,30 +549,10 @@ def read_instance(buf, p, uk, ut, levels, C, has_clock, clock, a0, a1, b, L):
     levels each is in; ``code`` 0 when valid, else an ``INSTANCE_ERRORS`` key."""
     zi = np.zeros(0, np.int64)
     zu = np.zeros(0, np.uint64)
-    fhas = np.zeros(levels, np.uint8)
-    fT = np.zeros(levels, np.int64)
-    fK = np.zeros(levels, np.uint64)
     counts = np.zeros(levels, np.int64)
-    f, p = get_varint(buf, p)
-    if p < 0:
-        return p, p, zi, zi, zu, counts, fhas, fT, fK
-    if f > np.uint64(levels):
-        return 2, p, zi, zi, zu, counts, fhas, fT, fK
-    nf = np.int64(f)
-    if nf > buf.shape[0] - p:
-        return -1, p, zi, zi, zu, counts, fhas, fT, fK
-    for l in range(nf):
-        back, p = get_varint(buf, p)
-        if p < 0:
-            return p, p, zi, zi, zu, counts, fhas, fT, fK
-        if back > np.uint64(clock):
-            return 1, p, zi, zi, zu, counts, fhas, fT, fK
-        fhas[l] = 1
-        fT[l] = clock - np.int64(back)
-    if 8 * nf > buf.shape[0] - p:
-        return -1, p, zi, zi, zu, counts, fhas, fT, fK
-    fK[:nf] = buf[p : p + 8 * nf].copy().view(np.uint64)
-    p += 8 * nf
+    code, p, nf, fhas, fT, fK = _read_floors(buf, p, levels, clock)
+    if code:
+        return code, p, zi, zi, zu, counts, fhas, fT, fK
     u = uk.shape[0]
     c, p = get_varint(buf, p)
     if p < 0:
@@ -506,46 +563,10 @@ def read_instance(buf, p, uk, ut, levels, C, has_clock, clock, a0, a1, b, L):
     code, p, idx = _read_members(buf, p, u, n)
     if code:
         return code, p, zi, zi, zu, counts, fhas, fT, fK
-    if not has_clock and (n or nf):
-        return 1, p, zi, zi, zu, counts, fhas, fT, fK
-    for j in range(1, n):  # the instance's keys are distinct (and increasing)
-        if uk[idx[j]] <= uk[idx[j - 1]]:
-            return 1, p, zi, zi, zu, counts, fhas, fT, fK
-    for l in range(1, nf):  # floors fall (weakly) as levels rise
-        if _above(fT[l], fK[l], fT[l - 1], fK[l - 1]):
-            return 7, p, zi, zi, zu, counts, fhas, fT, fK
-    h = np.empty(n, np.int64)
-    emask = np.empty(n, np.uint64)
-    latest0 = np.int64(-1)
-    for j in range(n):
-        key, t = uk[idx[j]], ut[idx[j]]
-        low = 0
-        for l in range(nf):  # the levels whose floor it does not beat
-            if not _above(t, key, fT[l], fK[l]):
-                low += 1
-        hj = level_of(field_hash(key, a0, a1, b), L)
-        if low > hj:
-            return 8, p, zi, zi, zu, counts, fhas, fT, fK
-        # It is a member of levels low..h, each of which it must beat the floor of (if any),
-        # and it must beat no floor of a level below ``low`` it hashes to: it would be
-        # missing there (such a level has a floor: ``low`` counts floors).
-        for l in range(low, min(nf, hj + 1)):
-            if not _above(t, key, fT[l], fK[l]):
-                return 10, p, zi, zi, zu, counts, fhas, fT, fK
-        for l in range(min(low, hj + 1)):
-            if _above(t, key, fT[l], fK[l]):
-                return 10, p, zi, zi, zu, counts, fhas, fT, fK
-        for l in range(low, hj + 1):
-            counts[l] += 1
-        if low == 0:
-            latest0 = max(latest0, t)
-        h[j] = hj
-        emask[j] = ((_U1 << np.uint64(hj + 1)) - _U1) & ~((_U1 << np.uint64(low)) - _U1)
-    for l in range(levels):
-        if counts[l] > C or (fhas[l] and counts[l] != C):
-            return 9, p, zi, zi, zu, counts, fhas, fT, fK
-    if has_clock and (counts[0] == 0 or latest0 != clock):
-        return 12, p, zi, zi, zu, counts, fhas, fT, fK
+    code, h, emask = _check_members(uk, ut, idx, n, nf, fhas, fT, fK, counts, C, has_clock, clock,
+                                    a0, a1, b, L)
+    if code:
+        return code, p, zi, zi, zu, counts, fhas, fT, fK
     return 0, p, idx, h, emask, counts, fhas, fT, fK
 
 

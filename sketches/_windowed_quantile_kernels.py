@@ -112,6 +112,14 @@ def _counting_sort(by, lo, span, ticks, keys, out_ticks, out_keys):
 
 
 @njit(cache=True)
+def _room(n, e):
+    """Uninitialised arrays for a node list of up to ``n`` nodes and ``e`` entries, in the
+    order every kernel here takes them: ``(left, lg, off, keys, cnts, wt)``."""
+    return (np.empty(n, np.int64), np.empty(n, np.int64), np.empty(n + 1, np.int64),
+            np.empty(e, np.int32), np.empty(e, np.int64), np.empty(n, np.int64))
+
+
+@njit(cache=True)
 def batch_nodes(ticks, keys):
     """The batch as single-tick nodes (pre-order). Sorted by (tick, key) with two counting
     sorts when ticks and keys span little more than the batch; else by tick (counting or
@@ -138,11 +146,7 @@ def batch_nodes(ticks, keys):
         for k in range(n):
             st[k] = ticks[order[k]]
             sk[k] = keys[order[k]]
-    left = np.empty(n, np.int64)
-    off = np.empty(n + 1, np.int64)
-    ok = np.empty(n, np.int32)
-    oc = np.empty(n, np.int64)
-    ow = np.empty(n, np.int64)
+    left, lg, off, ok, oc, ow = _room(n, n)
     m = 0
     e = 0
     a = 0
@@ -157,6 +161,7 @@ def batch_nodes(ticks, keys):
         else:
             sk[a:b] = np.sort(sk[a:b])
         left[m] = st[a]
+        lg[m] = 0  # a node of one tick
         off[m] = e
         ow[m] = b - a
         for k in range(a, b):
@@ -169,7 +174,7 @@ def batch_nodes(ticks, keys):
         m += 1
         a = b
     off[m] = e
-    return (left[:m].copy(), np.zeros(m, np.int64), off[: m + 1].copy(), ok[:e].copy(),
+    return (left[:m].copy(), lg[:m].copy(), off[: m + 1].copy(), ok[:e].copy(),
             oc[:e].copy(), ow[:m].copy())
 
 
@@ -226,12 +231,7 @@ def union(al, ag, ao, ak, ac, aw, bl, bg, bo, bk, bc, bw, live):
     those wholly before tick ``live``. Returns ``(left, lg, off, keys, cnts, wt)``."""
     na = al.shape[0]
     nb = bl.shape[0]
-    ol = np.empty(na + nb, np.int64)
-    og = np.empty(na + nb, np.int64)
-    ow = np.empty(na + nb, np.int64)
-    oo = np.empty(na + nb + 1, np.int64)
-    ok = np.empty(ak.shape[0] + bk.shape[0], np.int32)
-    oc = np.empty(ak.shape[0] + bk.shape[0], np.int64)
+    ol, og, oo, ok, oc, ow = _room(na + nb, ak.shape[0] + bk.shape[0])
     i = j = c = e = 0
     while i < na or j < nb:
         if j >= nb:
@@ -362,12 +362,7 @@ def collapse(left, lg, off, keys, cnts, wt, top_lg, exact_from, num, shift, stri
         idx = _first_at_least(left, tb + (np.int64(1) << top_lg))
     if nops == 0:
         return left, lg, off, keys, cnts, wt
-    nl = np.empty(n, np.int64)
-    ng = np.empty(n, np.int64)
-    nw = np.empty(n, np.int64)
-    no = np.empty(n + 1, np.int64)
-    nk = np.empty(keys.shape[0], np.int32)
-    nc = np.empty(keys.shape[0], np.int64)
+    nl, ng, no, nk, nc, nw = _room(n, keys.shape[0])
     width = 1
     for q in range(nops):
         width = max(width, off[op1[q]] - off[op0[q]])

@@ -209,6 +209,9 @@ class CellSketch(TimeBucketed):
     FAMILY, FORMAT = Family.ECM, FORMAT
     BATCH = ("ticks", "keys", "weights")
     _SALT = 0xEC3  # hash-table salt of the class
+    # What a copy (Sketch.copy) duplicates: the slot layout and hash tables are set once by
+    # _setup and never written, so a copy shares them.
+    _OWNED = ("_tb", "_counts")
 
     def _setup(self, window: int, ratio: float, seed: int, slots: list[tuple[int, int, int, int]]):
         self._tb = TimeBuckets(window, ratio)
@@ -254,12 +257,6 @@ class CellSketch(TimeBucketed):
         self._fractional = self._fractional or other._fractional
         self._depth = max(self._depth, other._depth) + 1
         self._parts += other._parts
-
-    def _copy_state(self, other: "CellSketch") -> None:
-        other._tb = self._tb.copy()
-        other._counts = self._counts.copy()
-        other._events, other._fractional = self._events, self._fractional
-        other._depth, other._parts = self._depth, self._parts
 
     # -- queries ------------------------------------------------------------------------
     def _range(self, lo, hi):
@@ -553,11 +550,6 @@ class ECMSketch(CellSketch):
 
     # ``merge`` (Sketch.merge, §5.3) summarises the order-preserving union of both streams
     # with the same guarantees (no error composition, see the class docstring).
-
-    def copy(self) -> "ECMSketch":
-        other = ECMSketch(self.epsilon, self.delta, self.window, self.seed, self.purpose)
-        self._copy_state(other)
-        return other
 
     # -- bytes --------------------------------------------------------------------------
     # Blob: 16-byte header (family ECM, flags = 0) | parameters (_PARAMS) | state block

@@ -386,14 +386,9 @@ class DyadicECM(CellSketch):
         res.sort(key=lambda t: (-t[1].estimate, t[0]))
         return res
 
-    # -- merging, copies, bytes ------------------------------------------------------------
+    # -- merging, bytes -----------------------------------------------------------------
     def _params(self) -> tuple:
         return (self.epsilon, self.delta, self.window, self.levels, self.seed)
-
-    def copy(self) -> "DyadicECM":
-        other = DyadicECM(self.epsilon, self.delta, self.window, self.levels, self.seed)
-        self._copy_state(other)
-        return other
 
     # Blob: 16-byte header (family ECM, flags = 1) | parameters (_PARAMS) | state block
     # (drawn in sketches.ecm.CellSketch).

@@ -23,6 +23,7 @@ from pathlib import Path
 import redis
 
 from tidemark.credentials import private_file
+from tidemark.supervisor import terminate
 
 __all__ = ["EmbeddedRedis", "free_port", "find_redis_server"]
 
@@ -93,12 +94,7 @@ class EmbeddedRedis:
 
     def stop(self) -> None:
         if self.process and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+            terminate(self.process, 10)
         self.process = None
 
     def __enter__(self) -> "EmbeddedRedis":

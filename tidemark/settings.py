@@ -48,6 +48,11 @@ class ApiKey(BaseModel):
     __str__ = __repr__
 
 
+def _seconds(default: float, description: str) -> Any:
+    """A duration setting: seconds, above 0 (no wait, age or interval is zero or negative)."""
+    return Field(default=default, gt=0, description=description)
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="TIDEMARK_", extra="ignore")
 
@@ -100,16 +105,16 @@ class Settings(BaseSettings):
         default=True, description="`tidemark up` with a local Spark master keeps a spare "
         "worker with its Spark session started, which takes over at once when the worker dies "
         "(one more JVM and its Python workers in memory)")
-    worker_stale_after: float = Field(
-        default=3.0, gt=0, description="seconds since the worker's last heartbeat (it beats "
-        "every second) after which /readyz says it is not running")
-    ready_max_wait: float = Field(
-        default=10.0, gt=0, description="seconds an ingest request may wait unread by the "
-        "worker's query before /readyz says the worker is not processing")
+    worker_stale_after: float = _seconds(
+        3.0, "seconds since the worker's last heartbeat (it beats every second) after which "
+        "/readyz says it is not running")
+    ready_max_wait: float = _seconds(
+        10.0, "seconds an ingest request may wait unread by the worker's query before /readyz "
+        "says the worker is not processing")
     max_restarts: int = Field(
         default=5, ge=1, description="failures of one part within restart_window after which "
         "`tidemark up` stops everything")
-    restart_window: float = Field(default=60.0, gt=0, description="seconds; see max_restarts")
+    restart_window: float = _seconds(60.0, "seconds; see max_restarts")
     max_pending_chunks: int = Field(
         default=100_000, ge=1, description="chunks (ingest requests) waiting for the worker in "
         "the whole log before 429")
@@ -135,7 +140,7 @@ class Settings(BaseSettings):
         default_factory=list,
         description="non-public hosts (names, IPs or CIDRs) alerts may still POST to",
     )
-    webhook_retry_for: float = Field(default=86400.0, gt=0, description="seconds to keep retrying")
+    webhook_retry_for: float = _seconds(86400.0, "seconds to keep retrying")
     min_secret_length: int = Field(default=16, ge=1, le=512)
 
     # -- input and quotas --------------------------------------------------------------
@@ -158,15 +163,15 @@ class Settings(BaseSettings):
         default_factory=list, repr=False,
         description="peer sites this deployment may federate: a JSON list of {name, url, "
         "key} (key: a read key of that site), or the path of a file holding one")
-    site_max_age: float = Field(
-        default=30.0, gt=0, description="seconds a peer site's summary may go unconfirmed "
-        "before answers of a federated stream call that site stale (incomplete)")
-    site_pull_interval: float = Field(
-        default=1.0, gt=0, description="seconds between pulls of a federated stream's summary "
-        "from each peer site while someone reads the stream (ETag: unchanged costs a 304)")
-    site_timeout: float = Field(
-        default=3.0, gt=0, description="seconds a pull from a peer site may take before the "
-        "site counts as unreachable for that pull")
+    site_max_age: float = _seconds(
+        30.0, "seconds a peer site's summary may go unconfirmed before answers of a federated "
+        "stream call that site stale (incomplete)")
+    site_pull_interval: float = _seconds(
+        1.0, "seconds between pulls of a federated stream's summary from each peer site while "
+        "someone reads the stream (ETag: unchanged costs a 304)")
+    site_timeout: float = _seconds(
+        3.0, "seconds a pull from a peer site may take before the site counts as unreachable for "
+        "that pull")
 
     @field_validator("sites", mode="before")
     @classmethod

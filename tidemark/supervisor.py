@@ -8,6 +8,10 @@ Each service is a ``start()`` that returns a handle with ``poll()`` (``None`` wh
 else its exit status, like ``subprocess.Popen``) and a ``stop(handle)`` that also reaps
 what the service left behind (Spark's JVM and Python workers). The supervisor writes what it
 did (pids, restarts, last exit) to a small JSON file that the API's ``/metrics`` reads.
+
+What every loop that owns processes needs is here too: ``stop_on_signals`` (the stop
+request of ``tidemark up`` and ``tidemark api``) and ``terminate`` (SIGTERM, then SIGKILL
+after a grace).
 """
 
 from __future__ import annotations
@@ -15,13 +19,16 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-__all__ = ["Service", "Supervisor", "GiveUp", "describe_exit", "read_state", "STATE_FILE"]
+__all__ = ["Service", "Supervisor", "GiveUp", "describe_exit", "read_state", "stop_on_signals",
+           "terminate", "STATE_FILE"]
 
 # The supervisor's state file in a run directory: `tidemark up` writes it, /metrics reads it.
 STATE_FILE = "supervisor.json"
@@ -29,6 +36,26 @@ STATE_FILE = "supervisor.json"
 
 class GiveUp(RuntimeError):
     """A service keeps failing: restarting it again would only hide the cause."""
+
+
+def stop_on_signals() -> threading.Event:
+    """An event that SIGTERM or SIGINT sets: what a supervising loop checks between rounds,
+    so a stop is noticed there, never in the middle of starting or reaping a process."""
+    stopping = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stopping.set())
+    return stopping
+
+
+def terminate(process: subprocess.Popen, grace: float) -> None:
+    """Stop ``process`` with SIGTERM, or SIGKILL once ``grace`` seconds have not been enough
+    (a process that will not finish must not hold up a stop); reaped either way."""
+    process.terminate()
+    try:
+        process.wait(grace)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
 
 
 def describe_exit(code: int | str) -> str:

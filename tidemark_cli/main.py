@@ -172,7 +172,7 @@ def run_up(args, demo: bool = False) -> None:
     from tidemark_cli.console import Console, Watch
     from tidemark.credentials import ensure_api_keys
     from tidemark.hash_secret import load_or_create
-    from tidemark.supervisor import STATE_FILE, GiveUp, Supervisor
+    from tidemark.supervisor import STATE_FILE, GiveUp, Supervisor, stop_on_signals
 
     settings = Settings()
     keys, generated = ensure_api_keys(settings)
@@ -200,14 +200,7 @@ def run_up(args, demo: bool = False) -> None:
     services, redis_url, slot = _services(args, settings, run_dir, env, streams, say)
     supervisor = Supervisor(services, settings.max_restarts, settings.restart_window,
                             state_file=run_dir / STATE_FILE, log=say)
-    stopping = False
-
-    def stop(*_):
-        nonlocal stopping
-        stopping = True
-
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
+    stopping = stop_on_signals()
     generator = None
     try:
         try:
@@ -217,7 +210,7 @@ def run_up(args, demo: bool = False) -> None:
         url = f"http://{args.host}:{args.port}"
         store = Store(redis_url)
         deadline = time.monotonic() + 180
-        while not stopping:
+        while not stopping.is_set():
             if time.monotonic() > deadline:
                 raise CliError(f"not ready after 180 s: see {logs}/" if not args.verbose
                                else "not ready after 180 s: see the logs above")
@@ -226,7 +219,7 @@ def run_up(args, demo: bool = False) -> None:
             if console.waiting() is None:
                 break
             time.sleep(0.25)
-        if stopping:
+        if stopping.is_set():
             return
         if generated:
             console.say(f"Tidemark is up: dashboard at {url}/?key={generated}  (API docs at {url}/docs)\n"
@@ -243,7 +236,7 @@ def run_up(args, demo: bool = False) -> None:
             generator.start()
         watch = Watch(say)
         checked_at = 0.0
-        while not stopping:
+        while not stopping.is_set():
             supervisor.tick()
             if time.monotonic() - checked_at > 2:
                 checked_at = time.monotonic()

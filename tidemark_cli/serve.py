@@ -130,23 +130,17 @@ def serve(settings, redis_url: str, processes: int, host: str, port: int) -> Non
     import app.kinds  # noqa: F401  (the query kinds, before the fork)
     import app.main  # noqa: F401
     from app.warm import warm_answers
+    from tidemark.supervisor import stop_on_signals
 
     _check_free(host, port)
     warm_answers()  # the kernels every process answers with, loaded once, shared
     parent = os.getpid()
-    stopping = False
-
-    def stop(*_):
-        nonlocal stopping
-        stopping = True
-
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
+    stopping = stop_on_signals()
     start = lambda: _fork(lambda: _child(settings, redis_url, host, port, parent))  # noqa: E731
     children = {start(): 0.0 for _ in range(processes)}
     deaths: list[float] = []
     try:
-        while not stopping:
+        while not stopping.is_set():
             try:
                 pid, status = os.waitpid(-1, os.WNOHANG)
             except ChildProcessError:

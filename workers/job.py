@@ -1,6 +1,6 @@
 """The Spark driver of the worker: the session (``build_spark``), the streaming query that
 reads ingest chunks and keeps each shard's summary in Spark's state store
-(``Prepared``/``start``), the function Spark runs per (stream, shard) group on the
+(``PlannedQuery``/``start``), the function Spark runs per (stream, shard) group on the
 executors (``shard_updater``), republishing from the state store, and the worker's life
 (``stand_by``, ``main``).
 
@@ -35,7 +35,7 @@ from workers.decoded import decoded_shards
 from workers.progress import first_batch_of_run, log_progress, read_everything_before
 from workers.shard_state import STATE_SCHEMA, apply_chunks, shard_status
 
-__all__ = ["main", "start", "Prepared", "stand_by", "build_spark", "LOCAL_CONF", "shard_updater",
+__all__ = ["main", "start", "PlannedQuery", "stand_by", "build_spark", "LOCAL_CONF", "shard_updater",
            "republish_all"]
 
 log = logging.getLogger("tidemark.worker")
@@ -249,7 +249,7 @@ class Driver:
                 log.warning("heartbeat failed: %s", e)
 
 
-class Prepared:
+class PlannedQuery:
     """A streaming query planned but not started: everything before ``start()`` binds the
     checkpoint, so a standby worker can do it ahead and start in a moment when told."""
 
@@ -303,7 +303,7 @@ def _log_partitions_setting() -> int:
 def start(spark, redis_url: str, checkpoint: str, trigger: str = "1 second",
           secret: HashSecret | None = None, log_partitions: int | None = None):
     """Start the streaming query; returns ``(query, driver)``."""
-    return Prepared(spark, redis_url, checkpoint, trigger, secret, log_partitions).start()
+    return PlannedQuery(spark, redis_url, checkpoint, trigger, secret, log_partitions).start()
 
 
 def stand_by(spark, stopping: threading.Event, warm_workers: bool, lines=None,
@@ -399,11 +399,11 @@ def main(redis_url: str, checkpoint: str, master: str | None = None, partitions:
     try:
         warming = warm_up_workers(spark, stopping=stopping, planner=standby, done=lambda n: _phase(
             f"{n} Python workers warm")) if warm_workers else None
-        prepared = Prepared(spark, redis_url, checkpoint, trigger, secret, log_partitions)
+        planned = PlannedQuery(spark, redis_url, checkpoint, trigger, secret, log_partitions)
         if standby:
             if warming:  # stand by only once a take-over would find its Python workers
                 warming.join()
-            publisher, since = prepared.driver.publisher, time.time()
+            publisher, since = planned.driver.publisher, time.time()
             try:
                 if not stand_by(spark, stopping, warm_workers,
                                 beat=lambda: publisher.standby_beat(since)):
@@ -414,7 +414,7 @@ def main(redis_url: str, checkpoint: str, master: str | None = None, partitions:
                 except Exception:  # noqa: BLE001 — its TTL ends it
                     pass
             _STARTED[:] = [time.monotonic(), "the take-over"]
-        query, driver = prepared.start()
+        query, driver = planned.start()
         print("tidemark worker: streaming from Redis", flush=True)
         while not stopping.is_set() and query.isActive:
             stopping.wait(0.5)

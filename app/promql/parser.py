@@ -181,6 +181,7 @@ _LABEL = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 # Operators and nesting a query may hold: far beyond any query written by hand or by
 # Grafana, well within Python's recursion (the tree is walked recursively).
 MAX_NODES = 200
+_PRECEDENCE = {"+": 1, "-": 1, "*": 2, "/": 2}  # the binary operators; * and / bind tighter
 
 
 class _Parser:
@@ -231,20 +232,15 @@ class _Parser:
         if t.kind == "NAME" and t.text.lower() in ("and", "or", "unless", "atan2"):
             self.fail(f"operator {t.text!r} is not supported; {SUPPORTED}")
 
-    def expr(self) -> Expr:
-        left = self.term()
-        while self.at("+", "-"):
-            self.grow()
-            op = self.take().text
-            left = Binary(op, left, self.term())
-        return left
-
-    def term(self) -> Expr:
+    def expr(self, above: int = 0) -> Expr:
+        """``expr`` and ``term`` of the grammar by precedence climbing: unaries joined by the
+        binary operators that bind tighter than ``above`` (``_PRECEDENCE``), each grouped
+        from the left (``1 - 2 - 3`` is ``(1 - 2) - 3``, ``1 + 2 * 3`` is ``1 + (2 * 3)``)."""
         left = self.unary()
-        while self.at("*", "/"):
+        while self.tok.kind == "OP" and _PRECEDENCE.get(self.tok.text, 0) > above:
             self.grow()
             op = self.take().text
-            left = Binary(op, left, self.unary())
+            left = Binary(op, left, self.expr(_PRECEDENCE[op]))
         return left
 
     def unary(self) -> Expr:

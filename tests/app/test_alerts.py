@@ -4,57 +4,17 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import json
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
 from tests.conftest import ApiServer, post_events
+from tests.webhook_receiver import Receiver
 from tidemark.redis_server import free_port
 
 pytestmark = pytest.mark.spark
 T0 = 1_700_000_000.0
 SECRET = "s3cret-of-16-chars-or-more"
-
-
-class Receiver:
-    """A webhook receiver that answers ``fail_first`` times with 500, then 200."""
-
-    def __init__(self, fail_first: int = 0, port: int | None = None):
-        self.received: list[dict] = []
-        self.fail_first = fail_first
-        receiver = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):
-                raw = self.rfile.read(int(self.headers["Content-Length"]))
-                receiver.received.append({"raw": raw, "headers": dict(self.headers),
-                                          "body": json.loads(raw)})
-                status = 500 if len(receiver.received) <= receiver.fail_first else 200
-                self.send_response(status)
-                self.end_headers()
-
-            def log_message(self, *args):
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", port or free_port()), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_port}/hook"
-
-    def wait(self, n: int, timeout: float = 30.0) -> list[dict]:
-        deadline = time.monotonic() + timeout
-        while len(self.received) < n:
-            assert time.monotonic() < deadline, f"{len(self.received)} of {n} webhooks arrived"
-            time.sleep(0.05)
-        return self.received
-
-    def close(self):
-        self.server.shutdown()
 
 
 @pytest.fixture

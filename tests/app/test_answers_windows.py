@@ -33,6 +33,16 @@ def holds(lower, truth, upper, slack=0.0):
     return lower - slack <= truth <= upper + slack
 
 
+def _drawn_windows(data, n):
+    """A drawn case and ``n`` windows drawn on it: ``(case, summary, window, at, mask of the
+    events in the window)`` each, the summary built once."""
+    case = data.draw(S.cases())
+    summary = S.summarize(case)
+    for _ in range(n):
+        w, at = data.draw(S.windows(case))
+        yield case, summary, w, at, S.in_window(case, w, at)
+
+
 # -- the tick rule ------------------------------------------------------------------------------
 @given(st.sampled_from(S.RESOLUTIONS + [0.0123456, 2.5e-3]), st.integers(0, 2**41),
        st.sampled_from([-1, 0, 1]))
@@ -50,11 +60,7 @@ def test_ticks_are_the_exact_floor(res, k, how):
 @given(st.data())
 @FAST
 def test_count_and_sum_hold_at_every_edge(data):
-    case = data.draw(S.cases())
-    summary = S.summarize(case)
-    for _ in range(4):
-        w, at = data.draw(S.windows(case))
-        m = S.in_window(case, w, at)
+    for case, summary, w, at, m in _drawn_windows(data, 4):
         for kind, truth in (("count", float(m.sum())),
                             ("sum", float(np.array(case.weights)[m].sum()) if m.any() else 0.0)):
             b = ask(case, summary, kind, window=w, at=at)["bound"]
@@ -66,11 +72,7 @@ def test_count_and_sum_hold_at_every_edge(data):
 @given(st.data())
 @FAST
 def test_key_upper_bounds_and_heavy_hitters_are_complete(data):
-    case = data.draw(S.cases())
-    summary = S.summarize(case)
-    for _ in range(3):
-        w, at = data.draw(S.windows(case))
-        m = S.in_window(case, w, at)
+    for case, summary, w, at, m in _drawn_windows(data, 3):
         freq = S.frequencies(case, m)
         n = int(m.sum())
         for key in ("a", "ключ"):
@@ -123,16 +125,16 @@ def test_probabilistic_bounds_fail_at_most_at_their_rate():
     assert failures <= 32, (failures, trials)
 
 
-# -- the classes of issue 13, one example each ----------------------------------------------------
+# -- the edges where a bound is easiest to get wrong, one example each -----------------------------
 def _one(config, rows, **kw):
     ts, keys = [r[0] for r in rows], [r[1] for r in rows]
     return S.Case(config, ts, keys, [math.nan] * len(ts), [1.0] * len(ts), [0] * len(ts))
 
 
 def test_window_start_one_ulp_before_an_event_is_exact():
-    """Class 4: the window start is exact; an event one ulp before it never counts
-    (before: ``ceil(a / res)`` against ``floor(ts / res)`` counted 11.399999999999999 in
-    ``[11.4, 12.9]`` at a 0.3 s resolution)."""
+    """The window start is exact; an event one ulp before it never counts (``ceil(a / res)``
+    against ``floor(ts / res)`` would count 11.399999999999999 in ``[11.4, 12.9]`` at a
+    0.3 s resolution)."""
     config = StreamConfig(max_window=15.0, epsilon=0.1, delta=0.1, resolution=0.3)
     case = _one(config, [(11.399999999999999, "a"), (12.9, "a")])
     summary = S.summarize(case)
@@ -143,7 +145,7 @@ def test_window_start_one_ulp_before_an_event_is_exact():
 
 
 def test_heavy_hitters_complete_only_when_nothing_is_missing():
-    """Class 1: no tick wholly inside the window (the count's lower bound is 0) must not
+    """No tick wholly inside the window (the count's lower bound is 0) must not
     make an answer claim ``complete`` while a heavy key is missing."""
     config = StreamConfig(max_window=30.0, epsilon=0.2, delta=0.1, resolution=1.0)
     rows = [(105.0 + i * 0.002, f"k{i % 100}") for i in range(300)] + [(105.7, "ключ")]
@@ -161,7 +163,7 @@ def test_heavy_hitters_complete_only_when_nothing_is_missing():
 
 
 def test_unlisted_max_covers_dropped_candidates():
-    """Class 2: a candidate dropped for weighing below φ·N_low can weigh up to φ·N_low."""
+    """A candidate dropped for weighing below φ·N_low can weigh up to φ·N_low."""
     config = StreamConfig(max_window=60.0, epsilon=0.1, delta=0.1, resolution=1.0)
     rows = [(10.0 + i * 0.1, "a" if i % 9 else "b") for i in range(288)]
     case = _one(config, rows)
@@ -173,7 +175,7 @@ def test_unlisted_max_covers_dropped_candidates():
 
 
 def test_every_bound_states_its_half_width():
-    """Class 7: the answer says how wide its interval is, beside the structure's epsilon."""
+    """The answer says how wide its interval is, beside the structure's epsilon."""
     config = StreamConfig(max_window=3600.0, epsilon=0.05, delta=0.1, resolution=60.0)
     case = _one(config, [(1000.0 + i * 7.3, "a") for i in range(100)])
     summary = S.summarize(case)

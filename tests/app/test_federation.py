@@ -30,6 +30,7 @@ from tests.conftest import API_KEYS, KEYS, TEST_SECRET, ApiServer, auth, wait_fo
 from tests.in_process import run
 from tidemark.redis_server import EmbeddedRedis, free_port
 from tidemark.streams import StreamConfig
+from tidemark.supervisor import terminate
 from workers.publish import Publisher
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -77,12 +78,8 @@ class Site:
 
     def stop(self) -> None:
         if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGCONT)
-            self.proc.terminate()
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
+            self.proc.send_signal(signal.SIGCONT)  # a stopped site would never see the SIGTERM
+            terminate(self.proc, 15)
         self.redis.stop()
 
     def client(self, scope: str = "admin") -> httpx.Client:

@@ -120,3 +120,12 @@ def test_exit_descriptions_and_a_stale_state_file(tmp_path):
     path = tmp_path / "sup.json"
     path.write_text(json.dumps({"pid": dead.pid, "parts": {}}))
     assert read_state(path) is None  # left by an `up` that is gone: no restarts shown
+
+
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGINT"])
+def test_a_stop_signal_sets_the_stop_event_and_the_process_goes_on(sig):
+    code = ("import os, signal\nfrom tidemark.supervisor import stop_on_signals\n"
+            "stopping = stop_on_signals()\nassert not stopping.is_set()\n"
+            f"os.kill(os.getpid(), signal.{sig})\nprint(stopping.wait(5))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stdout.strip()) == (0, "True"), done.stderr

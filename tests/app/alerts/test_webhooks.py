@@ -6,10 +6,8 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
-import threading
 import time
 import uuid
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import httpx
 import pytest
@@ -19,6 +17,7 @@ from app.alerts.rules import AlertRule
 from app.alerts.store import RULES
 from app.alerts.webhooks import PinnedTransport, WebhookRefused, check_webhook, is_public, public_url
 from tests.conftest import ApiServer
+from tests.webhook_receiver import Receiver
 from tidemark.redis_server import EmbeddedRedis, free_port
 from tidemark.settings import Settings
 
@@ -119,50 +118,6 @@ def test_the_masked_url_hides_credentials_path_and_query():
 
 
 # -- the real server -----------------------------------------------------------------------------
-class Receiver:
-    """A webhook receiver: records POSTs; ``mode`` = ok | hang | redirect."""
-
-    def __init__(self, mode: str = "ok", location: str = ""):
-        self.received: list[dict] = []
-        receiver = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):
-                raw = self.rfile.read(int(self.headers["Content-Length"]))
-                receiver.received.append({"body": json.loads(raw), "headers": dict(self.headers),
-                                          "at": time.monotonic()})
-                if mode == "hang":
-                    time.sleep(30)
-                    return
-                self.send_response(302 if mode == "redirect" else 200)
-                if mode == "redirect":
-                    self.send_header("Location", location)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-            def log_message(self, *args):
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", free_port()), Handler)
-        self.server.daemon_threads = True
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_port}/hook"
-
-    def wait(self, n: int, timeout: float = 15.0) -> list[dict]:
-        deadline = time.monotonic() + timeout
-        while len(self.received) < n:
-            assert time.monotonic() < deadline, f"{len(self.received)} of {n} webhooks arrived"
-            time.sleep(0.02)
-        return self.received
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
 def _server(tmp_path_factory, allow: list[str]):
     """An API with its own Redis (so no other API's engine leases its deliveries)."""
     own = EmbeddedRedis(tmp_path_factory.mktemp("redis-webhooks")).start()
