@@ -171,11 +171,12 @@ def answer(kind: str, name: str, config: StreamConfig, summary: StreamSummary | 
 def lost_in_window(summary: StreamSummary | None, kind: str, window: Window) -> dict | None:
     """The summary's record of accepted events an update failed to take, when one of them
     may lie in what the query counts: ``[at − window, at]``, or any time up to ``at`` for a
-    decayed kind (which has no start)."""
+    decayed kind (``QueryKind.decayed``: it has no start)."""
     lost = getattr(summary, "lost", None)
     if not lost or Fraction(lost["ts_min"]) > Fraction(window.at):
         return None
-    if not kind.startswith("decayed") and \
+    query = QUERY_KINDS.get(kind)
+    if not (query is not None and query.decayed) and \
             Fraction(lost["ts_max"]) < Fraction(window.at) - Fraction(window.seconds):
         return None
     return lost

@@ -281,7 +281,8 @@ def _empty(config, params) -> Estimate:
                     "wbmh-value-grid" if params["part"] else "multilevel-sample")
 
 
-DECAYED_SUM = QueryKind("decayed-sum", _run, _empty, _check, alert=True, run_many=_run_many)
+DECAYED_SUM = QueryKind("decayed-sum", _run, _empty, _check, alert=True, run_many=_run_many, monotone=True,
+                        decayed=True)
 
 
 # -- derived aggregates (§1.1) -----------------------------------------------------------
@@ -362,8 +363,9 @@ def _empty_ratio(config, params):
 
 FAMILY = ServedFamily(core.FAMILY, (
     DECAYED_SUM,
-    QueryKind("decayed-range-sum", _range_sum, _empty, _check_range, run_many=_range_sum_many),
-    QueryKind("decayed-frequency", _frequency, _empty_ratio, _check_value),
-    QueryKind("decayed-heavy-hitters", _heavy, lambda c, p: [], _check_phi),
+    QueryKind("decayed-range-sum", _range_sum, _empty, _check_range, run_many=_range_sum_many, monotone=True,
+              decayed=True),
+    QueryKind("decayed-frequency", _frequency, _empty_ratio, _check_value, decayed=True),  # a ratio
+    QueryKind("decayed-heavy-hitters", _heavy, lambda c, p: [], _check_phi, decayed=True),
 ))
 # decayed-quantile is answered by the windowed quantile sketch: the values family (app/kinds/values.py).

@@ -61,5 +61,5 @@ def _distinct(summary, config, window, params) -> Estimate:
 
 
 FAMILY = ServedFamily(core.FAMILY, (
-    QueryKind("distinct", _distinct, lambda config, p: exact_zero("randomized-wave"), alert=True),
+    QueryKind("distinct", _distinct, lambda config, p: exact_zero("randomized-wave"), alert=True, monotone=True),
 ))

@@ -167,8 +167,9 @@ def _inner_product(summaries, configs, window, params) -> Estimate:
 
 
 FAMILY = ServedFamily(core.FAMILY, (
-    QueryKind("frequency", _frequency, lambda c, p: _zero(c), _check_key, alert=True),
-    QueryKind("heavy-hitters", _heavy_hitters, lambda c, p: HeavyHitters([], 0.0, True), _check_phi),
-    QueryKind("self-join", _self_join, lambda c, p: _zero(c), alert=True),
-    QueryKind("inner-product", _inner_product, check=_same_shape, streams=2, alert=True),
+    QueryKind("frequency", _frequency, lambda c, p: _zero(c), _check_key, alert=True, monotone=True),
+    QueryKind("heavy-hitters", _heavy_hitters, lambda c, p: HeavyHitters([], 0.0, True), _check_phi,
+              monotone=True),  # each listed key's count
+    QueryKind("self-join", _self_join, lambda c, p: _zero(c), alert=True, monotone=True),
+    QueryKind("inner-product", _inner_product, check=_same_shape, streams=2, alert=True, monotone=True),
 ))

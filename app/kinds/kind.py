@@ -76,6 +76,7 @@ class QueryKind:
     stream's summary and config; a kind over several (``GET /v1/{kind}?streams=A,B``)
     gets tuples of them, a summary ``None`` for a stream with nothing published yet, and
     answers that case itself. ``alert``: a rule may watch it (it answers one estimate).
+    A kind's family module declares it (``app/kinds/<family>.py``).
     """
 
     name: str
@@ -91,6 +92,13 @@ class QueryKind:
     # (``-`` written ``_``), its parameters as labels; a kind whose answer is no set of
     # estimates with bounds per instant says here why it is not served, and where to read it.
     not_series: str | None = None
+    # The answer can only grow when events are added (weights, decays, counts ≥ 0): a
+    # federated answer missing a site keeps its lower bound (``app.site_bounds``).
+    monotone: bool = False
+    # The answer counts every kept event up to ``at``, weighted by its age, not the events
+    # of ``[at − window, at]``: a lost event before the window still concerns it
+    # (``answers.lost_in_window``).
+    decayed: bool = False
 
 
 @dataclass(frozen=True)

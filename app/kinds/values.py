@@ -210,6 +210,6 @@ def _no_events(config, params):
                             config.value_accuracy, 0, 0.0)
 
 
-DECAYED_QUANTILE = QueryKind("decayed-quantile", _decayed_quantile, _no_events, _check_decayed)
+DECAYED_QUANTILE = QueryKind("decayed-quantile", _decayed_quantile, _no_events, _check_decayed, decayed=True)
 
 FAMILY = ServedFamily(core.FAMILY, (QUANTILES, DISTRIBUTION, DECAYED_QUANTILE))

@@ -22,6 +22,7 @@ def _windowed(part: str, method: str) -> QueryKind:
         run=lambda summary, config, window, p: window_estimate(summary[part].query, window, method),
         empty=lambda config, p: exact_zero(method),
         alert=True,
+        monotone=True,
     )
 
 

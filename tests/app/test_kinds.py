@@ -59,6 +59,10 @@ def test_the_table_is_the_registrys_kinds_one_family_each_over_the_cores_familie
         "values": ["quantiles", "distribution", "decayed-quantile"],
         "decayed": ["decayed-sum", "decayed-range-sum", "decayed-frequency", "decayed-heavy-hitters"]}
     assert {n for n, q in QUERY_KINDS.items() if q.not_series} == {"distribution"}
+    assert {n for n, q in QUERY_KINDS.items() if q.monotone} == {
+        "count", "sum", "distinct", "frequency", "heavy-hitters", "self-join", "inner-product", "decayed-sum",
+        "decayed-range-sum"}
+    assert {n for n, q in QUERY_KINDS.items() if q.decayed} == {n for n in QUERY_KINDS if n.startswith("decayed")}
     for family in kinds.FAMILIES:
         doc = importlib.import_module(f"app.kinds.{family.name}").__doc__
         assert f"tidemark/families/{family.name}.py" in doc and "Tested by:" in doc
