@@ -32,7 +32,7 @@ $(STAMP): pyproject.toml
 	# Compile the sketches' kernels into Numba's cache now (the worker's update, the API's
 # answers at an instant and over ranges): the first start is then warm.
 	$(PY) -c "from tidemark.summary import warm_up; warm_up()"
-	$(PY) -c "import app.kinds; from app.warm import warm_answers; warm_answers()"
+	$(PY) -c "from app.warm import warm_answers; warm_answers()"
 	touch $(STAMP)
 
 # Redis, Java for Spark, Chromium for the browser tests and promtool (Debian's `prometheus`,

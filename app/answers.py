@@ -1,5 +1,8 @@
 """Answers to queries, computed from a published summary: one implementation for the
-HTTP endpoints, the dashboard and the alerts.
+HTTP endpoints, the dashboard and the alerts. The query kinds (their parameters and
+answers) are declared by the query families, one module a family in ``app/kinds/``, whose
+registry builds :data:`QUERY_KINDS`; this module reads the window, looks the kind up, runs
+it and shapes the contract's answer object.
 
 Windows are in seconds; sketches count in ticks of the stream's ``resolution``. Which
 ticks a window covers is decided exactly in :mod:`tidemark.ticks`: a tick is *inside*
@@ -16,10 +19,10 @@ tests/app/test_kinds.py, tests/app/test_exact_time.py (parse_window).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from fractions import Fraction
-from typing import Callable
 
+from app.kinds import QUERY_KINDS
+from app.kinds.kind import QueryError, QueryKind, best_point, bracket, window_estimate  # noqa: F401
 from app.site_bounds import mark_sites
 from sketches.base import Estimate, SketchError
 from tidemark.streams import StreamConfig, parse_duration
@@ -27,11 +30,8 @@ from tidemark.summary import StreamSummary
 from tidemark.ticks import Window, is_late, make_window
 
 __all__ = ["QueryError", "Window", "answer", "too_old", "answer_from_store", "QUERY_KINDS", "QueryKind", "register",
-           "lookup", "streams_of", "alert_kinds", "parse_window", "bound_of"]
-
-
-class QueryError(ValueError):
-    """The caller asked for something this stream cannot answer (a 4xx)."""
+           "lookup", "streams_of", "alert_kinds", "parse_window", "bound_of", "window_estimate", "bracket",
+           "best_point"]
 
 
 def parse_window(params: dict, config: StreamConfig, clock: float | None) -> Window:
@@ -71,40 +71,6 @@ def _duration(raw, name: str) -> float:
         raise QueryError(str(e)) from None
 
 
-def _exact_zero(method: str) -> Estimate:
-    return Estimate(0.0, 0.0, 0.0, "relative", 0.0, 1.0, method)
-
-
-def window_estimate(query: Callable[[int, int], Estimate], window: Window, method: str) -> Estimate:
-    """A monotone query (a count that can only grow with the range) over the window: the
-    ticks inside give the lower bound, the ticks that touch it the upper bound, so the
-    time grain at the window's edges widens the interval and never breaks it."""
-    outer = query(*window.outer) if window.outer[0] <= window.outer[1] else _exact_zero(method)
-    if window.inner == window.outer:
-        return outer
-    inner = query(*window.inner) if window.inner[0] <= window.inner[1] else _exact_zero(method)
-    return bracket(inner, outer)
-
-
-def best_point(lower: float, upper: float, kind: str) -> float:
-    """The point of ``[lower, upper]`` nearest the truth in the worst case: the middle for
-    an additive bound, ``2·lower·upper/(lower + upper)`` for a relative one (its relative
-    error is at most ``(upper − lower)/(upper + lower)`` wherever the truth lies)."""
-    if kind == "relative" and lower >= 0 and upper > 0:
-        return min(max(2 * lower * upper / (lower + upper), lower), upper)
-    return min(max((lower + upper) / 2, lower), upper)
-
-
-def bracket(low: Estimate, high: Estimate) -> Estimate:
-    """The lower bound of ``low`` and the upper bound of ``high``, two readings that sandwich
-    the truth (a smaller and a larger range, an older and a younger age). Both intervals
-    must hold: the union bound on their failure probabilities."""
-    lower, upper = low.lower, max(high.upper, low.lower)
-    confidence = max(0.0, low.confidence + high.confidence - 1.0)
-    return Estimate(best_point(lower, upper, high.kind), lower, upper, high.kind, high.epsilon,
-                    confidence, high.method)
-
-
 def bound_of(e: Estimate) -> dict:
     """The contract's ``bound`` object, with how wide the interval really is:
     ``half_width = (upper − lower)/2`` and ``half_width_relative = half_width/estimate``
@@ -117,31 +83,9 @@ def bound_of(e: Estimate) -> dict:
     return d
 
 
-@dataclass(frozen=True)
-class QueryKind:
-    """One query of §6: how to check its parameters, answer it, and answer it empty.
-
-    A kind over one stream (``streams == 1``, ``GET /v1/streams/{name}/{kind}``) gets the
-    stream's summary and config; a kind over several (``GET /v1/{kind}?streams=A,B``)
-    gets tuples of them, a summary ``None`` for a stream with nothing published yet, and
-    answers that case itself. ``alert``: a rule may watch it (it answers one estimate).
-    """
-
-    name: str
-    run: Callable[[StreamSummary, StreamConfig, Window, dict], Estimate | list]
-    empty: Callable[[StreamConfig, dict], Estimate | list] | None = None
-    check: Callable[[StreamConfig, dict], dict] = lambda config, params: params
-    streams: int = 1
-    alert: bool = False
-    # ``run`` of many windows at once (answers over time, ``app.ranges``): a list with
-    # each window's result or the SketchError its ``run`` raises, or None (run each)
-    run_many: Callable[[StreamSummary, StreamConfig, list, dict], list | None] | None = None
-
-
-QUERY_KINDS: dict[str, QueryKind] = {}
-
-
 def register(kind: QueryKind) -> QueryKind:
+    """Add a kind to the table outside the registry of families (a test's own kind); a
+    family's kinds are declared in its module and listed by ``app.kinds``."""
     QUERY_KINDS[kind.name] = kind
     return kind
 
@@ -179,66 +123,6 @@ def run(query: QueryKind, *args):
         return query.run(*args)
     except SketchError as e:
         raise QueryError(str(e)) from None
-
-
-def _windowed(part: str, method: str) -> QueryKind:
-    return QueryKind(
-        part,
-        run=lambda summary, config, window, p: window_estimate(summary[part].query, window, method),
-        empty=lambda config, p: _exact_zero(method),
-        alert=True,
-    )
-
-
-register(_windowed("count", "splittable-histogram"))
-register(_windowed("sum", "splittable-histogram"))
-
-
-def _distinct(summary, config, window, params) -> Estimate:
-    """Distinct keys in the window, from the randomized wave (Gibbons & Tirthapura 2004,
-    §4.1, §5), which keeps each sampled key with its *latest* tick ``T(v)`` and answers
-    ``n(t) = |{v : T(v) >= t}|`` for any ``t`` back to ``clock − W + 1``, within its
-    (ε, δ) bracket (exactly while level 0 covers ``t``).
-
-    * The window reaches the clock: ``n(lo)`` over the ticks touching it (upper) and over
-      the ticks inside it (lower).
-    * The window ends before the clock (``hi < clock``): the state no longer knows whether
-      a key seen after ``hi`` was also seen in ``[lo, hi]`` (only its latest tick is kept),
-      so the bracket is what the state proves. Every key with an event in the touching
-      ticks ``[lo, hi]`` has ``T(v) >= lo``: ``n ≤ n(lo)``, read at its upper bound. Every
-      key whose latest tick lies in the inside ticks ``[lo', hi']`` had an event there:
-      ``n ≥ n(lo') − n(hi' + 1)``, read as ``lower(n(lo')) − upper(n(hi' + 1))``. Three
-      readings, each holding with its confidence: the bracket holds with
-      ``1 − Σ (1 − confidence)`` (1 when each is exact). It is ``additive`` with
-      ``epsilon = 1`` (``|estimate − n| ≤ n(lo)``); how wide it is depends on how many keys
-      of the window came back after it (``half_width`` says).
-    """
-    wave = summary["distinct"]
-    lo, hi = window.outer
-    if wave.is_empty or lo > hi or hi >= wave.clock:
-        def query(lo, hi):
-            if hi < wave.clock and (lo, hi) == window.inner and window.inner != window.outer:
-                return _exact_zero("randomized-wave")  # the inside ends before the clock
-            return wave.query(lo, hi)
-
-        return window_estimate(query, window, "randomized-wave")
-    clock = wave.clock
-    up = wave.query(lo, clock)
-    readings = [up]
-    lower = 0.0
-    ilo, ihi = window.inner
-    if ilo <= ihi:
-        a = wave.query(ilo, clock)
-        b = wave.query(ihi + 1, clock) if ihi + 1 <= clock else _exact_zero("randomized-wave")
-        readings += [a, b]
-        lower = max(0.0, a.lower - b.upper)
-    upper = max(up.upper, lower)
-    confidence = max(0.0, 1.0 - sum(1.0 - r.confidence for r in readings))
-    return Estimate(best_point(lower, upper, "additive"), lower, upper, "additive", 1.0, confidence,
-                    "randomized-wave")
-
-
-register(QueryKind("distinct", _distinct, lambda config, p: _exact_zero("randomized-wave"), alert=True))
 
 
 def as_of(status: dict) -> dict:
@@ -287,11 +171,12 @@ def answer(kind: str, name: str, config: StreamConfig, summary: StreamSummary | 
 def lost_in_window(summary: StreamSummary | None, kind: str, window: Window) -> dict | None:
     """The summary's record of accepted events an update failed to take, when one of them
     may lie in what the query counts: ``[at − window, at]``, or any time up to ``at`` for a
-    decayed kind (which has no start)."""
+    decayed kind (``QueryKind.decayed``: it has no start)."""
     lost = getattr(summary, "lost", None)
     if not lost or Fraction(lost["ts_min"]) > Fraction(window.at):
         return None
-    if not kind.startswith("decayed") and \
+    query = QUERY_KINDS.get(kind)
+    if not (query is not None and query.decayed) and \
             Fraction(lost["ts_max"]) < Fraction(window.at) - Fraction(window.seconds):
         return None
     return lost

@@ -18,7 +18,6 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.gzip import GZipMiddleware
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 
-import app.kinds  # noqa: F401  (registers the query kinds)
 from app.alerts.engine import AlertEngine
 from app.alerts.secrets import SecretBox
 from app.alerts.store import AlertNotFound, AlertStore

@@ -7,7 +7,8 @@ names the missing sites (``["eu"]``), ``incomplete_sites`` says why for each, ev
 ``confidence`` drops to 0, and only the sides of each bound that still hold for the union
 of all sites' events stay; the others are null.
 
-Which side still holds depends on the kind (``SIDES``):
+Which side still holds depends on the kind (``SIDES``, from the kinds that declare
+themselves ``monotone`` in their family's module, ``app/kinds/``):
 
 * **Monotone kinds** — ``count``, ``sum``, ``frequency``, ``distinct``, ``self-join``,
   ``inner-product``, ``decayed-sum``, ``decayed-range-sum``, and each listed key of
@@ -21,8 +22,8 @@ Which side still holds depends on the kind (``SIDES``):
   ``decayed-frequency``, ``decayed-heavy-hitters`` — can move either way when events are
   added: **both sides become null**; the estimate is the answering sites' and says nothing
   of the union.
-* A kind not listed here is treated as a ratio (both sides null): a new kind must say it
-  is monotone to keep a side.
+* A kind that does not declare itself monotone is treated as a ratio (both sides null): a
+  new kind must say it is monotone (``QueryKind.monotone``) to keep a side.
 
 Heavy hitters also lose ``complete`` (a key heavy at the missing site may be unlisted),
 ``unlisted_max`` and the upper side of ``events``. The estimate stays the answering
@@ -37,11 +38,11 @@ Tested by: tests/app/test_federation_merge.py (mark_sites).
 
 from __future__ import annotations
 
+from app.kinds import QUERY_KINDS
+
 __all__ = ["SIDES", "mark_sites"]
 
-_MONOTONE = ("count", "sum", "frequency", "distinct", "self-join", "inner-product", "decayed-sum",
-             "decayed-range-sum", "heavy-hitters")
-SIDES: dict[str, tuple[str, ...]] = {kind: ("lower",) for kind in _MONOTONE}
+SIDES: dict[str, tuple[str, ...]] = {name: ("lower",) for name, kind in QUERY_KINDS.items() if kind.monotone}
 _WIDTHS = ("half_width", "half_width_relative")
 
 

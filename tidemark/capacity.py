@@ -1,9 +1,10 @@
 """How large a stream's summary can grow, checked when the stream is declared.
 
 Every part is built empty (the sketches refuse parameters they cannot take), then asked
-its worst-case size through its spec in ``tidemark.summary.PARTS`` (``worst_bytes``: the
-family's own ``max_nbytes()`` where its parameters bound it, else the spec's
-``data_bound``, from what its paper lets it keep on an orderly stream). A stream whose
+its worst-case size through its spec in the registry of query families
+(``tidemark.families``; ``worst_bytes``: the sketch's own ``max_nbytes()`` where its
+parameters bound it, else the spec's ``data_bound``, from what its paper lets it keep on
+an orderly stream; each family's module says which). A stream whose
 summary could outgrow ``limit`` bytes per shard is refused with the finest ``epsilon``
 it could take instead, so no declaration can make the worker run out of memory later.
 """
@@ -28,7 +29,8 @@ class CapacityError(ValueError):
 
 def worst_case_bytes(config: StreamConfig) -> int:
     """Upper estimate of one shard summary's bytes under these settings."""
-    from tidemark.summary import StreamSummary, spec_of
+    from tidemark.families import spec_of
+    from tidemark.summary import StreamSummary
 
     try:
         summary = StreamSummary.create(config, _PROBE).build_all()

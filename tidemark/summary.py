@@ -1,9 +1,10 @@
 """A stream summary: the set of sketches that answers every query kind of one stream.
 
-Each part is a sketch from ``sketches/`` fed from some of the event columns. Parts are
-registered in ``PARTS``: a new query kind plugs in by adding its part here and its answer
-in ``app/answers.py``. The worker keeps one summary per (stream, shard); the publisher
-merges a stream's shard summaries part by part.
+Each part is a sketch from ``sketches/`` fed from some of the event columns. The parts
+are declared by the query families (``tidemark/families/``, one module a family, listed
+in its registry) and gathered here in ``PARTS``, in the registry's order. The worker
+keeps one summary per (stream, shard); the publisher merges a stream's shard summaries
+part by part.
 
 Byte layout (after the common 16-byte sketch header, family STREAM_SUMMARY)::
 
@@ -31,203 +32,23 @@ import json
 import math
 import struct
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 import numpy as np
 import pyarrow as pa
 
 from sketches.base import HEADER_SIZE, CorruptSketchError, Family, IncompatibleSketchError, pack_header, unpack_header
 from sketches.hashing import hash_keys
-from tidemark import limits
+from tidemark.families import PARTS, part_names, spec_of  # the registry's, kept importable here
+from tidemark.families.decayed import relative_decays
+from tidemark.families.keyed import candidate_k
+from tidemark.families.parts import Columns, PartSpec
 from tidemark.hash_secret import HashSecret
 from tidemark.streams import StreamConfig
 from tidemark.ticks import ticks_of
 from tidemark.wire.records import read_config
 
-__all__ = ["StreamSummary", "Columns", "PARTS", "PartSpec", "spec_of", "SummaryHead", "read_head"]
-
-
-@dataclass
-class Columns:
-    """Event columns in the forms sketches take."""
-
-    ticks: np.ndarray  # int64 ticks at the stream's resolution
-    weight: np.ndarray  # float64 >= 0
-    keyed: np.ndarray  # bool: the event has a key
-    key_ids: np.ndarray  # uint64 ids of the keyed events
-    keys: Sequence[str]  # the key strings of the keyed events (a list or an object array)
-    valued: np.ndarray  # bool: the event has a value
-    values: np.ndarray  # float64 values of the valued events
-
-
-@dataclass(frozen=True)
-class PartSpec:
-    name: str  # the part's name; with per_decay, the prefix of one part per declared decay
-    cls: Callable[[], type]  # the sketch class (imported lazily)
-    build: Callable[[StreamConfig, int, str], object]  # (config, seed, part name) -> sketch
-    feed: Callable[[object, Columns], None]
-    wanted: Callable[[StreamConfig], bool] = lambda config: True
-    # Does this batch hold anything for the part? (An absent part is built on first use.)
-    fed_by: Callable[[Columns], bool] = lambda cols: len(cols.ticks) > 0
-    per_decay: bool = False  # one part per relative decay (relative_decays), named below ``name``
-    # The worst-case bytes of a part whose space follows the data (``max_nbytes()`` None:
-    # no bound set by its parameters), from what its paper lets it keep on an orderly
-    # stream; read by ``tidemark.capacity`` when a stream is declared.
-    data_bound: Callable[[object, StreamConfig], float] | None = None
-
-    def worst_bytes(self, part, config: StreamConfig) -> float:
-        """The part's worst-case bytes under ``config``: its own bound where its parameters
-        set one, else ``data_bound``, else its present size."""
-        bound = part.max_nbytes()
-        if bound is not None:
-            return float(bound)
-        if self.data_bound is not None:
-            return float(self.data_bound(part, config))
-        return float(part.nbytes) if hasattr(part, "nbytes") else 0.0
-
-    def names(self, config: StreamConfig) -> list[str]:
-        if not self.wanted(config):
-            return []
-        return list(relative_decays(config)) if self.per_decay else [self.name]
-
-    def serves(self, name: str) -> bool:
-        return name.startswith(self.name) if self.per_decay else name == self.name
-
-
-def _splittable():
-    from sketches.splittable_histogram import SplittableHistogram
-
-    return SplittableHistogram
-
-
-def _wave():
-    from sketches.randomized_wave import RandomizedWave
-
-    return RandomizedWave
-
-
-def _ecm():
-    from sketches.ecm import ECMSketch
-
-    return ECMSketch
-
-
-def _candidates():
-    from sketches.key_dictionary import KeyDictionary
-
-    return KeyDictionary
-
-
-def _values():
-    from sketches.windowed_quantiles import WindowedQuantiles
-
-    return WindowedQuantiles
-
-
-def _additive():
-    from sketches.decayed import DecayedAdditiveSketch
-
-    return DecayedAdditiveSketch
-
-
-def _relative():
-    from sketches.decayed import DecayedRelativeSketch
-
-    return DecayedRelativeSketch
-
-
-def candidate_k(epsilon: float) -> int:
-    """Keys kept per time bucket: a key left out has ≤ (1+R)·N/(k+1) events, below φ·N
-    for every φ ≥ ε/2 or so."""
-    return min(65535, max(16, math.ceil(4 / epsilon)))
-
-
-def relative_decays(config: StreamConfig) -> dict[str, dict]:
-    """Part name -> decay spec (in ticks) of each declared decay that has a small
-    relative-error sketch (§3.2): no decay, and polynomial decay at any resolution. The
-    sketch's buckets follow ``(a + 1)^-α`` of ages ``a`` in ticks; answers evaluate the
-    declared ``(age·res + 1)^-α`` of seconds on those buckets (app/kinds/decayed.py)."""
-    out = {}
-    for d in config.decays:
-        if d.kind == "none":
-            out["decayed-relative/none"] = {"kind": "none"}
-        elif d.kind == "polynomial":
-            out[f"decayed-relative/polynomial/{d.alpha:g}"] = {"kind": "polynomial", "alpha": d.alpha}
-    return out
-
-
-def _log_window(config: StreamConfig) -> int:
-    return max(1, math.ceil(math.log2(config.window_ticks + 2)))
-
-
-def _ecm_bound(part, config: StreamConfig) -> float:
-    """ECM: one window counter of O(log W / ε_sw) buckets per cell."""
-    return 16.0 * part.n_cells * (math.ceil(1 / part.eps_sw) + 1) * _log_window(config)
-
-
-def _candidates_bound(part, config: StreamConfig) -> float:
-    """Key dictionary: per time bucket, ``capacity`` keys of up to 256 bytes."""
-    return (256.0 + 16) * part.capacity * _log_window(config) * 2
-
-
-def _relative_bound(part, config: StreamConfig) -> float:
-    """Weight-based merging histogram: O(log W / ε) buckets per cell."""
-    return 32.0 * part.cells * (1 / config.epsilon) * _log_window(config) * 4
-
-
-def _keyed(cols: Columns) -> bool:
-    return bool(cols.keyed.any())
-
-
-def _valued(cols: Columns) -> bool:
-    return bool(cols.valued.any())
-
-
-# Sketch windows are one tick longer than max_window: a window [at - max_window, at] whose
-# ends fall inside ticks touches window_ticks + 1 of them. The count and sum histograms
-# take every total ingest can send them (tidemark/limits.py): no accepted weight can make
-# an update refuse.
-_MAX_TOTAL = {"count": limits.COUNT_MAX_TOTAL, "sum": limits.SUM_MAX_TOTAL}
-PARTS: tuple[PartSpec, ...] = (
-    PartSpec("count", _splittable,
-             lambda c, seed, name: _splittable()(c.epsilon, c.window_ticks + 1, _MAX_TOTAL["count"]),
-             lambda sk, cols: sk.update(cols.ticks)),
-    PartSpec("sum", _splittable,
-             lambda c, seed, name: _splittable()(c.epsilon, c.window_ticks + 1, _MAX_TOTAL["sum"]),
-             lambda sk, cols: sk.update(cols.ticks, cols.weight)),
-    PartSpec("distinct", _wave,
-             lambda c, seed, name: _wave()(c.epsilon, c.delta, c.window_ticks + 1, seed),
-             lambda sk, cols: sk.update(cols.ticks[cols.keyed], cols.key_ids), fed_by=_keyed),
-    PartSpec("keys", _ecm,
-             lambda c, seed, name: _ecm()(c.epsilon, c.delta, c.window_ticks + 1, seed),
-             lambda sk, cols: sk.update(cols.ticks[cols.keyed], cols.key_ids), fed_by=_keyed,
-             data_bound=_ecm_bound),
-    PartSpec("key_candidates", _candidates,
-             lambda c, seed, name: _candidates()(candidate_k(c.epsilon), c.window_ticks + 1, c.epsilon),
-             lambda sk, cols: sk.update(cols.ticks[cols.keyed], cols.keys, cols.key_ids), fed_by=_keyed,
-             data_bound=_candidates_bound),
-    PartSpec("values", _values,
-             lambda c, seed, name: _values()(c.epsilon, c.window_ticks + 1, c.value_accuracy),
-             lambda sk, cols: sk.update(cols.ticks[cols.valued], cols.values), fed_by=_valued),
-    PartSpec("decayed", _additive,
-             lambda c, seed, name: _additive()(c.epsilon, c.delta, c.value_min, c.value_max, seed),
-             lambda sk, cols: sk.update(cols.ticks[cols.valued], cols.values, cols.weight[cols.valued]),
-             wanted=lambda c: c.has_values, fed_by=_valued),
-    PartSpec("decayed-relative/", _relative,
-             lambda c, seed, name: _relative()(c.epsilon, relative_decays(c)[name], c.value_min, c.value_max),
-             lambda sk, cols: sk.update(cols.ticks[cols.valued], cols.values, cols.weight[cols.valued]),
-             wanted=lambda c: c.has_values, fed_by=_valued, per_decay=True, data_bound=_relative_bound),
-)
-
-
-def spec_of(name: str) -> PartSpec | None:
-    """The spec of a part name (one of ``PARTS``), None for a name no spec serves."""
-    return next((p for p in PARTS if p.serves(name)), None)
-
-
-def part_names(config: StreamConfig) -> list[str]:
-    """The parts a stream of these settings has (each built when first needed)."""
-    return [name for p in PARTS for name in p.names(config)]
+__all__ = ["StreamSummary", "Columns", "PARTS", "PartSpec", "spec_of", "part_names", "relative_decays",
+           "candidate_k", "SummaryHead", "read_head"]
 
 
 _META = struct.Struct("<I")
@@ -414,8 +235,8 @@ class StreamSummary:
             if spec is None or name not in names or name in parts:
                 raise CorruptSketchError(f"stream summary has an unexpected part {name!r}")
             parts[name] = spec.cls().from_bytes(bytes(payload[offset : offset + length]))
-            if name in _MAX_TOTAL:  # a blob written under the older, smaller cap takes the new one
-                parts[name].raise_max_total(_MAX_TOTAL[name])
+            if spec.after_read is not None:  # e.g. a blob written under an older, smaller cap
+                spec.after_read(parts[name])
             offset += length
         return cls(config, secret, parts, clock, lost)
 

@@ -127,7 +127,6 @@ def _fork(target) -> int:
 
 def serve(settings, redis_url: str, processes: int, host: str, port: int) -> None:
     """Run ``processes`` API processes on ``host:port`` until SIGTERM or SIGINT."""
-    import app.kinds  # noqa: F401  (the query kinds, before the fork)
     import app.main  # noqa: F401
     from app.warm import warm_answers
     from tidemark.supervisor import stop_on_signals

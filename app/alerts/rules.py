@@ -10,12 +10,11 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-import app.kinds  # noqa: F401  (registers the kinds)
 from app.answers import alert_kinds
 
 __all__ = ["AlertRule", "AlertCreate", "crossed", "ALERT_QUERIES"]
 
-# The kinds registered with ``alert=True`` (one estimate to compare with a threshold).
+# The kinds declared with ``alert=True`` (one estimate to compare with a threshold).
 ALERT_QUERIES = alert_kinds()
 
 

@@ -1,5 +1,10 @@
-"""``decayed-sum``: Σ weight · f(at − ts) over events with value ≥ τ and ts ≤ at (Cormode,
-Tirthapura and Xu 2009).
+"""The decayed family's query kinds (parts in ``tidemark/families/decayed.py``):
+``decayed-sum``: Σ weight · f(at − ts) over events with value ≥ τ and ts ≤ at (Cormode,
+Tirthapura and Xu 2009), and its derived aggregates (§1.1): ``decayed-range-sum``
+(``lo``, ``hi``), ``decayed-frequency`` (``value``), ``decayed-heavy-hitters`` (``phi``).
+Each takes ``decay`` (none, sliding, exponential, polynomial) with its parameter,
+``guarantee`` and ``tau``. A rule may watch the decayed sum; the Prometheus API serves all
+four as series (the heavy hitters one per ``value``).
 
 * ``guarantee=additive`` — the multi-level sample sketch (§3.1): any non-increasing decay
   chosen now, |Ŝ − S| ≤ ε·S₀ᶠ with probability 1 − δ.
@@ -32,10 +37,11 @@ from fractions import Fraction
 
 import numpy as np
 
-from app.answers import QueryError, QueryKind, bracket, register
+from app.kinds.kind import QueryError, QueryKind, ServedFamily, bracket
 from sketches.base import Estimate
+from tidemark.families import decayed as core
+from tidemark.families.decayed import relative_decays
 from tidemark.streams import parse_duration
-from tidemark.summary import relative_decays
 from tidemark.ticks import EMPTY_RANGE, ROUNDING, age_decays, age_decays_rows
 
 DECAYS = ("none", "sliding", "exponential", "polynomial")
@@ -275,7 +281,8 @@ def _empty(config, params) -> Estimate:
                     "wbmh-value-grid" if params["part"] else "multilevel-sample")
 
 
-register(QueryKind("decayed-sum", _run, _empty, _check, alert=True, run_many=_run_many))
+DECAYED_SUM = QueryKind("decayed-sum", _run, _empty, _check, alert=True, run_many=_run_many, monotone=True,
+                        decayed=True)
 
 
 # -- derived aggregates (§1.1) -----------------------------------------------------------
@@ -354,7 +361,11 @@ def _empty_ratio(config, params):
     return Estimate(0.0, 0.0, 1.0, "additive", 1.0, 1.0, "no-events")
 
 
-register(QueryKind("decayed-range-sum", _range_sum, _empty, _check_range, run_many=_range_sum_many))
-register(QueryKind("decayed-frequency", _frequency, _empty_ratio, _check_value))
-register(QueryKind("decayed-heavy-hitters", _heavy, lambda c, p: [], _check_phi))
-# decayed-quantile is answered by the windowed quantile sketch: app/kinds/values.py.
+FAMILY = ServedFamily(core.FAMILY, (
+    DECAYED_SUM,
+    QueryKind("decayed-range-sum", _range_sum, _empty, _check_range, run_many=_range_sum_many, monotone=True,
+              decayed=True),
+    QueryKind("decayed-frequency", _frequency, _empty_ratio, _check_value, decayed=True),  # a ratio
+    QueryKind("decayed-heavy-hitters", _heavy, lambda c, p: [], _check_phi, decayed=True),
+))
+# decayed-quantile is answered by the windowed quantile sketch: the values family (app/kinds/values.py).

@@ -1,5 +1,10 @@
-"""Key queries from the ECM-sketch: frequency, heavy hitters, self-join, and the inner
-product of two streams (a kind over two streams: ``GET /v1/inner-product?streams=A,B``).
+"""The keyed family's query kinds, from the ECM-sketch (Papapetrou, Garofalakis and
+Deligiannakis 2012, §4.1) and the key dictionary (parts in ``tidemark/families/keyed.py``):
+``frequency`` (``key=``), ``heavy-hitters`` (``phi=``; it reads the windowed family's
+``count`` too), ``self-join``, and the ``inner-product`` of two streams (a kind over two
+streams: ``GET /v1/inner-product?streams=A,B``). A rule may watch all but heavy hitters;
+the Prometheus API serves all four as series (heavy hitters one per listed key, the inner
+product with ``streams="A,B"``).
 
 Each is monotone in the range, so ``window_estimate`` brackets the window's time grain:
 the lower bound from the ticks inside the window, the upper from those touching it.
@@ -12,9 +17,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from app.answers import QueryError, QueryKind, Window, register, window_estimate
+from app.kinds.kind import QueryError, QueryKind, ServedFamily, Window, window_estimate
 from sketches.base import Estimate
 from tidemark.events import MAX_KEY_BYTES
+from tidemark.families import keyed as core
 from tidemark.streams import StreamConfig
 
 METHOD = "ecm-sketch/dyadic-exponential-histogram"
@@ -85,7 +91,7 @@ def _items(keys, readings: list, listed: np.ndarray, window: Window) -> list[dic
     inner, outer = readings
 
     def reading(r):
-        if r is None:  # an exact 0 (``_exact_zero``)
+        if r is None:  # an exact 0 (``exact_zero``)
             z = np.zeros(listed.size)
             return z, z, z, "relative", 0.0, 1.0, METHOD
         return r[0][listed], r[1][listed], r[2][listed], "additive", r[3], r[4], r[5]
@@ -160,7 +166,10 @@ def _inner_product(summaries, configs, window, params) -> Estimate:
     return window_estimate(lambda lo, hi: a["keys"].inner_product(b["keys"], lo, hi), window, METHOD)
 
 
-register(QueryKind("frequency", _frequency, lambda c, p: _zero(c), _check_key, alert=True))
-register(QueryKind("heavy-hitters", _heavy_hitters, lambda c, p: HeavyHitters([], 0.0, True), _check_phi))
-register(QueryKind("self-join", _self_join, lambda c, p: _zero(c), alert=True))
-register(QueryKind("inner-product", _inner_product, check=_same_shape, streams=2, alert=True))
+FAMILY = ServedFamily(core.FAMILY, (
+    QueryKind("frequency", _frequency, lambda c, p: _zero(c), _check_key, alert=True, monotone=True),
+    QueryKind("heavy-hitters", _heavy_hitters, lambda c, p: HeavyHitters([], 0.0, True), _check_phi,
+              monotone=True),  # each listed key's count
+    QueryKind("self-join", _self_join, lambda c, p: _zero(c), alert=True, monotone=True),
+    QueryKind("inner-product", _inner_product, check=_same_shape, streams=2, alert=True, monotone=True),
+))

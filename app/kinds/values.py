@@ -1,5 +1,9 @@
-"""Value queries from the windowed quantile sketch (``sketches/windowed_quantiles.py``):
-``quantiles``, ``distribution`` (the window's CDF by value bucket) and ``decayed-quantile``.
+"""The values family's query kinds, from the windowed quantile sketch (Busch and
+Tirthapura 2007, §2-§3, values in DDSketch's logarithmic buckets; part in
+``tidemark/families/values.py``): ``quantiles`` (``q=``), ``distribution`` (the window's
+CDF by value bucket, ``buckets=``) and ``decayed-quantile`` (``phi=``, ``decay=``). A rule
+may watch quantiles; the Prometheus API serves quantiles (one series per ``q``) and the
+decayed quantile as series, not the distribution (its rows are CDF buckets).
 
 Every bracket states both of its errors: ``epsilon`` is the rank error (every rank the
 bracket is read from is within ε·n_w of the truth for a window ending at the clock,
@@ -22,9 +26,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from app.answers import QueryError, QueryKind, register
+from app.kinds.kind import QueryError, QueryKind, ServedFamily
 from sketches.base import Estimate
 from sketches.windowed_quantiles import METHOD
+from tidemark.families import values as core
 from tidemark.streams import parse_duration
 
 _FLOAT_MAX = 1.7976931348623157e308
@@ -81,7 +86,8 @@ def _quantiles(summary, config, window, params):
     return [_item(q, b, config) for q, b in zip(params["q"], brackets)]
 
 
-register(QueryKind("quantiles", _quantiles, lambda c, p: [_item(q, None, c) for q in p["q"]], _check_q, alert=True))
+QUANTILES = QueryKind("quantiles", _quantiles, lambda c, p: [_item(q, None, c) for q in p["q"]], _check_q,
+                      alert=True)
 
 
 # -- distribution ------------------------------------------------------------------------------
@@ -130,8 +136,10 @@ def _distribution(summary, config, window, params):
                            "value_accuracy": config.value_accuracy})
 
 
-register(QueryKind("distribution", _distribution,
-                   lambda c, p: _Listing([], events={"lower": 0, "upper": 0}), _check_distribution))
+DISTRIBUTION = QueryKind("distribution", _distribution,
+                         lambda c, p: _Listing([], events={"lower": 0, "upper": 0}), _check_distribution,
+                         not_series="its rows are CDF buckets, not estimates: "
+                                    "read GET /v1/streams/{name}/distribution")
 
 
 # -- decayed quantile ----------------------------------------------------------------------------
@@ -202,4 +210,6 @@ def _no_events(config, params):
                             config.value_accuracy, 0, 0.0)
 
 
-register(QueryKind("decayed-quantile", _decayed_quantile, _no_events, _check_decayed))
+DECAYED_QUANTILE = QueryKind("decayed-quantile", _decayed_quantile, _no_events, _check_decayed, decayed=True)
+
+FAMILY = ServedFamily(core.FAMILY, (QUANTILES, DISTRIBUTION, DECAYED_QUANTILE))

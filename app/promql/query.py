@@ -2,7 +2,9 @@
 answers as series.
 
 ``tidemark_<kind>{stream="web", window="5m", <params>, bound="upper"}``: ``<kind>`` is a
-query kind of :data:`app.answers.QUERY_KINDS` with ``-`` written ``_``; ``stream`` is
+query kind of the registry of query families (:data:`app.kinds.QUERY_KINDS`; a kind that
+says why it is not served as series, ``QueryKind.not_series``, is not) with ``-`` written
+``_``; ``stream`` is
 matched with ``=`` or ``=~``, every other label with ``=``; the labels other than
 ``stream``, ``window`` and ``bound`` are the kind's parameters, passed to it as the native
 route passes its query string. Numbers and sums of numbers are folded into one scalar
@@ -18,8 +20,7 @@ import math
 import operator
 from dataclasses import dataclass
 
-import app.kinds  # noqa: F401  (registers the query kinds)
-from app.answers import QUERY_KINDS
+from app.kinds import QUERY_KINDS
 from app.promql import regex
 from app.promql.parser import SUPPORTED, Binary, Expr, Number, Selector, Unary, parse
 from app.promql.times import BadParameter, parse_duration
@@ -29,10 +30,6 @@ __all__ = ["BadQuery", "Scalar", "SeriesQuery", "plan", "read_query", "metric_na
 
 PREFIX = "tidemark_"
 BOUNDS = ("estimate", "lower", "upper")
-# Kinds answered by other means: their answer is no set of estimates with bounds per instant.
-_NOT_SERIES = {
-    "distribution": "its rows are CDF buckets, not estimates: read GET /v1/streams/{name}/distribution",
-}
 _RESERVED = {"at": "the instant is the query's time (or start, end and step)"}
 
 
@@ -68,16 +65,16 @@ class SeriesQuery:
 def metric_names() -> dict[str, str]:
     """``tidemark_<kind>`` → kind, for every kind answered as series."""
     return {PREFIX + name.replace("-", "_"): name for name in sorted(QUERY_KINDS)
-            if name not in _NOT_SERIES}
+            if QUERY_KINDS[name].not_series is None}
 
 
 def kind_of(metric: str) -> str:
     kinds = metric_names()
     if metric in kinds:
         return kinds[metric]
-    kind = metric.removeprefix(PREFIX).replace("_", "-")
-    if metric.startswith(PREFIX) and kind in _NOT_SERIES:
-        raise BadQuery(f"{metric} is not served as series: {_NOT_SERIES[kind]}")
+    kind = QUERY_KINDS.get(metric.removeprefix(PREFIX).replace("_", "-"))
+    if metric.startswith(PREFIX) and kind is not None and kind.not_series is not None:
+        raise BadQuery(f"{metric} is not served as series: {kind.not_series}")
     raise BadQuery(f"unknown metric {metric!r}; Tidemark's metrics: {', '.join(kinds)}")
 
 

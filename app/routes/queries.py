@@ -14,7 +14,6 @@ from fastapi.encoders import jsonable_encoder
 from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 
-import app.kinds  # noqa: F401  (registers the kinds)
 from app.answer_cache import AnswerCache
 from app.answers import QUERY_KINDS, answer_from_store
 from app.deps import READ, MetricsDep, StoreDep

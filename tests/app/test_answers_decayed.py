@@ -14,7 +14,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import app.kinds.decayed  # noqa: F401  (registers the kinds)
 from app.answers import QueryError, answer
 from tests import strategies as S
 from tidemark.streams import StreamConfig

@@ -16,8 +16,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import app.kinds.decayed  # noqa: F401  (registers the kinds)
-import app.kinds.keyed  # noqa: F401
 from app.answers import answer
 from tests import strategies as S
 from tidemark.streams import StreamConfig

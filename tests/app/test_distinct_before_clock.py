@@ -8,7 +8,6 @@ import math
 import numpy as np
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-import app.kinds  # noqa: F401  (registers the kinds)
 from app.answers import answer
 from tests import strategies as S
 from tidemark.streams import StreamConfig

@@ -9,7 +9,6 @@ import math
 import pytest
 from pydantic import ValidationError
 
-import app.kinds  # noqa: F401  (registers the kinds)
 from app.answers import QueryError, answer, parse_window
 from tests import in_process
 from tidemark import limits

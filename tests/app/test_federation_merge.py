@@ -19,7 +19,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import app.kinds  # noqa: F401  (registers the kinds)
 from app.answers import answer
 from app.federation import Federation, merge_sites
 from app.site_bounds import SIDES, mark_sites

@@ -1,20 +1,22 @@
-"""The table of query kinds: every route, alert rule and answer reads it; the inner
-product is a registered kind over two streams (``GET /v1/inner-product?streams=A,B``)."""
+"""The table of query kinds, built from the registry of query families (``app.kinds``):
+every route, alert rule and answer reads it; the inner product is a kind over two streams
+(``GET /v1/inner-product?streams=A,B``)."""
 
 from __future__ import annotations
 
-import time
-
+import importlib
 import itertools
+import time
 
 import numpy as np
 import pytest
 
-import app.kinds  # noqa: F401  (registers the kinds)
+from app import kinds
 from app.alerts.rules import ALERT_QUERIES, AlertCreate
 from app.answers import QUERY_KINDS, QueryError, answer_streams, lookup, streams_of
 from tests import strategies as S
 from tests.conftest import TEST_SECRET
+from tidemark import families
 from tidemark.streams import StreamConfig
 from workers.publish import Publisher
 
@@ -40,6 +42,30 @@ def test_the_table_names_every_kind_once_and_what_alerts_may_watch():
     assert set(ALERT_QUERIES) == {"count", "sum", "frequency", "distinct", "self-join", "inner-product",
                                   "quantiles", "decayed-sum"}
     assert AlertCreate.model_json_schema()["properties"]["query"]["enum"] == list(ALERT_QUERIES)
+
+
+def test_the_table_is_the_registrys_kinds_one_family_each_over_the_cores_families():
+    """One served family per family of the core's registry, in its order; the table holds
+    each family's kinds, each declared by one family; each family's module names its
+    parts' module, its paper and its tests."""
+    assert [f.family for f in kinds.FAMILIES] == list(families.FAMILIES)
+    declared = [k.name for f in kinds.FAMILIES for k in f.kinds]
+    assert len(declared) == len(set(declared)) and set(declared) == set(QUERY_KINDS)
+    assert QUERY_KINDS is kinds.QUERY_KINDS
+    assert all(QUERY_KINDS[k.name] is k for f in kinds.FAMILIES for k in f.kinds)
+    assert {f.name: [k.name for k in f.kinds] for f in kinds.FAMILIES} == {
+        "windowed": ["count", "sum"], "distinct": ["distinct"],
+        "keyed": ["frequency", "heavy-hitters", "self-join", "inner-product"],
+        "values": ["quantiles", "distribution", "decayed-quantile"],
+        "decayed": ["decayed-sum", "decayed-range-sum", "decayed-frequency", "decayed-heavy-hitters"]}
+    assert {n for n, q in QUERY_KINDS.items() if q.not_series} == {"distribution"}
+    assert {n for n, q in QUERY_KINDS.items() if q.monotone} == {
+        "count", "sum", "distinct", "frequency", "heavy-hitters", "self-join", "inner-product", "decayed-sum",
+        "decayed-range-sum"}
+    assert {n for n, q in QUERY_KINDS.items() if q.decayed} == {n for n in QUERY_KINDS if n.startswith("decayed")}
+    for family in kinds.FAMILIES:
+        doc = importlib.import_module(f"app.kinds.{family.name}").__doc__
+        assert f"tidemark/families/{family.name}.py" in doc and "Tested by:" in doc
 
 
 def test_lookup_and_stream_names_are_the_callers_mistakes_when_wrong():
@@ -117,7 +143,6 @@ def test_distribution_rows_bracket_the_cdf_and_its_share():
     """``distribution`` through the answer path, windows whose edges cut ticks, shards
     merged: each row's count bracket holds C(≤ upper edge), its share bracket holds
     C(≤ upper edge)/n (each side from one consistent world) inside cdf/events."""
-    import app.kinds.values  # noqa: F401
     from app.answers import answer
 
     rng = np.random.default_rng(21)

@@ -18,7 +18,6 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-import app.kinds  # noqa: F401  (registers the query kinds)
 from app.answers import answer, bound_of, parse_window, window_estimate
 from app.kinds import keyed
 from app.store import Store

@@ -16,7 +16,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import app.kinds  # noqa: F401  (registers the kinds)
 from app.answers import QueryError, answer
 from app.ranges import RangeCache, answers_at, kept_point, windows_at
 from app.answers import parse_window

@@ -109,7 +109,6 @@ def test_a_failing_stream_keeps_its_state_and_says_why():
 
 
 # -- issue 21: every accepted event is counted, on one exact rule for time ----------------------
-import app.kinds  # noqa: E402,F401  (registers the kinds)
 from app.answers import answer  # noqa: E402
 from tests import in_process  # noqa: E402
 from tidemark import limits  # noqa: E402

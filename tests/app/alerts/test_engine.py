@@ -16,7 +16,6 @@ import numpy as np
 import pytest
 from cryptography.fernet import Fernet
 
-import app.kinds  # noqa: F401  (registers the query kinds)
 from app.alerts import engine as engine_module
 from app.alerts.engine import AlertEngine
 from app.alerts.rules import AlertRule, crossed

@@ -1,0 +1,114 @@
+"""What a query family's serving half declares: its query kinds (:class:`QueryKind`: how
+to check a kind's parameters, answer it, answer it empty, and whether and how the
+Prometheus API serves it), gathered in a :class:`ServedFamily` beside the family's core
+half (``tidemark.families``: its parts); and the arithmetic every kind's answer shares
+(``window_estimate``, ``bracket``, ``best_point``, ``exact_zero``) and the caller's mistake
+(:class:`QueryError`).
+
+Windows are in seconds; sketches count in ticks of the stream's ``resolution``. Which
+ticks a window covers is decided exactly in :mod:`tidemark.ticks`: the lower bound comes
+from the ticks inside the window, the upper from the ticks that touch it, so the time
+grain can only widen an interval, never make it wrong.
+
+Tested by: tests/app/test_query_path.py (window_estimate), tests/app/test_answers_windows.py,
+tests/app/test_answers_decayed.py (best_point, bracket), tests/app/test_kinds.py (the table).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from sketches.base import Estimate
+from tidemark.families.parts import QueryFamily
+from tidemark.streams import StreamConfig
+from tidemark.summary import StreamSummary
+from tidemark.ticks import Window
+
+__all__ = ["QueryError", "QueryKind", "ServedFamily", "Window", "exact_zero", "window_estimate",
+           "best_point", "bracket"]
+
+
+class QueryError(ValueError):
+    """The caller asked for something this stream cannot answer (a 4xx)."""
+
+
+def exact_zero(method: str) -> Estimate:
+    """An exact 0 (nothing in the range)."""
+    return Estimate(0.0, 0.0, 0.0, "relative", 0.0, 1.0, method)
+
+
+def window_estimate(query: Callable[[int, int], Estimate], window: Window, method: str) -> Estimate:
+    """A monotone query (a count that can only grow with the range) over the window: the
+    ticks inside give the lower bound, the ticks that touch it the upper bound, so the
+    time grain at the window's edges widens the interval and never breaks it."""
+    outer = query(*window.outer) if window.outer[0] <= window.outer[1] else exact_zero(method)
+    if window.inner == window.outer:
+        return outer
+    inner = query(*window.inner) if window.inner[0] <= window.inner[1] else exact_zero(method)
+    return bracket(inner, outer)
+
+
+def best_point(lower: float, upper: float, kind: str) -> float:
+    """The point of ``[lower, upper]`` nearest the truth in the worst case: the middle for
+    an additive bound, ``2·lower·upper/(lower + upper)`` for a relative one (its relative
+    error is at most ``(upper − lower)/(upper + lower)`` wherever the truth lies)."""
+    if kind == "relative" and lower >= 0 and upper > 0:
+        return min(max(2 * lower * upper / (lower + upper), lower), upper)
+    return min(max((lower + upper) / 2, lower), upper)
+
+
+def bracket(low: Estimate, high: Estimate) -> Estimate:
+    """The lower bound of ``low`` and the upper bound of ``high``, two readings that sandwich
+    the truth (a smaller and a larger range, an older and a younger age). Both intervals
+    must hold: the union bound on their failure probabilities."""
+    lower, upper = low.lower, max(high.upper, low.lower)
+    confidence = max(0.0, low.confidence + high.confidence - 1.0)
+    return Estimate(best_point(lower, upper, high.kind), lower, upper, high.kind, high.epsilon,
+                    confidence, high.method)
+
+
+@dataclass(frozen=True)
+class QueryKind:
+    """One query of §6: how to check its parameters, answer it, and answer it empty.
+
+    A kind over one stream (``streams == 1``, ``GET /v1/streams/{name}/{kind}``) gets the
+    stream's summary and config; a kind over several (``GET /v1/{kind}?streams=A,B``)
+    gets tuples of them, a summary ``None`` for a stream with nothing published yet, and
+    answers that case itself. ``alert``: a rule may watch it (it answers one estimate).
+    A kind's family module declares it (``app/kinds/<family>.py``).
+    """
+
+    name: str
+    run: Callable[[StreamSummary, StreamConfig, Window, dict], Estimate | list]
+    empty: Callable[[StreamConfig, dict], Estimate | list] | None = None
+    check: Callable[[StreamConfig, dict], dict] = lambda config, params: params
+    streams: int = 1
+    alert: bool = False
+    # ``run`` of many windows at once (answers over time, ``app.ranges``): a list with
+    # each window's result or the SketchError its ``run`` raises, or None (run each)
+    run_many: Callable[[StreamSummary, StreamConfig, list, dict], list | None] | None = None
+    # The Prometheus API (``app.promql``) serves every kind as ``tidemark_<kind>`` series
+    # (``-`` written ``_``), its parameters as labels; a kind whose answer is no set of
+    # estimates with bounds per instant says here why it is not served, and where to read it.
+    not_series: str | None = None
+    # The answer can only grow when events are added (weights, decays, counts ≥ 0): a
+    # federated answer missing a site keeps its lower bound (``app.site_bounds``).
+    monotone: bool = False
+    # The answer counts every kept event up to ``at``, weighted by its age, not the events
+    # of ``[at − window, at]``: a lost event before the window still concerns it
+    # (``answers.lost_in_window``).
+    decayed: bool = False
+
+
+@dataclass(frozen=True)
+class ServedFamily:
+    """The serving half of a query family: its core half (``family``, from
+    ``tidemark.families``: the parts its kinds read) and its query kinds, in order."""
+
+    family: QueryFamily
+    kinds: tuple[QueryKind, ...]
+
+    @property
+    def name(self) -> str:
+        return self.family.name
