@@ -89,10 +89,17 @@ class Watch(threading.Thread):
         return bad
 
 
-def _wait(what, check, timeout, log):
+def _wait(what, check, timeout, log, load=None, watch=None):
+    """Wait for ``check``; on a timeout (or the load thread's failure) say what the load and
+    the watch saw last, and the end of ``tidemark up``'s log."""
     deadline = time.monotonic() + timeout
     while not check():
-        assert time.monotonic() < deadline, f"{what} after {timeout} s:\n" + log.read_text()[-4000:]
+        failed = load is not None and load.error is not None
+        if failed or time.monotonic() >= deadline:
+            seen = "" if load is None else (f"load: {load.accepted} accepted of {load.sent} sent, "
+                                            f"error {load.error!r}\n")
+            seen += "" if watch is None else f"watch, last samples: {watch.samples[-4:]}\n"
+            raise AssertionError(f"{what} after {timeout} s:\n{seen}" + log.read_text()[-4000:])
         time.sleep(0.25)
 
 
@@ -135,7 +142,7 @@ def test_up_survives_kill_9_of_each_part_counting_every_event_once(tmp_path):
                   ["restarts"] > before, 120, log)
             # Flowing again: what was accepted after the kill is counted too.
             _wait(f"events not flowing after killing the {part}",
-                  lambda: watch.events() >= accepted + 1000, 300, log)
+                  lambda: watch.events() >= accepted + 1000, 300, log, load, watch)
             back[part] = round(time.monotonic() - killed, 1)
         print(f"events flowing again after kill -9 of: {back} s")
         # A stuck worker (its JVM frozen; nothing dies, so the supervisor sees nothing):
@@ -149,11 +156,12 @@ def test_up_survives_kill_9_of_each_part_counting_every_event_once(tmp_path):
         time.sleep(STALE_AFTER + 3)
         os.kill(jvm, signal.SIGCONT)
         thawed = time.monotonic()
-        _wait("events not flowing after the thaw", lambda: watch.events() >= accepted + 1000, 300, log)
+        _wait("events not flowing after the thaw", lambda: watch.events() >= accepted + 1000, 300, log,
+              load, watch)
         load.stop.set()
         load.join(150)
         assert load.error is None, repr(load.error)
-        _wait("not every event counted", lambda: watch.events() >= load.accepted, 300, log)
+        _wait("not every event counted", lambda: watch.events() >= load.accepted, 300, log, None, watch)
         time.sleep(2)  # a double count would show by now
         watch.stop.set()
         watch.join(5)
