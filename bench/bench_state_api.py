@@ -34,6 +34,18 @@ The stateful function (same body behind each API):
 * ``real`` (opt-in, slow) — ``update_shard`` itself on the group's events (encoded as one
   ingest chunk), the state the real summary blob.
 
+**Time segments** (issue #33, item 2: "measure the state APIs again on this shape before
+choosing"): with ``--segments N`` a group's state is split into ``N`` time segments of
+``state-kb / N`` each, and every measured batch touches only the newest (an in-order stream
+whose window is full: the first ``N`` batches each start one segment, then the warm-up
+and measured batches all land in the last). Two more layouts take it, beside the
+whole-blob APIs above (which keep the same ``state-kb`` as one value):
+
+* ``pandas_with_state_segment``: ``applyInPandasWithState`` grouped by (stream, shard,
+  segment), a state row per segment;
+* ``tws_rows_map``: row-based ``transformWithState`` grouped by (stream, shard), the
+  segments in a ``MapState`` keyed by segment, only the touched one read and written.
+
 For each (API, function, shape): a fresh checkpoint, ``--warmup`` batches, then ``--batches``
 measured ones. Reported: batch ``durationMs.triggerExecution`` p50/p95, the state operator's
 commit time, CPU seconds per batch of the JVM (driver and executor threads: ``local`` mode
@@ -47,6 +59,7 @@ seconds over wall time when the load average is above the core count. About 5 mi
     python bench/bench_state_api.py [--batches 8] [--warmup 2] [--repeats 2]
         [--shapes 1000x1,1000x100,1x100000] [--trivial-shapes 1000x1,1000x100]
         [--apis pandas_with_state,tws_pandas,tws_rows] [--state-kb 50] [--json out.json]
+        [--segments 16 --apis pandas_with_state,pandas_with_state_segment,tws_rows,tws_rows_map]
 """
 
 from __future__ import annotations
@@ -66,8 +79,9 @@ ROOT = Path(os.environ.get("TIDEMARK_BENCH_TREE") or Path(__file__).resolve().pa
 sys.path.insert(0, str(ROOT))
 
 APIS = ("pandas_with_state", "tws_pandas", "tws_rows")
+SEGMENTED = ("pandas_with_state_segment", "tws_rows_map")  # a state value per time segment
 OUTPUT_SCHEMA = "stream string, shard int, version long, events long"
-INPUT_SCHEMA = "stream string, shard int, ts double, key string, value double"
+INPUT_SCHEMA = "stream string, shard int, segment long, ts double, key string, value double"
 STATE_SCHEMA = "blob binary, events long, version long"
 BUCKETS_PER_KB = 128  # float64 buckets: 1 KB of state per 128
 
@@ -128,6 +142,66 @@ def pandas_with_state_fn(fn: str, buckets: int):
     return update
 
 
+def pandas_with_state_segment_fn(fn: str, buckets: int):
+    """``applyInPandasWithState`` keyed by (stream, shard, segment): a state row per time
+    segment, so a batch reads and writes the segments its events fall in."""
+
+    def update(key, pdfs, group_state):
+        import pandas as pd
+
+        rows = pd.concat(list(pdfs), ignore_index=True)
+        previous = tuple(group_state.get) if group_state.exists else None
+        state = _step(fn, previous, rows["ts"].to_numpy(), rows["key"].tolist(),
+                      rows["value"].to_numpy(), buckets, _real_context(fn))
+        group_state.update(state)
+        yield pd.DataFrame({"stream": [key[0]], "shard": [int(key[1])], "version": [state[2]],
+                            "events": [state[1]]})
+
+    return update
+
+
+def tws_map_processor(fn: str, buckets: int):
+    """Row-based ``transformWithState`` keyed by (stream, shard), the time segments in a
+    ``MapState``: only the segments a batch's rows fall in are read and written."""
+    from pyspark.sql.streaming import StatefulProcessor
+    from pyspark.sql.types import BinaryType, LongType, StructField, StructType
+
+    segment_key = StructType([StructField("segment", LongType(), False)])
+    state_type = StructType([StructField("blob", BinaryType(), True),
+                             StructField("events", LongType(), True),
+                             StructField("version", LongType(), True)])
+
+    class SegmentedShard(StatefulProcessor):
+        def init(self, handle):
+            self.segments = handle.getMapState("segments", segment_key, state_type)
+            self.real = _real_context(fn)
+
+        def handleInputRows(self, key, rows, timerValues=None):
+            import numpy as np
+            from pyspark.sql import Row
+
+            by_segment: dict[int, tuple[list, list, list]] = {}
+            for row in rows:
+                cols = by_segment.setdefault(int(row.segment), ([], [], []))
+                cols[0].append(row.ts)
+                cols[1].append(row.key)
+                cols[2].append(row.value)
+            version = events = 0
+            for segment, (ts, keys, values) in by_segment.items():
+                previous = self.segments.getValue((segment,))
+                state = _step(fn, None if previous is None else tuple(previous),
+                              np.asarray(ts, dtype=np.float64), keys,
+                              np.asarray(values, dtype=np.float64), buckets, self.real)
+                self.segments.updateValue((segment,), state)
+                version, events = max(version, state[2]), events + state[1]
+            yield Row(stream=key[0], shard=int(key[1]), version=version, events=events)
+
+        def close(self):
+            pass
+
+    return SegmentedShard()
+
+
 def tws_processor(fn: str, buckets: int, rows_api: bool):
     """A ``StatefulProcessor`` for ``transformWithStateInPandas`` (``rows_api`` False: pandas
     frames in and out) or row-based ``transformWithState`` (``Row`` in and out)."""
@@ -175,9 +249,18 @@ def tws_processor(fn: str, buckets: int, rows_api: bool):
     return ShardProcessor()
 
 
-def stateful(df, api: str, fn: str, buckets: int):
+def stateful(df, api: str, fn: str, buckets: int, segments: int = 1):
+    """The stateful query of ``api``; a segmented layout keeps ``buckets / segments`` per
+    segment value (the same state in all)."""
     from pyspark.sql.streaming.state import GroupStateTimeout
 
+    if api == "pandas_with_state_segment":
+        return df.groupBy("stream", "shard", "segment").applyInPandasWithState(
+            pandas_with_state_segment_fn(fn, buckets // segments), OUTPUT_SCHEMA, STATE_SCHEMA,
+            "Update", GroupStateTimeout.NoTimeout)
+    if api == "tws_rows_map":
+        return df.groupBy("stream", "shard").transformWithState(
+            tws_map_processor(fn, buckets // segments), OUTPUT_SCHEMA, "Update", "None")
     grouped = df.groupBy("stream", "shard")
     if api == "pandas_with_state":
         return grouped.applyInPandasWithState(pandas_with_state_fn(fn, buckets), OUTPUT_SCHEMA,
@@ -193,8 +276,11 @@ def stateful(df, api: str, fn: str, buckets: int):
 
 # ---- input: one Parquet file per micro-batch ------------------------------------------------
 
-def write_batches(directory: Path, groups: int, rows: int, files: int, seed: int = 22) -> None:
-    """``files`` Parquet files of ``groups`` (stream, shard) groups × ``rows`` events each."""
+def write_batches(directory: Path, groups: int, rows: int, files: int, seed: int = 22,
+                  segments: int = 1) -> None:
+    """``files`` Parquet files of ``groups`` (stream, shard) groups × ``rows`` events each;
+    file ``f``'s events fall in time segment ``min(f, segments − 1)`` (the first files
+    start the segments of a full window, the rest land in the newest)."""
     import numpy as np
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -209,6 +295,7 @@ def write_batches(directory: Path, groups: int, rows: int, files: int, seed: int
         table = pa.table({
             "stream": pa.array(names[group], pa.string()),
             "shard": pa.array(np.zeros(n, dtype=np.int32)),
+            "segment": pa.array(np.full(n, min(f, segments - 1), dtype=np.int64)),
             "ts": pa.array(1.7e9 + f + np.tile(np.sort(rng.random(rows)), groups)),
             "key": pa.array(key_names[rng.integers(0, 500, n)], pa.string()),
             "value": pa.array(rng.lognormal(3.0, 1.0, n)),
@@ -315,11 +402,11 @@ class Progress:
 
 
 def run_one(spark, progress: Progress, source: Path, work: Path, api: str, fn: str,
-            buckets: int, warmup: int, batches: int) -> dict:
+            buckets: int, warmup: int, batches: int, segments: int = 1) -> dict:
     checkpoint = work / f"ck-{api}-{fn}-{time.monotonic_ns()}"
     df = (spark.readStream.schema(INPUT_SCHEMA).option("maxFilesPerTrigger", 1)
           .parquet(str(source)))
-    writer = (stateful(df, api, fn, buckets).writeStream.outputMode("update").format("noop")
+    writer = (stateful(df, api, fn, buckets, segments).writeStream.outputMode("update").format("noop")
               .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True))
     state_dir = checkpoint / "state"
     query = writer.start()
@@ -369,6 +456,8 @@ def main(argv=None) -> int:
     ap.add_argument("--real-shapes", default="", help="shapes to run Tidemark's update_shard on (slow)")
     ap.add_argument("--apis", default=",".join(APIS))
     ap.add_argument("--state-kb", type=int, default=50)
+    ap.add_argument("--segments", type=int, default=1,
+                    help="time segments per group's state (the first of them start in warm-up)")
     ap.add_argument("--partitions", type=int, default=2, help="state partitions (the default's 2)")
     ap.add_argument("--json", help="write every run's figures here")
     args = ap.parse_args(argv)
@@ -377,16 +466,19 @@ def main(argv=None) -> int:
             + [(s, "trivial") for s in args.trivial_shapes.split(",") if s]
             + [(s, "real") for s in args.real_shapes.split(",") if s])
     buckets = args.state_kb * BUCKETS_PER_KB
+    if any(a in SEGMENTED for a in apis) and args.segments < 2:
+        ap.error("the segmented layouts need --segments 2 or more")
+    warmup = max(args.warmup, args.segments + 1)  # every segment started before measuring
 
     from workers.job import build_spark
 
     work = Path(tempfile.mkdtemp(prefix="tm-bench-state-api-"))
     try:
-        files = args.warmup + args.batches
+        files = warmup + args.batches
         sources = {}
         for shape in dict.fromkeys(s for s, _ in plan):
             sources[shape] = work / f"in-{shape}"
-            write_batches(sources[shape], *shape_of(shape), files)
+            write_batches(sources[shape], *shape_of(shape), files, segments=args.segments)
         t0 = time.monotonic()
         spark = build_spark("local[2]", args.partitions, app_name="tidemark-bench-state-api")
         spark.sparkContext.setLogLevel("WARN")
@@ -403,7 +495,7 @@ def main(argv=None) -> int:
                 for api in order:
                     load = os.getloadavg()[0]
                     r = run_one(spark, progress, sources[shape], work, api, fn, buckets,
-                                args.warmup, args.batches)
+                                warmup, args.batches, args.segments)
                     r.update(repeat=repeat + 1, shape=shape, fn=fn, api=api, load=load)
                     results.append(r)
                     print(f"repeat {repeat + 1} {shape:>9} {fn:7} {api:17} p50 {r['p50_ms']:6.0f} "
