@@ -203,6 +203,13 @@ def _declare(c: httpx.Client, stream: str, **settings) -> None:
     assert r.status_code in (200, 201), r.text
 
 
+def _counted(pipeline, c: httpx.Client, stream: str, events: list[dict]) -> None:
+    """Declare ``stream``, send ``events`` and wait until the worker has counted them all."""
+    _declare(c, stream)
+    _send(c, stream, events)
+    pipeline.wait_events(stream, len(events))
+
+
 def _answer(c: httpx.Client, stream: str, query: str, **params) -> httpx.Response:
     return c.get(f"/v1/streams/{stream}/{query}", params=params)
 
@@ -302,9 +309,7 @@ def test_count_and_sum_draw_the_api_answers_and_follow_the_window(pipeline, stre
     rng = np.random.default_rng(11)
     events = _events(rng, 4000, T0, 1800)
     with pipeline.client() as c:
-        _declare(c, stream_name)
-        _send(c, stream_name, events)
-        pipeline.wait_events(stream_name, len(events))
+        _counted(pipeline, c, stream_name, events)
         want = {q: _answer(c, stream_name, q, window=600).json() for q in ("count", "sum")}
 
         d = dashboard(pipeline.api).open(f"#stream={stream_name}&window=10m")
@@ -367,9 +372,7 @@ def test_new_events_reach_the_page_live_without_a_reload(pipeline, stream_name, 
     rng = np.random.default_rng(12)
     first = _events(rng, 2000, T0, 900)
     with pipeline.client() as c:
-        _declare(c, stream_name)
-        _send(c, stream_name, first)
-        pipeline.wait_events(stream_name, len(first))
+        _counted(pipeline, c, stream_name, first)
         before = _answer(c, stream_name, "count", window=3600).json()
 
         d = dashboard(pipeline.api).open(f"#stream={stream_name}")

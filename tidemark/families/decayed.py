@@ -24,22 +24,14 @@ tests/tidemark/test_capacity.py, tests/app/test_answers_decayed.py.
 
 from __future__ import annotations
 
-from tidemark.families.parts import PartSpec, QueryFamily, any_valued, log_window
+from tidemark.families.parts import PartSpec, QueryFamily, any_valued, log_window, sketch_class
 from tidemark.streams import StreamConfig
 
 __all__ = ["FAMILY", "relative_decays"]
 
 
-def _additive():
-    from sketches.decayed import DecayedAdditiveSketch
-
-    return DecayedAdditiveSketch
-
-
-def _relative():
-    from sketches.decayed import DecayedRelativeSketch
-
-    return DecayedRelativeSketch
+_additive = sketch_class("sketches.decayed:DecayedAdditiveSketch")
+_relative = sketch_class("sketches.decayed:DecayedRelativeSketch")
 
 
 def relative_decays(config: StreamConfig) -> dict[str, dict]:

@@ -16,15 +16,12 @@ tests/app/test_distinct_before_clock.py, tests/app/test_answers_windows.py.
 
 from __future__ import annotations
 
-from tidemark.families.parts import PartSpec, QueryFamily, any_keyed
+from tidemark.families.parts import PartSpec, QueryFamily, any_keyed, sketch_class
 
 __all__ = ["FAMILY"]
 
 
-def _wave():
-    from sketches.randomized_wave import RandomizedWave
-
-    return RandomizedWave
+_wave = sketch_class("sketches.randomized_wave:RandomizedWave")
 
 
 FAMILY = QueryFamily("distinct", (

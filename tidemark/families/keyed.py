@@ -26,22 +26,14 @@ from __future__ import annotations
 
 import math
 
-from tidemark.families.parts import PartSpec, QueryFamily, any_keyed, log_window
+from tidemark.families.parts import PartSpec, QueryFamily, any_keyed, log_window, sketch_class
 from tidemark.streams import StreamConfig
 
 __all__ = ["FAMILY", "candidate_k"]
 
 
-def _ecm():
-    from sketches.ecm import ECMSketch
-
-    return ECMSketch
-
-
-def _candidates():
-    from sketches.key_dictionary import KeyDictionary
-
-    return KeyDictionary
+_ecm = sketch_class("sketches.ecm:ECMSketch")
+_candidates = sketch_class("sketches.key_dictionary:KeyDictionary")
 
 
 def candidate_k(epsilon: float) -> int:

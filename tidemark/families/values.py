@@ -21,15 +21,12 @@ tests/app/test_kinds.py, tests/app/test_history.py.
 
 from __future__ import annotations
 
-from tidemark.families.parts import PartSpec, QueryFamily, any_valued
+from tidemark.families.parts import PartSpec, QueryFamily, any_valued, sketch_class
 
 __all__ = ["FAMILY"]
 
 
-def _values():
-    from sketches.windowed_quantiles import WindowedQuantiles
-
-    return WindowedQuantiles
+_values = sketch_class("sketches.windowed_quantiles:WindowedQuantiles")
 
 
 FAMILY = QueryFamily("values", (

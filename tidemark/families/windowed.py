@@ -22,15 +22,12 @@ tests/tidemark/test_capacity.py, tests/app/test_answers_windows.py.
 from __future__ import annotations
 
 from tidemark import limits
-from tidemark.families.parts import PartSpec, QueryFamily
+from tidemark.families.parts import PartSpec, QueryFamily, sketch_class
 
 __all__ = ["FAMILY", "MAX_TOTAL"]
 
 
-def _splittable():
-    from sketches.splittable_histogram import SplittableHistogram
-
-    return SplittableHistogram
+_splittable = sketch_class("sketches.splittable_histogram:SplittableHistogram")
 
 
 MAX_TOTAL = {"count": limits.COUNT_MAX_TOTAL, "sum": limits.SUM_MAX_TOTAL}
