@@ -89,12 +89,12 @@ class Supervisor:
     def __init__(self, services: list[Service], max_failures: int = 5, window: float = 60.0,
                  base_delay: float = 0.5, max_delay: float = 30.0,
                  state_file: str | os.PathLike | None = None,
-                 log: Callable[[str], None] = print, clock: Callable[[], float] = time.monotonic):
+                 log: Callable[[str], None] = print, monotonic: Callable[[], float] = time.monotonic):
         self.services = services
         self.max_failures, self.window = max_failures, window
         self.base_delay, self.max_delay = base_delay, max_delay
         self.state_file = Path(state_file) if state_file else None
-        self.log, self.clock = log, clock
+        self.log, self.monotonic = log, monotonic
 
     def start(self) -> None:
         """Start every service in order (a service that fails to start at all is an error)."""
@@ -112,7 +112,7 @@ class Supervisor:
 
     def tick(self) -> None:
         """Notice dead services and restart those whose backoff is over; raises ``GiveUp``."""
-        now = self.clock()
+        now = self.monotonic()
         for service in self.services:
             if service.restart_at is None:
                 code = service.handle.poll() if service.handle is not None else "is not running"

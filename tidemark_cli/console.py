@@ -23,10 +23,10 @@ _SPIN = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
 
 
 class Console:
-    def __init__(self, out: TextIO | None = None, clock: Callable[[], float] = time.monotonic):
+    def __init__(self, out: TextIO | None = None, monotonic: Callable[[], float] = time.monotonic):
         self.out = out or sys.stdout
-        self.clock = clock
-        self.started = clock()
+        self.monotonic = monotonic
+        self.started = monotonic()
         self.done: dict[str, float] = {}
         self.tty = hasattr(self.out, "isatty") and self.out.isatty()
         self._drawn = False
@@ -46,7 +46,7 @@ class Console:
     def phase_done(self, phase: str, detail: str = "") -> None:
         if phase in self.done:
             return
-        self.done[phase] = self.clock() - self.started
+        self.done[phase] = self.monotonic() - self.started
         self.say(f"  ✓ {phase:<12} {self.done[phase]:5.1f} s" + (f"  {detail}" if detail else ""))
 
     def waiting(self) -> str | None:
@@ -60,7 +60,7 @@ class Console:
             return
         self._spin = (self._spin + 1) % len(_SPIN)
         self._clear()
-        self.out.write(f"  {_SPIN[self._spin]} {phase:<12} {self.clock() - self.started:5.1f} s"
+        self.out.write(f"  {_SPIN[self._spin]} {phase:<12} {self.monotonic() - self.started:5.1f} s"
                        + (f"  {note}" if note else ""))
         self.out.flush()
         self._drawn = True

@@ -25,20 +25,20 @@ __all__ = ["WorkerSlot"]
 class WorkerSlot:
     def __init__(self, spawn: Callable[[bool], subprocess.Popen],
                  stop: Callable[[subprocess.Popen | None], None], log: Callable[[str], None],
-                 settle: float = 20.0, clock: Callable[[], float] = time.monotonic):
+                 settle: float = 20.0, monotonic: Callable[[], float] = time.monotonic):
         """``spawn(standby)`` starts ``tidemark worker`` (with ``--standby`` and a pipe on
         its standard input when asked); ``stop`` stops a process and what it left behind;
         a spare starts no sooner than ``settle`` seconds after the worker did."""
         self.spawn, self.stop_process, self.log = spawn, stop, log
-        self.settle, self.clock = settle, clock
+        self.settle, self.monotonic = settle, monotonic
         self.spare: subprocess.Popen | None = None
-        self.spare_at = clock() + settle  # no spare before this
+        self.spare_at = monotonic() + settle  # no spare before this
         self.spare_failures = 0
 
     def start(self) -> subprocess.Popen:
         """The worker part's start: promote the spare if there is a live one."""
         spare, self.spare = self.spare, None
-        self.spare_at = self.clock() + self.settle
+        self.spare_at = self.monotonic() + self.settle
         if spare is not None and spare.poll() is None:
             try:
                 spare.stdin.write(b"go\n")
@@ -54,7 +54,7 @@ class WorkerSlot:
 
     def tend(self, worker_processing: bool) -> None:
         """Keep one spare while the worker processes (called from ``up``'s loop)."""
-        now = self.clock()
+        now = self.monotonic()
         if self.spare is not None:
             code = self.spare.poll()
             if code is None:

@@ -35,7 +35,7 @@ def _supervised(tmp_path, **kw):
         return started[-1]
 
     service = Service("worker", start, stopped.append)
-    sup = Supervisor([service], clock=clock, log=logs.append, state_file=tmp_path / "sup.json", **kw)
+    sup = Supervisor([service], monotonic=clock, log=logs.append, state_file=tmp_path / "sup.json", **kw)
     sup.start()
     return sup, service, clock, started, stopped, logs
 
@@ -101,7 +101,7 @@ def test_a_start_that_raises_counts_as_a_failure(tmp_path):
         return FakeProcess(1)
 
     service = Service("redis", start, lambda _: None)
-    sup = Supervisor([service], max_failures=3, clock=clock, log=logs.append)
+    sup = Supervisor([service], max_failures=3, monotonic=clock, log=logs.append)
     sup.start()
     service.handle.code = 0
     sup.tick()  # exited, restarted at once, that start raised: two failures, a backoff

@@ -60,7 +60,7 @@ def slot(tmp_path):
         spawned.append((proc, out, standby))
         return proc
 
-    slot = WorkerSlot(spawn, _stop, logs.append, settle=20.0, clock=clock)
+    slot = WorkerSlot(spawn, _stop, logs.append, settle=20.0, monotonic=clock)
     yield slot, clock, spawned, logs
     slot.close()
     for proc, _, _ in spawned:
