@@ -234,7 +234,7 @@ class StreamSummary:
             spec = spec_of(name)
             if spec is None or name not in names or name in parts:
                 raise CorruptSketchError(f"stream summary has an unexpected part {name!r}")
-            parts[name] = spec.cls().from_bytes(bytes(payload[offset : offset + length]))
+            parts[name] = spec.cls.from_bytes(bytes(payload[offset : offset + length]))
             if spec.after_read is not None:  # e.g. a blob written under an older, smaller cap
                 spec.after_read(parts[name])
             offset += length

@@ -24,14 +24,11 @@ tests/tidemark/test_capacity.py, tests/app/test_answers_decayed.py.
 
 from __future__ import annotations
 
-from tidemark.families.parts import PartSpec, QueryFamily, any_valued, log_window, sketch_class
+from sketches.decayed import DecayedAdditiveSketch, DecayedRelativeSketch
+from tidemark.families.parts import PartSpec, QueryFamily, any_valued, log_window
 from tidemark.streams import StreamConfig
 
 __all__ = ["FAMILY", "relative_decays"]
-
-
-_additive = sketch_class("sketches.decayed:DecayedAdditiveSketch")
-_relative = sketch_class("sketches.decayed:DecayedRelativeSketch")
 
 
 def relative_decays(config: StreamConfig) -> dict[str, dict]:
@@ -54,12 +51,12 @@ def _relative_bound(part, config: StreamConfig) -> float:
 
 
 FAMILY = QueryFamily("decayed", (
-    PartSpec("decayed", _additive,
-             lambda c, seed, name: _additive()(c.epsilon, c.delta, c.value_min, c.value_max, seed),
+    PartSpec("decayed", DecayedAdditiveSketch,
+             lambda c, seed, name: DecayedAdditiveSketch(c.epsilon, c.delta, c.value_min, c.value_max, seed),
              lambda sk, cols: sk.update(cols.ticks[cols.valued], cols.values, cols.weight[cols.valued]),
              wanted=lambda c: c.has_values, fed_by=any_valued),
-    PartSpec("decayed-relative/", _relative,
-             lambda c, seed, name: _relative()(c.epsilon, relative_decays(c)[name], c.value_min, c.value_max),
+    PartSpec("decayed-relative/", DecayedRelativeSketch,
+             lambda c, seed, name: DecayedRelativeSketch(c.epsilon, relative_decays(c)[name], c.value_min, c.value_max),
              lambda sk, cols: sk.update(cols.ticks[cols.valued], cols.values, cols.weight[cols.valued]),
              wanted=lambda c: c.has_values, fed_by=any_valued, instances=relative_decays,
              data_bound=_relative_bound),

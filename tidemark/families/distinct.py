@@ -16,16 +16,14 @@ tests/app/test_distinct_before_clock.py, tests/app/test_answers_windows.py.
 
 from __future__ import annotations
 
-from tidemark.families.parts import PartSpec, QueryFamily, any_keyed, sketch_class
+from sketches.randomized_wave import RandomizedWave
+from tidemark.families.parts import PartSpec, QueryFamily, any_keyed
 
 __all__ = ["FAMILY"]
 
 
-_wave = sketch_class("sketches.randomized_wave:RandomizedWave")
-
-
 FAMILY = QueryFamily("distinct", (
-    PartSpec("distinct", _wave,
-             lambda c, seed, name: _wave()(c.epsilon, c.delta, c.window_ticks + 1, seed),
+    PartSpec("distinct", RandomizedWave,
+             lambda c, seed, name: RandomizedWave(c.epsilon, c.delta, c.window_ticks + 1, seed),
              lambda sk, cols: sk.update(cols.ticks[cols.keyed], cols.key_ids), fed_by=any_keyed),
 ))

@@ -26,14 +26,12 @@ from __future__ import annotations
 
 import math
 
-from tidemark.families.parts import PartSpec, QueryFamily, any_keyed, log_window, sketch_class
+from sketches.ecm import ECMSketch
+from sketches.key_dictionary import KeyDictionary
+from tidemark.families.parts import PartSpec, QueryFamily, any_keyed, log_window
 from tidemark.streams import StreamConfig
 
 __all__ = ["FAMILY", "candidate_k"]
-
-
-_ecm = sketch_class("sketches.ecm:ECMSketch")
-_candidates = sketch_class("sketches.key_dictionary:KeyDictionary")
 
 
 def candidate_k(epsilon: float) -> int:
@@ -53,12 +51,12 @@ def _candidates_bound(part, config: StreamConfig) -> float:
 
 
 FAMILY = QueryFamily("keyed", (
-    PartSpec("keys", _ecm,
-             lambda c, seed, name: _ecm()(c.epsilon, c.delta, c.window_ticks + 1, seed),
+    PartSpec("keys", ECMSketch,
+             lambda c, seed, name: ECMSketch(c.epsilon, c.delta, c.window_ticks + 1, seed),
              lambda sk, cols: sk.update(cols.ticks[cols.keyed], cols.key_ids), fed_by=any_keyed,
              data_bound=_ecm_bound),
-    PartSpec("key_candidates", _candidates,
-             lambda c, seed, name: _candidates()(candidate_k(c.epsilon), c.window_ticks + 1, c.epsilon),
+    PartSpec("key_candidates", KeyDictionary,
+             lambda c, seed, name: KeyDictionary(candidate_k(c.epsilon), c.window_ticks + 1, c.epsilon),
              lambda sk, cols: sk.update(cols.ticks[cols.keyed], cols.keys, cols.key_ids), fed_by=any_keyed,
              data_bound=_candidates_bound),
 ))

@@ -21,7 +21,7 @@ import numpy as np
 
 from tidemark.streams import StreamConfig
 
-__all__ = ["Columns", "PartSpec", "QueryFamily", "sketch_class", "log_window", "any_keyed", "any_valued"]
+__all__ = ["Columns", "PartSpec", "QueryFamily", "log_window", "any_keyed", "any_valued"]
 
 
 @dataclass
@@ -40,7 +40,7 @@ class Columns:
 @dataclass(frozen=True)
 class PartSpec:
     name: str  # the part's name; with ``instances``, the prefix of the names it gives
-    cls: Callable[[], type]  # the sketch class (imported lazily)
+    cls: type  # the sketch class
     build: Callable[[StreamConfig, int, str], object]  # (config, seed, part name) -> sketch
     feed: Callable[[object, Columns], None]
     wanted: Callable[[StreamConfig], bool] = lambda config: True
@@ -89,20 +89,6 @@ class QueryFamily:
 
     name: str
     parts: tuple[PartSpec, ...]
-
-
-def sketch_class(path: str) -> Callable[[], type]:
-    """A ``PartSpec.cls``: the class at ``"module:Name"``, imported when first asked for (a
-    stream's settings are checked and its parts declared without loading every sketch's
-    compiled kernels)."""
-    module, name = path.split(":")
-
-    def load() -> type:
-        import importlib
-
-        return getattr(importlib.import_module(module), name)
-
-    return load
 
 
 def any_keyed(cols: Columns) -> bool:

@@ -21,16 +21,14 @@ tests/app/test_kinds.py, tests/app/test_history.py.
 
 from __future__ import annotations
 
-from tidemark.families.parts import PartSpec, QueryFamily, any_valued, sketch_class
+from sketches.windowed_quantiles import WindowedQuantiles
+from tidemark.families.parts import PartSpec, QueryFamily, any_valued
 
 __all__ = ["FAMILY"]
 
 
-_values = sketch_class("sketches.windowed_quantiles:WindowedQuantiles")
-
-
 FAMILY = QueryFamily("values", (
-    PartSpec("values", _values,
-             lambda c, seed, name: _values()(c.epsilon, c.window_ticks + 1, c.value_accuracy),
+    PartSpec("values", WindowedQuantiles,
+             lambda c, seed, name: WindowedQuantiles(c.epsilon, c.window_ticks + 1, c.value_accuracy),
              lambda sk, cols: sk.update(cols.ticks[cols.valued], cols.values), fed_by=any_valued),
 ))

@@ -22,12 +22,10 @@ tests/tidemark/test_capacity.py, tests/app/test_answers_windows.py.
 from __future__ import annotations
 
 from tidemark import limits
-from tidemark.families.parts import PartSpec, QueryFamily, sketch_class
+from sketches.splittable_histogram import SplittableHistogram
+from tidemark.families.parts import PartSpec, QueryFamily
 
 __all__ = ["FAMILY", "MAX_TOTAL"]
-
-
-_splittable = sketch_class("sketches.splittable_histogram:SplittableHistogram")
 
 
 MAX_TOTAL = {"count": limits.COUNT_MAX_TOTAL, "sum": limits.SUM_MAX_TOTAL}
@@ -38,10 +36,10 @@ def _raise_cap(name: str):
 
 
 FAMILY = QueryFamily("windowed", (
-    PartSpec("count", _splittable,
-             lambda c, seed, name: _splittable()(c.epsilon, c.window_ticks + 1, MAX_TOTAL["count"]),
+    PartSpec("count", SplittableHistogram,
+             lambda c, seed, name: SplittableHistogram(c.epsilon, c.window_ticks + 1, MAX_TOTAL["count"]),
              lambda sk, cols: sk.update(cols.ticks), after_read=_raise_cap("count")),
-    PartSpec("sum", _splittable,
-             lambda c, seed, name: _splittable()(c.epsilon, c.window_ticks + 1, MAX_TOTAL["sum"]),
+    PartSpec("sum", SplittableHistogram,
+             lambda c, seed, name: SplittableHistogram(c.epsilon, c.window_ticks + 1, MAX_TOTAL["sum"]),
              lambda sk, cols: sk.update(cols.ticks, cols.weight), after_read=_raise_cap("sum")),
 ))
