@@ -29,7 +29,7 @@ from tidemark.streams import StreamConfig, parse_duration
 from tidemark.summary import StreamSummary
 from tidemark.ticks import Window, is_late, make_window
 
-__all__ = ["QueryError", "Window", "answer", "too_old", "answer_from_store", "QUERY_KINDS", "QueryKind", "register",
+__all__ = ["QueryError", "Window", "answer", "too_old", "answer_from_store", "QUERY_KINDS", "QueryKind",
            "lookup", "streams_of", "alert_kinds", "parse_window", "bound_of", "window_estimate", "bracket",
            "best_point"]
 
@@ -81,13 +81,6 @@ def bound_of(e: Estimate) -> dict:
     d["half_width"] = half
     d["half_width_relative"] = 0.0 if half == 0 else (half / abs(e.estimate) if e.estimate else None)
     return d
-
-
-def register(kind: QueryKind) -> QueryKind:
-    """Add a kind to the table outside the registry of families (a test's own kind); a
-    family's kinds are declared in its module and listed by ``app.kinds``."""
-    QUERY_KINDS[kind.name] = kind
-    return kind
 
 
 def lookup(kind: str, streams: int | None = None) -> QueryKind:

@@ -120,12 +120,10 @@ def wait_healthy(base: str, proc: subprocess.Popen | None = None, timeout: float
 
 
 def stop(proc: subprocess.Popen) -> None:
-    proc.terminate()
-    try:
-        proc.wait(30)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
+    # imported here: bench_scale runs this module beside older trees' tidemark packages
+    from tidemark.supervisor import terminate
+
+    terminate(proc, 30)
 
 
 def _children(pid: int) -> list[int]:

@@ -142,24 +142,6 @@ def pandas_with_state_fn(fn: str, buckets: int):
     return update
 
 
-def pandas_with_state_segment_fn(fn: str, buckets: int):
-    """``applyInPandasWithState`` keyed by (stream, shard, segment): a state row per time
-    segment, so a batch reads and writes the segments its events fall in."""
-
-    def update(key, pdfs, group_state):
-        import pandas as pd
-
-        rows = pd.concat(list(pdfs), ignore_index=True)
-        previous = tuple(group_state.get) if group_state.exists else None
-        state = _step(fn, previous, rows["ts"].to_numpy(), rows["key"].tolist(),
-                      rows["value"].to_numpy(), buckets, _real_context(fn))
-        group_state.update(state)
-        yield pd.DataFrame({"stream": [key[0]], "shard": [int(key[1])], "version": [state[2]],
-                            "events": [state[1]]})
-
-    return update
-
-
 def tws_map_processor(fn: str, buckets: int):
     """Row-based ``transformWithState`` keyed by (stream, shard), the time segments in a
     ``MapState``: only the segments a batch's rows fall in are read and written."""
@@ -255,8 +237,9 @@ def stateful(df, api: str, fn: str, buckets: int, segments: int = 1):
     from pyspark.sql.streaming.state import GroupStateTimeout
 
     if api == "pandas_with_state_segment":
+        # the worker's function, keyed by segment too: a state row per time segment
         return df.groupBy("stream", "shard", "segment").applyInPandasWithState(
-            pandas_with_state_segment_fn(fn, buckets // segments), OUTPUT_SCHEMA, STATE_SCHEMA,
+            pandas_with_state_fn(fn, buckets // segments), OUTPUT_SCHEMA, STATE_SCHEMA,
             "Update", GroupStateTimeout.NoTimeout)
     if api == "tws_rows_map":
         return df.groupBy("stream", "shard").transformWithState(
