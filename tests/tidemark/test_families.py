@@ -39,7 +39,7 @@ def test_each_part_name_is_served_by_one_spec_of_one_family():
         assert sum(p.serves(name) for p in PARTS) == 1, name
         assert spec_of(name) in family_of(name).parts
     assert family_of("decayed-relative/none").name == "decayed"
-    assert spec_of("decayed-relative/none").per_decay and not spec_of("count").per_decay
+    assert spec_of("decayed-relative/none").instances is not None and spec_of("count").instances is None
     assert spec_of("nope") is None and family_of("nope") is None
     # No value range declared: no decayed parts.
     assert part_names(StreamConfig(max_window=60.0)) == ["count", "sum", "distinct", "keys", "key_candidates",

@@ -57,11 +57,6 @@ class PartSpec:
     # takes the present one); None: the part is used as read.
     after_read: Callable[[object], None] | None = None
 
-    @property
-    def per_decay(self) -> bool:
-        """Whether the spec gives several parts (one per declared decay), named below ``name``."""
-        return self.instances is not None
-
     def worst_bytes(self, part, config: StreamConfig) -> float:
         """The part's worst-case bytes under ``config``: its own bound where its parameters
         set one, else ``data_bound``, else its present size."""
