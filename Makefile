@@ -12,8 +12,11 @@ APT_PACKAGES :=
 demo: venv system-deps
 	@$(VENV)/bin/tidemark demo
 
+# Two phases (tests/conftest.py): the tests that share nothing run on every core, then the
+# ones that start Spark or a whole deployment, or measure latency, run alone.
 test: venv system-deps
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n auto -m "not serial"
+	$(PY) -m pytest -q -m serial
 
 # The property tests with new random examples, many more of them (make test repeats the same).
 explore: venv system-deps
@@ -31,7 +34,7 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e ".[dev]"
 	# Compile the sketches' kernels into Numba's cache now (the worker's update, the API's
 # answers at an instant and over ranges): the first start is then warm.
-	$(PY) -c "from tidemark.summary import warm_up; warm_up()"
+	$(PY) -c "from tidemark.summary import warm_up_in_parallel; warm_up_in_parallel()"
 	$(PY) -c "from app.warm import warm_answers; warm_answers()"
 	touch $(STAMP)
 

@@ -128,7 +128,8 @@ def test_up_survives_kill_9_of_each_part_counting_every_event_once(tmp_path):
         ).json()["status"]["events"] > 0, 400, log)
         watch.start()
         back = {}
-        for part in ("worker", "api", "redis"):
+        # The worker last: its spare starts after it, and stands by by then.
+        for part in ("api", "redis", "worker"):
             time.sleep(3)
             if part == "worker":  # the spare worker stands by (and says so): it takes over
                 _wait("no standby worker", lambda: "tidemark_standby_workers 1.0" in httpx.get(

@@ -30,8 +30,10 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import struct
 from dataclasses import dataclass
+from typing import Collection
 
 import numpy as np
 import pyarrow as pa
@@ -276,25 +278,58 @@ def read_head(data) -> SummaryHead:
     return SummaryHead(meta, start, layout)
 
 
-def warm_up() -> tuple[StreamConfig, "StreamSummary"]:
+def warm_up(classes: Collection[str] | None = None) -> tuple[StreamConfig, "StreamSummary"]:
     """Compile (or load from Numba's cache) every kernel a worker's update runs; returns the
     tiny stream it built (its settings and its summary, written, read back and pickled as
     the API's decoder hands it over), which the API answers once to load the query kernels
-    too (``app.warm``).
+    too (``app.warm``). ``classes``: only the parts of these sketch classes (by name), as
+    :func:`warm_up_in_parallel` hands them out.
 
     Kernels are compiled with ``cache=True``: the first process writes the cache and every
     later one (each Spark Python worker) loads it instead of compiling during a batch."""
     import pickle
 
     from tidemark.chunks import decode_chunk, encode_chunk
-    from tidemark.hash_secret import HashSecret
 
-    config = StreamConfig(max_window=60.0, value_min=0.0, value_max=10.0,
-                          decays=[{"kind": "polynomial", "alpha": 1.5}, {"kind": "none"}])
-    secret = HashSecret(b"tidemark-warm-up-secret")
+    config, secret = _warm_up_stream()
     summary = StreamSummary.create(config, secret)
     ts = np.array([1.0, 2.5, 2.0])
-    summary.update_table(decode_chunk(encode_chunk(ts, ["a", "b", None], np.array([1.0, 2.0, np.nan]),
-                                                   np.ones(3))))
+    table = decode_chunk(encode_chunk(ts, ["a", "b", None], np.array([1.0, 2.0, np.nan]), np.ones(3)))
+    if classes is None:
+        summary.update_table(table)
+    else:
+        cols = summary.columns(table)
+        for name in summary.names:
+            if spec_of(name).cls.__name__ in classes:
+                spec_of(name).feed(summary[name], cols)
     back = StreamSummary.from_bytes(summary.to_bytes(), secret)
     return config, pickle.loads(pickle.dumps(back))
+
+
+def warm_up_in_parallel(jobs: int | None = None) -> None:
+    """:func:`warm_up` with each sketch class's kernels compiled in one of ``jobs``
+    processes (default: one per core). Compiling is single-threaded LLVM work, about a
+    minute for every kernel on one core; the classes share almost nothing, so two cores
+    halve it. A class's kernels stay in one process, which compiles them once."""
+    from concurrent.futures import ProcessPoolExecutor
+    from multiprocessing import get_context
+
+    config, _ = _warm_up_stream()
+    classes = list(dict.fromkeys(spec_of(name).cls.__name__ for name in part_names(config)))
+    jobs = max(1, min(jobs or os.cpu_count() or 1, len(classes)))
+    if jobs == 1:
+        warm_up()
+        return
+    with ProcessPoolExecutor(jobs, mp_context=get_context("spawn")) as pool:
+        for done in [pool.submit(_warm_up_classes, [c]) for c in classes]:
+            done.result()  # a failure is raised here, with its traceback
+
+
+def _warm_up_classes(classes: list[str]) -> None:
+    warm_up(classes)
+
+
+def _warm_up_stream() -> tuple[StreamConfig, HashSecret]:
+    config = StreamConfig(max_window=60.0, value_min=0.0, value_max=10.0,
+                          decays=[{"kind": "polynomial", "alpha": 1.5}, {"kind": "none"}])
+    return config, HashSecret(b"tidemark-warm-up-secret")
