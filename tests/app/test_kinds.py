@@ -139,6 +139,14 @@ def test_routes_come_from_the_table(api, redis_url):
         assert missing.status_code == 404
 
 
+def test_every_read_ahead_names_a_part_of_the_kinds_summary():
+    """What a kind reads ahead over time (``QueryKind.read_ahead``) is a part a summary of
+    its stream holds: a read-ahead naming no part would silently read nothing ahead."""
+    parts = {spec.name for family in families.FAMILIES for spec in family.parts if spec.instances is None}
+    declared = {(k.name, part) for k in QUERY_KINDS.values() for part, _ in k.read_ahead}
+    assert declared and all(part in parts for _, part in declared), declared
+
+
 def test_distribution_rows_bracket_the_cdf_and_its_share():
     """``distribution`` through the answer path, windows whose edges cut ticks, shards
     merged: each row's count bracket holds C(≤ upper edge), its share bracket holds
