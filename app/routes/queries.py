@@ -4,6 +4,11 @@ Routes come from the table of query kinds (:data:`app.answers.QUERY_KINDS`): one
 answers every kind over one stream, and each kind over several streams has its own URL,
 ``GET /v1/{kind}?streams=A,B`` (today: ``/v1/inner-product``); ``GET /v1/kinds`` lists the
 table, so a client (the dashboard) asks only what this server answers.
+
+Tested by: tests/app/test_kinds.py (test_routes_come_from_the_table,
+test_the_kinds_route_lists_exactly_the_table_to_a_reader), tests/app/test_query_path.py
+(test_answers_are_rendered_once_per_version_and_anew_for_a_new_one),
+tests/app/test_answer_cache.py (render_ahead), tests/test_queries.py (every kind through HTTP).
 """
 
 from __future__ import annotations
