@@ -4,7 +4,11 @@ store's parts by job (``DeclarationsDep``, ``IngestDep``, ``ReadsDep``, ``Federa
 hands it to what spans several parts, the settings and the metrics.
 
 The getters are ``async`` (they await nothing): a plain function dependency costs a hop to
-the thread pool on every request."""
+the thread pool on every request.
+
+Tested by: tests/app/test_security.py (every route's guard: 401 without a key, 403
+without its scope), and every API test through the routes that take these dependencies.
+"""
 
 from __future__ import annotations
 

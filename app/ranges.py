@@ -14,9 +14,10 @@ is shared across the instants:
   (``SplittableHistogram.query_many``: the suffix terms of all ranges per interval, in
   integers), and the rank tables of the quantile and distribution kinds in one sweep over
   time (``WindowedQuantiles.rank_tables``); the instants' answers take their readings from
-  them (``_RangeView``), so the answer code is the instant's own. (The additive decayed
-  sum needs no read-ahead: its sketch keeps per-tick sums and evaluates a decay once per
-  tick at any instant.)
+  them (``_RangeView``), so the answer code is the instant's own. Which parts a kind reads
+  ahead, and how, its family declares beside the kind (``QueryKind.read_ahead``). (The
+  additive decayed sum needs no read-ahead: its sketch keeps per-tick sums and evaluates a
+  decay once per tick at any instant.)
 * **Points kept across versions.** A point is the answer of the version it was read
   from; it stays the answer of every later version that added no event at or before its
   instant. Each publish says the smallest event time it added, so a refreshed panel
@@ -41,12 +42,8 @@ from tidemark.ticks import EMPTY_RANGE, Window, ticks_of
 
 __all__ = ["windows_at", "answers_at", "as_json", "RangeCache", "kept_point"]
 
-# The parts whose reads are batched (``query_many``), and the kinds that read them
-# (window_estimate over the window's inner and outer ticks; distinct also from the window's
-# edges to the clock, ``app.answers._distinct``).
-_BATCHED = {"count": ("count", "heavy-hitters"), "sum": ("sum",), "distinct": ("distinct",)}
-_TABLES = ("quantiles", "distribution")  # kinds reading rank tables of the value part
-_BY_BUCKETS = {"keys": ("frequency", "self-join", "heavy-hitters"), "key_candidates": ("heavy-hitters",)}
+# Which parts each kind reads ahead, and how: its family declares it (``QueryKind.read_ahead``).
+_READ_AHEAD = {name: kind.read_ahead for name, kind in QUERY_KINDS.items() if kind.read_ahead}
 
 
 def windows_at(params: dict, config: StreamConfig, clock: float | None,
@@ -244,21 +241,20 @@ def _read_ahead(kind: str, summary: StreamSummary, windows: list) -> StreamSumma
     if len(windows) < _READ_AHEAD_FROM:  # (a refresh's few new steps)
         return summary
     parts = {}
-    if kind in _TABLES and "values" in summary.parts:
-        pairs = sorted({_value_ranges(w) for w in windows
-                        if isinstance(w, Window) and w.outer[0] <= w.outer[1]})
-        tables = summary["values"].rank_tables(pairs)
-        parts["values"] = _Tables(summary["values"], dict(zip(pairs, tables)))
     ranges = sorted({r for w in windows if isinstance(w, Window)
                      for r in (w.inner, w.outer) if r[0] <= r[1]})
-    for part, kinds in _BATCHED.items():
-        if kind in kinds and part in summary.parts:
-            read = ranges if part != "distinct" else _to_clock(ranges, summary[part].clock)
-            readings = summary[part].query_many(read)
-            parts[part] = _Readings(summary[part], dict(zip(read, readings)))
-    for part, kinds in _BY_BUCKETS.items():
-        if kind in kinds and part in summary.parts:
+    for part, how in _READ_AHEAD.get(kind, ()):
+        if part not in summary.parts:
+            continue
+        if how == "rank-tables":
+            pairs = sorted({_value_ranges(w) for w in windows
+                            if isinstance(w, Window) and w.outer[0] <= w.outer[1]})
+            parts[part] = _Tables(summary[part], dict(zip(pairs, summary[part].rank_tables(pairs))))
+        elif how == "buckets":
             parts[part] = _ByBuckets(summary[part], ranges)
+        else:  # "ranges", "ranges-to-clock"
+            read = ranges if how == "ranges" else _to_clock(ranges, summary[part].clock)
+            parts[part] = _Readings(summary[part], dict(zip(read, summary[part].query_many(read))))
     return _RangeView(summary, parts) if parts else summary
 
 

@@ -64,6 +64,11 @@ rounded.
 
 Which events count is decided only here; counts, sums, keys, distinct counts and decayed
 sums all take their tick ranges and ages from a :class:`Window`.
+
+Tested by: tests/app/test_answers_windows.py (test_ticks_are_the_exact_floor, windows at
+every edge), tests/tidemark/test_limits.py (every grain exact, the late rule on its edge),
+tests/app/test_exact_time.py (the late edge), tests/app/test_ranges.py
+(test_windows_in_one_pass_are_parse_window), tests/app/test_answers_decayed.py (ages).
 """
 
 from __future__ import annotations

@@ -8,6 +8,9 @@ would: Redis answers, the worker's heartbeat names a running query, the API answ
 ``/healthz``, and ``/readyz`` says the first batch is through. On a terminal the phase
 being waited for is one line redrawn in place; elsewhere (a pipe, a log) each phase is one
 line when it is done.
+
+Tested by: tests/tidemark_cli/test_main.py
+(test_up_serves_the_configured_streams_and_stops_cleanly: the phases, no engine chatter).
 """
 
 from __future__ import annotations

@@ -7,6 +7,10 @@ line that is not JSON) goes as NDJSON, so that the API names each bad event.
 Every request carries its own ``Idempotency-Key``, so retrying it is always safe: on 429
 (the worker is behind) and 503 (storage unavailable) it waits as long as ``Retry-After``
 says, on a dropped connection with a growing backoff, for up to ``retry_for`` seconds.
+
+Tested by: tests/tidemark_cli/test_main.py (test_ingest_sends_ndjson_and_csv_and_reports_counts,
+test_ingest_retries_a_dropped_connection_and_503_under_one_idempotency_key),
+tests/test_operations.py (post_batch under kill -9).
 """
 
 from __future__ import annotations

@@ -14,6 +14,9 @@ are claimed through Redis, so each fires once). Each binds its own listening soc
 ``SO_REUSEPORT``, so the kernel spreads new connections evenly over them (with one shared
 socket the busiest process tends to accept the most). The parent forks before any thread
 of its own starts, restarts a process that dies, and stops them all on SIGTERM or SIGINT.
+
+Tested by: tests/app/test_api_workers.py (several processes on one port, api_processes),
+tests/tidemark_cli/test_main.py (test_up_serves_the_configured_streams_and_stops_cleanly).
 """
 
 from __future__ import annotations

@@ -1,5 +1,8 @@
 """``tidemark streams list`` and ``tidemark streams delete NAME``: the stream lifecycle
-from the command line, over the API like any client (contract §4)."""
+from the command line, over the API like any client (contract §4).
+
+Tested by: tests/tidemark_cli/test_main.py (test_streams_list_and_delete).
+"""
 
 from __future__ import annotations
 

@@ -19,6 +19,11 @@ state store provider with changelog checkpointing, so
 What a group's state becomes is ``workers.shard_state`` (no Spark there); the checkpoint's
 layout mark is ``workers.checkpoint``; what the query's progress says for readiness and
 back-pressure is ``workers.progress``.
+
+Tested by: tests/workers/test_exactly_once.py (start: restart and flush),
+tests/workers/test_update.py (shard_updater as Spark ships it), tests/tidemark_cli/test_standby.py
+(stand_by), tests/workers/test_kill.py and tests/workers/test_many_streams.py (the worker's life
+under kill -9 and many streams).
 """
 
 from __future__ import annotations

@@ -61,5 +61,7 @@ def _distinct(summary, config, window, params) -> Estimate:
 
 
 FAMILY = ServedFamily(core.FAMILY, (
-    QueryKind("distinct", _distinct, lambda config, p: exact_zero("randomized-wave"), alert=True, monotone=True),
+    QueryKind("distinct", _distinct, lambda config, p: exact_zero("randomized-wave"), alert=True, monotone=True,
+              # a window ending before the clock is read from its edges to the clock too
+              read_ahead=(("distinct", "ranges-to-clock"),)),
 ))

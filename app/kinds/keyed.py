@@ -167,9 +167,12 @@ def _inner_product(summaries, configs, window, params) -> Estimate:
 
 
 FAMILY = ServedFamily(core.FAMILY, (
-    QueryKind("frequency", _frequency, lambda c, p: _zero(c), _check_key, alert=True, monotone=True),
+    QueryKind("frequency", _frequency, lambda c, p: _zero(c), _check_key, alert=True, monotone=True,
+              read_ahead=(("keys", "buckets"),)),
     QueryKind("heavy-hitters", _heavy_hitters, lambda c, p: HeavyHitters([], 0.0, True), _check_phi,
-              monotone=True),  # each listed key's count
-    QueryKind("self-join", _self_join, lambda c, p: _zero(c), alert=True, monotone=True),
+              monotone=True,  # each listed key's count
+              read_ahead=(("count", "ranges"), ("keys", "buckets"), ("key_candidates", "buckets"))),
+    QueryKind("self-join", _self_join, lambda c, p: _zero(c), alert=True, monotone=True,
+              read_ahead=(("keys", "buckets"),)),
     QueryKind("inner-product", _inner_product, check=_same_shape, streams=2, alert=True, monotone=True),
 ))

@@ -26,7 +26,16 @@ from tidemark.summary import StreamSummary
 from tidemark.ticks import Window
 
 __all__ = ["QueryError", "QueryKind", "ServedFamily", "Window", "exact_zero", "window_estimate",
-           "best_point", "bracket"]
+           "best_point", "bracket", "READ_AHEAD"]
+
+# How the range path (``app.ranges``: one query at hundreds of instants) reads a part ahead
+# of the instants, in one pass, for ``QueryKind.read_ahead``.
+READ_AHEAD = {
+    "ranges": "every instant's inner and outer tick ranges at once (a histogram's query_many)",
+    "ranges-to-clock": "those ranges, and from each one's edges to the clock (query_many)",
+    "rank-tables": "the rank tables of every instant's (outer, inner) pair in one sweep",
+    "buckets": "each read once per set of time buckets the ranges cover (an ECM part)",
+}
 
 
 class QueryError(ValueError):
@@ -99,6 +108,14 @@ class QueryKind:
     # of ``[at − window, at]``: a lost event before the window still concerns it
     # (``answers.lost_in_window``).
     decayed: bool = False
+    # The parts the range path reads ahead for this kind, as ``(part, how)`` pairs (``how``
+    # a key of ``READ_AHEAD``); a part not named is read instant by instant.
+    read_ahead: tuple[tuple[str, str], ...] = ()
+
+    def __post_init__(self):
+        unknown = [how for _, how in self.read_ahead if how not in READ_AHEAD]
+        if unknown:
+            raise ValueError(f"{self.name}: no read-ahead {unknown} (known: {', '.join(READ_AHEAD)})")
 
 
 @dataclass(frozen=True)

@@ -87,7 +87,7 @@ def _quantiles(summary, config, window, params):
 
 
 QUANTILES = QueryKind("quantiles", _quantiles, lambda c, p: [_item(q, None, c) for q in p["q"]], _check_q,
-                      alert=True)
+                      alert=True, read_ahead=(("values", "rank-tables"),))
 
 
 # -- distribution ------------------------------------------------------------------------------
@@ -139,7 +139,8 @@ def _distribution(summary, config, window, params):
 DISTRIBUTION = QueryKind("distribution", _distribution,
                          lambda c, p: _Listing([], events={"lower": 0, "upper": 0}), _check_distribution,
                          not_series="its rows are CDF buckets, not estimates: "
-                                    "read GET /v1/streams/{name}/distribution")
+                                    "read GET /v1/streams/{name}/distribution",
+                         read_ahead=(("values", "rank-tables"),))
 
 
 # -- decayed quantile ----------------------------------------------------------------------------

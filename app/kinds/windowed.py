@@ -23,6 +23,7 @@ def _windowed(part: str, method: str) -> QueryKind:
         empty=lambda config, p: exact_zero(method),
         alert=True,
         monotone=True,
+        read_ahead=((part, "ranges"),),
     )
 
 

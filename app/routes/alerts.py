@@ -1,4 +1,9 @@
-"""Alert rules (contract §7)."""
+"""Alert rules (contract §7).
+
+Tested by: tests/app/test_alerts.py (rules through the API, refusals with reasons),
+tests/app/alerts/test_webhooks.py (webhook checks and masked listings through the API),
+tests/app/test_security.py (test_alerts_are_capped), tests/app/test_tenants.py.
+"""
 
 from __future__ import annotations
 

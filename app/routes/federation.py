@@ -23,6 +23,9 @@ no longer kept, asks the manifest and fetches only the segments whose digests it
 hold: a part no event touched keeps its digest and is never sent again (``docs/design.md``,
 Federation). A federated
 stream serves its own (``local``) summary here, never the merge of its sites.
+
+Tested by: tests/app/test_federation.py
+(test_the_summary_endpoint_serves_versions_and_only_what_changed, and the sites' pulls).
 """
 
 from __future__ import annotations

@@ -1,4 +1,9 @@
-"""Liveness, readiness and metrics."""
+"""Liveness, readiness and metrics.
+
+Tested by: tests/app/test_readiness.py (/readyz, /metrics), tests/app/test_fast_reads.py
+(the fast path answers as these routes do), tests/app/test_tenants.py (/metrics and
+/v1/access per key), tests/test_pipeline.py (test_health_readiness_metrics_and_docs).
+"""
 
 from __future__ import annotations
 

@@ -8,6 +8,9 @@ the contract's shape (§6) and is exactly what ``GET /v1/streams/{name}/{query}?
 give for the same sketch version: all of them are computed from one read of the summary, in
 one pass (``app.ranges``), so a chart opened now shows a full line (and one consistent
 version) in a single request.
+
+Tested by: tests/app/test_history.py (each point the plain answer, bad parameters,
+refreshed histories), tests/frontend/test_dashboard.py (charts opened with their history).
 """
 
 from __future__ import annotations

@@ -1,4 +1,10 @@
-"""Event ingest (contract §5): validate each event, keep the good, report the bad."""
+"""Event ingest (contract §5): validate each event, keep the good, report the bad.
+
+Tested by: tests/app/test_security.py (media types, body caps, hostile events, Arrow
+bodies), tests/app/test_fast_ingest.py (the fast path answers as this route does),
+tests/test_pipeline.py (malformed events rejected, the good counted),
+tests/app/test_tenants.py (quotas).
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,9 @@
-"""Server-sent events: one message per published sketch version, for the dashboard."""
+"""Server-sent events: one message per published sketch version, for the dashboard.
+
+Tested by: tests/app/test_live_hub.py, tests/app/test_security.py
+(test_live_clients_are_capped_and_share_one_redis_subscription), tests/app/test_tenants.py
+(test_live_updates_carry_only_visible_streams).
+"""
 
 from __future__ import annotations
 

@@ -9,6 +9,10 @@ Tidemark refuses as a whole and ``timeout`` (422; Prometheus says 503, but a 5xx
 here) past the request's ``timeout``. Parameters come from the query string and from form-encoded bodies (Grafana
 POSTs them), the body first, as Prometheus' ``FormValue`` reads them. Access is the
 ``read`` scope (a Bearer key, or the key as the password of HTTP Basic, as Grafana sends it).
+
+Tested by: tests/app/test_prometheus_api.py (every route against the native answers),
+tests/app/test_promtool.py (Prometheus' own client), tests/app/test_tenants.py (streams a
+key may see).
 """
 
 from __future__ import annotations

@@ -2,7 +2,13 @@
 
 Routes come from the table of query kinds (:data:`app.answers.QUERY_KINDS`): one route
 answers every kind over one stream, and each kind over several streams has its own URL,
-``GET /v1/{kind}?streams=A,B`` (today: ``/v1/inner-product``).
+``GET /v1/{kind}?streams=A,B`` (today: ``/v1/inner-product``); ``GET /v1/kinds`` lists the
+table, so a client (the dashboard) asks only what this server answers.
+
+Tested by: tests/app/test_kinds.py (test_routes_come_from_the_table,
+test_the_kinds_route_lists_exactly_the_table_to_a_reader), tests/app/test_query_path.py
+(test_answers_are_rendered_once_per_version_and_anew_for_a_new_one),
+tests/app/test_answer_cache.py (render_ahead), tests/test_queries.py (every kind through HTTP).
 """
 
 from __future__ import annotations
@@ -16,6 +22,8 @@ from starlette.concurrency import run_in_threadpool
 
 from app.answer_cache import AnswerCache
 from app.answers import QUERY_KINDS, answer_from_store
+from app.kinds import FAMILIES
+from app.promql.query import metric_names
 from app.deps import READ, MetricsDep, StoreDep
 from app.routes.streams import StreamName
 
@@ -41,6 +49,25 @@ def _multi_stream_route(kind: str):
 
 for _kind in sorted(k for k, q in QUERY_KINDS.items() if q.streams > 1):
     router.add_api_route(f"/v1/{_kind}", _multi_stream_route(_kind), methods=["GET"])
+
+
+def _listing() -> dict:
+    metrics = {kind: metric for metric, kind in metric_names().items()}
+    return {"kinds": [{"name": kind.name, "family": family.name, "streams": kind.streams, "alert": kind.alert,
+                       "metric": metrics.get(kind.name), "not_series": kind.not_series}
+                      for family in FAMILIES for kind in family.kinds]}
+
+
+_KINDS = _listing()
+
+
+@router.get("/v1/kinds")
+async def kinds() -> dict:
+    """The query kinds this server answers, by family in the registry's order: each one's
+    ``name``, ``family``, how many ``streams`` it reads (1: ``/v1/streams/{name}/{kind}``;
+    more: ``/v1/{kind}?streams=A,B``), whether an ``alert`` rule may watch it, its
+    Prometheus ``metric`` (null when not served as series, ``not_series`` saying why)."""
+    return _KINDS
 
 
 @router.get("/v1/streams/{name}/{query}")

@@ -1,4 +1,9 @@
-"""Stream declarations and status (contract §4)."""
+"""Stream declarations and status (contract §4).
+
+Tested by: tests/app/test_security.py (declarations capped, listed page by page),
+tests/app/test_lifecycle.py (delete), tests/app/test_tenants.py (listings per key),
+tests/tidemark_cli/test_main.py (test_streams_list_and_delete).
+"""
 
 from __future__ import annotations
 

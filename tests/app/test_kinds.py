@@ -139,6 +139,39 @@ def test_routes_come_from_the_table(api, redis_url):
         assert missing.status_code == 404
 
 
+def test_the_kinds_route_lists_exactly_the_table_to_a_reader(api):
+    """``GET /v1/kinds`` names every kind of the table once, by family in the registry's
+    order, with what its declaration says; it is a read like the others: 401 without a
+    key, 403 with an ingest key, 200 with a read key."""
+    from app.promql.query import metric_names
+
+    with api.client(None) as c:
+        assert c.get("/v1/kinds").status_code == 401
+    with api.client("ingest") as c:
+        assert c.get("/v1/kinds").status_code == 403
+    with api.client("read") as c:
+        got = c.get("/v1/kinds")
+    assert got.status_code == 200, got.text
+    listed = got.json()["kinds"]
+    assert [k["name"] for k in listed] == [k.name for f in kinds.FAMILIES for k in f.kinds]
+    assert {k["name"] for k in listed} == set(QUERY_KINDS)
+    served = {kind: metric for metric, kind in metric_names().items()}
+    for k in listed:
+        kind = QUERY_KINDS[k["name"]]
+        assert k == {"name": kind.name, "family": next(f.name for f in kinds.FAMILIES if kind in f.kinds),
+                     "streams": kind.streams, "alert": kind.alert, "metric": served.get(kind.name),
+                     "not_series": kind.not_series}
+        assert (k["metric"] is None) == (k["not_series"] is not None)
+
+
+def test_every_read_ahead_names_a_part_of_the_kinds_summary():
+    """What a kind reads ahead over time (``QueryKind.read_ahead``) is a part a summary of
+    its stream holds: a read-ahead naming no part would silently read nothing ahead."""
+    parts = {spec.name for family in families.FAMILIES for spec in family.parts if spec.instances is None}
+    declared = {(k.name, part) for k in QUERY_KINDS.values() for part, _ in k.read_ahead}
+    assert declared and all(part in parts for _, part in declared), declared
+
+
 def test_distribution_rows_bracket_the_cdf_and_its_share():
     """``distribution`` through the answer path, windows whose edges cut ticks, shards
     merged: each row's count bracket holds C(≤ upper edge), its share bracket holds

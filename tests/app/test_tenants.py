@@ -98,7 +98,7 @@ def _names_a_stream(path: str, method: str) -> bool:
         return path in ("/api/v1/query", "/api/v1/query_range")
     return "{name}" in path or "{alert_id}" in path or (path, method) == ("/v1/alerts", "POST") \
         or path.startswith("/v1/") and path.count("/") == 2 and path not in (
-            "/v1/streams", "/v1/alerts", "/v1/live", "/v1/access")
+            "/v1/streams", "/v1/alerts", "/v1/live", "/v1/access", "/v1/kinds")
 
 
 def test_a_restricted_key_probing_every_route_with_a_foreign_name_gets_404_naming_nothing(server):

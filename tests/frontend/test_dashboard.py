@@ -524,6 +524,42 @@ def test_quantiles_over_time_open_with_their_history(api, redis_url, dashboard):
     d.assert_clean()
 
 
+def test_a_kind_the_server_does_not_list_is_not_asked_and_says_why(api, dashboard):
+    """The page reads the query kinds from the server's registry (``GET /v1/kinds``): a kind
+    the list lacks (``distinct``, taken out of the answer in transit) is not asked after
+    discovery, and its tile says so in words that name the list."""
+    name = "kinds-from-the-server"
+    with httpx.Client(base_url=api.url, timeout=30, headers=auth("admin")) as c:
+        _declare(c, name)
+    d = dashboard(api.url)
+
+    def without_distinct(route):
+        got = route.fetch()
+        body = got.json()
+        body["kinds"] = [k for k in body["kinds"] if k["name"] != "distinct"]
+        route.fulfill(response=got, json=body)
+
+    d.page.route("**/v1/kinds", without_distinct)
+    d.open(f"#stream={name}")
+    # Panels opened before discovery may have asked; after a refresh (discovery first) none does.
+    d.page.evaluate("() => window.tidemark.refresh()")
+    d.page.wait_for_function("() => document.getElementById('tile-distinct').dataset.available === 'no'")
+    asked = sum(urlparse(u).path == f"/v1/streams/{name}/distinct" for u in d.requests)
+    detail = d.page.evaluate("() => window.tidemark.missing.get('distinct').detail")
+    assert detail.startswith("unknown query 'distinct'") and "GET /v1/kinds" in detail and "self-join" in detail
+    assert detail in d.text("#tile-distinct")
+    # The tiles are asked together: another round asks self-join again and distinct still not.
+    self_join = f"/v1/streams/{name}/self-join"
+    before = sum(urlparse(u).path == self_join for u in d.requests)
+    d.page.evaluate("() => window.tidemark.refresh()")
+    deadline = time.monotonic() + 30
+    while sum(urlparse(u).path == self_join for u in d.requests) == before and time.monotonic() < deadline:
+        d.page.wait_for_timeout(100)
+    assert sum(urlparse(u).path == self_join for u in d.requests) > before
+    assert sum(urlparse(u).path == f"/v1/streams/{name}/distinct" for u in d.requests) == asked
+    d.assert_clean()
+
+
 def _check_tiles(c, d, stream):
     for query in ("distinct", "self-join"):
         r = _answer(c, stream, query, window=3600)

@@ -70,10 +70,25 @@ export function noteMissing(query, r) {
 /** The answer to give without asking, for a query known to be missing. */
 export const missingAnswer = (gone) => ({ ok: false, status: gone.status, detail: gone.detail, missing: true });
 
-/** Learn from the server's OpenAPI description which routes exist (and, if the query
- * parameter is an enum, which queries), so missing ones are not even asked. */
+/* The query kinds the server answers, from its registry (GET /v1/kinds); null until
+ * discovered, and for a server without that route (each kind is then asked, and its 404 or
+ * "unknown query" says which it lacks). */
+let listed = null;
+
+/** ``knownMissing`` for a query kind: missing too when the server's kinds do not list it. */
+export function kindMissing(kind) {
+  if (listed && !listed.has(kind) && !missing.has(kind)) {
+    missing.set(kind, { status: 422, since: performance.now(),
+      detail: `unknown query '${kind}'; the server's kinds (GET /v1/kinds): ${[...listed].join(', ')}` });
+  }
+  return knownMissing(kind);
+}
+
+/** Learn which query kinds the server answers (GET /v1/kinds) and which routes it has
+ * (its OpenAPI description), so missing ones are not even asked. */
 export async function discover() {
-  const r = await api('/openapi.json');
+  const [r, k] = await Promise.all([api('/openapi.json'), api('/v1/kinds')]);
+  listed = k.ok && k.body && Array.isArray(k.body.kinds) ? new Set(k.body.kinds.map((x) => x.name)) : null;
   if (!r.ok || !r.body || !r.body.paths) return;
   const paths = r.body.paths;
   const since = performance.now();
@@ -82,19 +97,11 @@ export async function discover() {
   if (!paths['/v1/inner-product']) note('inner-product', 'GET /v1/inner-product');
   if (!paths['/v1/alerts']) note('alerts', 'GET /v1/alerts');
   if (!paths['/v1/streams/{name}/{query}/history']) note('history', 'GET /v1/streams/{name}/{query}/history');
-  const route = paths['/v1/streams/{name}/{query}'];
-  const param = route && route.get && (route.get.parameters || []).find((x) => x.name === 'query');
-  const known = param && param.schema && param.schema.enum;
-  if (Array.isArray(known)) {
-    for (const q of ['count', 'sum', 'frequency', 'heavy-hitters', 'quantiles', 'distinct', 'self-join', 'decayed-sum']) {
-      if (!known.includes(q)) missing.set(q, { status: 422, since, detail: `unknown query '${q}'; known: ${known.join(', ')}` });
-    }
-  }
 }
 
 /** Ask one query of the selected stream, remembering the ones the server lacks. */
 export async function ask(query, params, stream = state.selected) {
-  const gone = knownMissing(query);
+  const gone = kindMissing(query);
   if (gone) return missingAnswer(gone);
   const r = await api(`/v1/streams/${enc(stream)}/${query}`, params);
   if (!r.ok && isMissing(r)) noteMissing(query, r);
@@ -103,7 +110,7 @@ export async function ask(query, params, stream = state.selected) {
 
 /** Ask a query's history: its answers at instants across max_window (one request). */
 export async function askHistory(query, params, stream = state.selected) {
-  const gone = knownMissing('history') || knownMissing(query);
+  const gone = knownMissing('history') || kindMissing(query);
   if (gone) return missingAnswer(gone);
   const r = await api(`/v1/streams/${enc(stream)}/${query}/history`, params);
   if (!r.ok && isMissing(r)) noteMissing(r.status === 422 ? query : 'history', r);

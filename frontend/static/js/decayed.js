@@ -1,6 +1,6 @@
 /* Decayed correlated sum against τ: one curve per chosen decay, each labelled with the
  * guarantee the server gives, and the server's refusals (422) listed in its own words. */
-import { ask, knownMissing, missingAnswer, problemText } from './api.js';
+import { ask, kindMissing, missingAnswer, problemText } from './api.js';
 import { bandTraces, baseLayout, draw, emptyPlot, showChart } from './charts.js';
 import { $, el, showNote } from './dom.js';
 import { decayLabel, finite, fmtDuration, fmtExact, fmtGuarantee, parseDuration } from './format.js';
@@ -58,7 +58,7 @@ async function tauGrid() {
   const { value_min: lo, value_max: hi, max_window: maxWindow } = s.settings;
   const qs = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99];
   let taus = [];
-  if (finite(s.status.clock) && !knownMissing('quantiles')) {
+  if (finite(s.status.clock) && !kindMissing('quantiles')) {
     const r = await ask('quantiles', { window: maxWindow, q: qs.join(',') });
     if (r.ok && r.body.items && r.body.items.length) {
       taus = r.body.items.map((it) => +it.estimate.toPrecision(3)).filter((t) => t > lo && t <= hi);
@@ -84,7 +84,7 @@ export const refreshDecay = throttled(async () => {
   const g = state.gen;
   const note = $('decay-note');
   const refusals = $('decay-refusals');
-  const gone = knownMissing('decayed-sum');
+  const gone = kindMissing('decayed-sum');
   if (gone) {
     hide(note, problemText(missingAnswer(gone), 'The decayed sum'));
     showChart('decay-chart', false);

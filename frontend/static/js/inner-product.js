@@ -1,5 +1,5 @@
 /* Inner product of two streams (GET /v1/inner-product): two pickers, a window, a result. */
-import { api, isMissing, knownMissing, missingAnswer, noteMissing, problemText } from './api.js';
+import { api, isMissing, kindMissing, missingAnswer, noteMissing, problemText } from './api.js';
 import { $, answerLine, el } from './dom.js';
 import { fmtDuration } from './format.js';
 import { SLOW_PANEL_MS, UNITS, state, throttled } from './state.js';
@@ -52,7 +52,7 @@ async function refreshInnerProduct() {
       text: `The window may be at most ${fmtDuration(maxWindow)} (the smaller max window of the two streams).` }));
     return;
   }
-  const gone = knownMissing('inner-product');
+  const gone = kindMissing('inner-product');
   const r = gone ? missingAnswer(gone) : await api('/v1/inner-product', { streams: `${a},${b}`, window: w });
   if (!r.ok && !gone && isMissing(r)) noteMissing('inner-product', r);
   if (a !== state.ip.a || b !== state.ip.b) return;

@@ -1,6 +1,6 @@
 /* Quantiles of value: the estimate against q, each bracket shaded; p50/p90/p99 in words
  * and over time (quantile-history.js). */
-import { ask, knownMissing, missingAnswer, problemText } from './api.js';
+import { ask, kindMissing, missingAnswer, problemText } from './api.js';
 import { bandTraces, baseLayout, draw, emptyPlot, showChart } from './charts.js';
 import { $, el, showNote } from './dom.js';
 import { fmtExact, fmtGuarantee, fmtInterval, fmtShort } from './format.js';
@@ -11,7 +11,7 @@ const QS = [0, 0.01, 0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.99, 1];
 
 export async function refreshQuantiles(g) {
   const note = $('q-note');
-  const gone = knownMissing('quantiles');
+  const gone = kindMissing('quantiles');
   if (gone) {
     showNote(note, problemText(missingAnswer(gone), 'Quantiles'));
     $('q-summary').replaceChildren();
