@@ -32,7 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar, NamedTuple
 
-from sketches._bytes import HEADER_SIZE, pack_header, read_blob, unpack_header
+from sketches._bytes import HEADER_SIZE, Reader, Writer, pack_header, read_blob, unpack_header
 from sketches.errors import CorruptSketchError, IncompatibleSketchError, SketchError
 
 __all__ = [
@@ -46,6 +46,8 @@ __all__ = [
     "pack_header",
     "unpack_header",
     "HEADER_SIZE",
+    "Reader",  # the checked payload reader and writer, for families outside this package
+    "Writer",
 ]
 
 

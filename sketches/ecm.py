@@ -19,6 +19,7 @@ from sketches._ecm_kernels import (
     NO_CLOCK,
     TICK_LIMIT,
     TimeBuckets,
+    cell_index,
     cells_of,
     hash_tables,
     key_readings,
@@ -31,7 +32,9 @@ from sketches._ecm_kernels import (
 from sketches.base import CorruptSketchError, Estimate, Family, IncompatibleSketchError, Sketch, SketchError
 from sketches.base import not_expired, seed_value, tick_bounds, unit_interval, window_ticks
 
-__all__ = ["ECMSketch", "split_epsilon", "suggest_dimensions"]
+# TICK_LIMIT and cell_index: the tick range and the cell hashing of CellSketch, which
+# sketches_extra's dyadic ECM shares.
+__all__ = ["ECMSketch", "TICK_LIMIT", "cell_index", "split_epsilon", "suggest_dimensions"]
 
 METHOD = "ecm-sketch/dyadic-exponential-histogram"
 _PURPOSES = ("point", "inner")

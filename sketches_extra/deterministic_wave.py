@@ -17,8 +17,7 @@ import numpy as np
 
 from sketches_extra import _wave_kernels as K
 from sketches_extra._eh_kernels import TICK_LIMIT
-from sketches._bytes import HEADER_SIZE, Reader
-from sketches.base import CorruptSketchError, Estimate, SketchError
+from sketches.base import HEADER_SIZE, CorruptSketchError, Estimate, Reader, SketchError
 from sketches_extra._in_order import NO_CLOCK, UNIT_ROUNDOFF, InOrderWindowSum, as_int, bracket_estimate, check_in_order, coerce_ticks
 
 __all__ = ["DeterministicWave", "wave_levels", "suggest_max_window_weight"]

@@ -17,10 +17,8 @@ from fractions import Fraction
 import numba as nb
 import numpy as np
 
-from sketches._ecm_kernels import TICK_LIMIT, cell_index
-from sketches._bytes import Reader
-from sketches.base import CorruptSketchError, Estimate, SketchError, seed_value, unit_interval, window_ticks
-from sketches.ecm import CellSketch, as_batch
+from sketches.base import CorruptSketchError, Estimate, Reader, SketchError, seed_value, unit_interval, window_ticks
+from sketches.ecm import TICK_LIMIT, CellSketch, as_batch, cell_index
 
 __all__ = ["DyadicECM"]
 

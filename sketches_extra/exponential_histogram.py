@@ -27,8 +27,7 @@ from sketches_extra._eh_kernels import (
     scan_batch,
     suffix,
 )
-from sketches._bytes import HEADER_SIZE, Reader
-from sketches.base import CorruptSketchError, Estimate, SketchError
+from sketches.base import HEADER_SIZE, CorruptSketchError, Estimate, Reader, SketchError
 from sketches_extra._in_order import NO_CLOCK, UNIT_ROUNDOFF, InOrderWindowSum, bracket_estimate, check_in_order, coerce_ticks
 
 __all__ = ["ExponentialHistogram", "suggest_epsilon", "max_buckets"]
