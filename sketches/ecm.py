@@ -228,7 +228,7 @@ class CellSketch(TimeBucketed):
         self._events = 0  # events absorbed (bounds float rounding when sums are inexact)
         self._fractional = False  # a non-integral weight was seen
         self._depth = 0  # height of the merge tree
-        self._parts = 1  # leaf sketches merged in
+        self._leaves = 1  # leaf sketches merged in (the merge tree's leaves)
 
     # -- shared properties ------------------------------------------------------------
     @property
@@ -259,7 +259,7 @@ class CellSketch(TimeBucketed):
         self._events += other._events
         self._fractional = self._fractional or other._fractional
         self._depth = max(self._depth, other._depth) + 1
-        self._parts += other._parts
+        self._leaves += other._leaves
 
     # -- queries ------------------------------------------------------------------------
     def _range(self, lo, hi):
@@ -301,7 +301,7 @@ class CellSketch(TimeBucketed):
     # -- bytes --------------------------------------------------------------------------
     # state block (format 2, little endian; varints are LEB128, see sketches._codec), after
     # the class's parameter block:
-    #   i64 clock | u64 events | u32 merge depth | u32 parts | u8 flags | 3 x u8 zero |
+    #   i64 clock | u64 events | u32 merge depth | u32 leaves | u8 flags | 3 x u8 zero |
     #   u32 B (buckets) | u32 K (cells)
     #   buckets, in their canonical order (start, then level descending), column by column:
     #     u8[B] level | varint zig-zag first start, B−1 varint start steps
@@ -315,7 +315,7 @@ class CellSketch(TimeBucketed):
 
     def _state_bytes(self) -> bytes:
         tb = self._tb
-        wr = Writer().pack(self._STATE, tb.clock, self._events, self._depth, self._parts,
+        wr = Writer().pack(self._STATE, tb.clock, self._events, self._depth, self._leaves,
                            int(self._fractional), len(tb), self.n_cells)
         if len(tb):
             write_buckets(wr, tb)
@@ -324,14 +324,14 @@ class CellSketch(TimeBucketed):
 
     def _load_state(self, rd: Reader) -> None:
         """Read the state block (the parameters are already set)."""
-        clock, events, depth, parts, flags, b, k = rd.unpack(self._STATE)
+        clock, events, depth, leaves, flags, b, k = rd.unpack(self._STATE)
         if k != self.n_cells:
             raise CorruptSketchError("ECM blob cell count does not match its parameters")
         if flags & ~1:
             raise CorruptSketchError("ECM blob has unknown flags")
         if b > rd.left():  # every bucket takes at least one byte per column
             raise CorruptSketchError("ECM blob length does not match its bucket count")
-        if parts < 1 or (depth == 0 and parts != 1) or parts < depth + 1:
+        if leaves < 1 or (depth == 0 and leaves != 1) or leaves < depth + 1:
             raise CorruptSketchError("ECM blob has an inconsistent merge history")
         counts = np.zeros(b * k)
         tb = TimeBuckets(self._tb.window, self._tb.ratio)
@@ -360,7 +360,7 @@ class CellSketch(TimeBucketed):
             raise CorruptSketchError("ECM blob says its weights are integral but holds fractions")
         self._tb, self._counts = tb, counts
         self._events, self._fractional = int(events), bool(flags & 1)
-        self._depth, self._parts = int(depth), int(parts)
+        self._depth, self._leaves = int(depth), int(leaves)
 
 
 class ECMSketch(CellSketch):

@@ -683,8 +683,9 @@ class WindowedQuantiles(Sketch):
         return (self.epsilon, self.window, self.value_accuracy)
 
     @property
-    def parts(self) -> int:
-        """Always 1: merging folds the parts into one set of nodes."""
+    def substreams(self) -> int:
+        """Always 1: merging folds the merged sketches' nodes into one set of nodes (the
+        splittable histogram keeps its merged sub-streams side by side instead)."""
         return 1
 
     @property
