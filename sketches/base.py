@@ -74,9 +74,9 @@ class Estimate:
     """An estimate with the interval that contains the truth.
 
     ``lower <= truth <= upper`` holds always when ``confidence == 1.0`` and with
-    probability at least ``confidence`` otherwise. ``kind`` says whether
-    ``epsilon`` is a relative error (of the truth) or an additive one (of the
-    quantity named in the sketch's docstring, e.g. the window count).
+    probability at least ``confidence`` otherwise. ``kind`` (the contract's name; also
+    :attr:`guarantee`) says whether ``epsilon`` is a relative error (of the truth) or an
+    additive one (of the quantity named in the sketch's docstring, e.g. the window count).
     """
 
     estimate: float
@@ -86,6 +86,13 @@ class Estimate:
     epsilon: float
     confidence: float
     method: str
+
+    @property
+    def guarantee(self) -> str:
+        """What ``kind`` holds, under the name this code gives it: the error guarantee,
+        ``"relative"`` or ``"additive"`` (``kind`` stays: it is the bound's field in the
+        contract, and ``bound`` writes the fields by name)."""
+        return self.kind
 
     def bound(self) -> dict:
         """The contract's ``bound`` object. Every field is a number or a string, so a
@@ -245,7 +252,7 @@ class Sketch:
 
     FAMILY: ClassVar[int]  #: header family byte (:class:`Family`)
     FORMAT: ClassVar[int] = 1  #: byte format version; bump it with any change of layout
-    KIND: ClassVar[int] = 0  #: header flags: which class of a family that several share
+    HEADER_FLAGS: ClassVar[int] = 0  #: header flags: which class of a family that several share
     WHAT: ClassVar[str]  #: the family in messages ("splittable histogram")
     NOUN: ClassVar[str]  #: ... and in the plural ("splittable histograms")
     PARAMS: ClassVar[str]  #: what must match to merge, in words ("epsilon or window")
@@ -292,7 +299,7 @@ class Sketch:
 
     def to_bytes(self) -> bytes:
         payload = self._payload()
-        return pack_header(self.FAMILY, len(payload), fmt=self.FORMAT, flags=self.KIND) + payload
+        return pack_header(self.FAMILY, len(payload), fmt=self.FORMAT, flags=self.HEADER_FLAGS) + payload
 
     @classmethod
     def from_bytes(cls, data):

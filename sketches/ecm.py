@@ -443,7 +443,7 @@ class ECMSketch(CellSketch):
     True
     """
 
-    KIND = 0  # header flags: which class of the ECM family the blob holds
+    HEADER_FLAGS = 0  # header flags: which class of the ECM family the blob holds
     WHAT, NOUN = "ECM sketch", "ECM sketches"
     PARAMS = "epsilon, delta, window, purpose or seed"
     SHOWN = ("epsilon", "delta", "window", "purpose", "depth", "width", "n_buckets", "clock", "merge_depth", "nbytes")

@@ -287,7 +287,7 @@ class KeyDictionary(TimeBucketed):
     True
     """
 
-    FAMILY, FORMAT, KIND = Family.ECM, FORMAT, 2  # kind 2 of the ECM family
+    FAMILY, FORMAT, HEADER_FLAGS = Family.ECM, FORMAT, 2  # header flags 2: the third class of the ECM family
     WHAT, NOUN = "key dictionary", "key dictionaries"
     PARAMS = "capacity, window or epsilon"
     BATCH = ("ticks", "names", "keys", "weights")

@@ -527,11 +527,11 @@ class SplittableHistogram(Sketch):
             if eps_max < 1:
                 cap = est / (1 - eps_max)
                 upper = cap if upper is None else min(upper, cap)
-            kind, eps_rep = "relative", eps_max
+            guarantee, eps_rep = "relative", eps_max
         else:
             # Each suffix errs by ≤ ε_k·(its weight [+ S* if its check failed]) and every
             # suffix of a sub-stream lies in [lo, clock]: the errors add to ≤ max_p Σ ε_k · Q.
-            kind, eps_rep = "additive", eps_sum
+            guarantee, eps_rep = "additive", eps_sum
         est = max(est, Fraction(0))
         est_f = float(est)
         if Fraction(est_f) != est:  # the reported float is one rounding away from Ŷ
@@ -539,7 +539,7 @@ class SplittableHistogram(Sketch):
         lo_f, up_f = _down(lower), _up(upper)
         est_f = min(max(est_f, lo_f), up_f)
         eps_f = self.epsilon if eps_rep <= eps else _ceil_digits(eps_rep)
-        return Estimate(est_f, lo_f, up_f, kind, eps_f, 1.0, METHOD)
+        return Estimate(est_f, lo_f, up_f, guarantee, eps_f, 1.0, METHOD)
 
     def query_many(self, ranges) -> list:
         """:meth:`query` of every ``(lo, hi)`` of ``ranges``, each result equal to what
@@ -641,10 +641,10 @@ class SplittableHistogram(Sketch):
                 num, den = est * q, q - p
                 if p < q and upper * den > num:
                     up_f = _up_ratio(num, den)
-            kind = "relative"
+            guarantee = "relative"
             eps_f = self.epsilon
         else:
-            kind = "additive"
+            guarantee = "additive"
             eps_f = additive_eps.get(eps_terms)
             if eps_f is None:
                 eps_f = additive_eps[eps_terms] = (self.epsilon if eps_terms <= 1 else
@@ -653,7 +653,7 @@ class SplittableHistogram(Sketch):
         lo_f = float(lower) if lo_f is None else lo_f
         up_f = float(upper) if up_f is None else up_f
         est_f = min(max(float(est), lo_f), up_f)
-        return Estimate(est_f, lo_f, up_f, kind, eps_f, 1.0, METHOD)
+        return Estimate(est_f, lo_f, up_f, guarantee, eps_f, 1.0, METHOD)
 
     def _suffix(self, d: _Interval, t: int, local_clock: int, force: int = -1) -> _Term:
         """Bracket of s_t, the weight at local ticks ≥ t of interval ``d``, read at the
