@@ -253,7 +253,7 @@ def _read_ahead(kind: str, summary: StreamSummary, windows: list) -> StreamSumma
                      for r in (w.inner, w.outer) if r[0] <= r[1]})
     for part, kinds in _BATCHED.items():
         if kind in kinds and part in summary.parts:
-            read = ranges if part != "distinct" else _to_clock(ranges, summary[part].clock)
+            read = ranges if part != "distinct" else _to_clock(ranges, summary[part].clock_tick)
             readings = summary[part].query_many(read)
             parts[part] = _Readings(summary[part], dict(zip(read, readings)))
     for part, kinds in _BY_BUCKETS.items():

@@ -257,7 +257,7 @@ class Sketch:
     NOUN: ClassVar[str]  #: ... and in the plural ("splittable histograms")
     PARAMS: ClassVar[str]  #: what must match to merge, in words ("epsilon or window")
     BATCH: ClassVar[tuple[str, ...]] = ("ticks", "weights")  #: ``update``'s columns
-    SHOWN: ClassVar[tuple[str, ...]] = ("epsilon", "window", "clock")  #: what ``repr`` shows
+    SHOWN: ClassVar[tuple[str, ...]] = ("epsilon", "window", "clock_tick")  #: what ``repr`` shows
 
     # -- what a family provides ---------------------------------------------------------
     def _params(self) -> tuple:
@@ -319,11 +319,18 @@ class Sketch:
         its parameters (its docstring says what its space follows)."""
         return None
 
+    @property
+    def clock(self) -> int:
+        """``clock_tick`` under its former name, kept beside it for the callers that still
+        say ``clock`` (tests, benchmarks). A sketch's clock is a tick, its newest; a
+        stream's ``clock`` (the status field) is in seconds."""
+        return self.clock_tick
+
     def __repr__(self) -> str:
         """``Family(name=value, ...)`` over ``SHOWN``; an empty sketch's clock is None."""
 
         def shown(name: str) -> str:
-            value = None if name == "clock" and self.is_empty else getattr(self, name)
+            value = None if name == "clock_tick" and self.is_empty else getattr(self, name)
             value = value.item() if hasattr(value, "item") else value  # NumPy scalars
             return f"{name}={value:g}" if isinstance(value, float) else f"{name}={value!r}"
 

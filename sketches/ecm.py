@@ -102,7 +102,7 @@ class TimeBucketed(Sketch):
         return self._tb.window
 
     @property
-    def clock(self) -> int:
+    def clock_tick(self) -> int:
         """Largest tick seen (``-2**63`` before the first event)."""
         return int(self._tb.clock)
 
@@ -446,7 +446,7 @@ class ECMSketch(CellSketch):
     HEADER_FLAGS = 0  # header flags: which class of the ECM family the blob holds
     WHAT, NOUN = "ECM sketch", "ECM sketches"
     PARAMS = "epsilon, delta, window, purpose or seed"
-    SHOWN = ("epsilon", "delta", "window", "purpose", "depth", "width", "n_buckets", "clock", "merge_depth", "nbytes")
+    SHOWN = ("epsilon", "delta", "window", "purpose", "depth", "width", "n_buckets", "clock_tick", "merge_depth", "nbytes")
 
     _SALT = 0xEC3
     _method = METHOD

@@ -291,7 +291,7 @@ class KeyDictionary(TimeBucketed):
     WHAT, NOUN = "key dictionary", "key dictionaries"
     PARAMS = "capacity, window or epsilon"
     BATCH = ("ticks", "names", "keys", "weights")
-    SHOWN = ("capacity", "window", "epsilon", "n_buckets", "n_keys", "clock", "nbytes")
+    SHOWN = ("capacity", "window", "epsilon", "n_buckets", "n_keys", "clock_tick", "nbytes")
 
     # parameters (little endian): u32 capacity | 4 x u8 zero | i64 window | f64 epsilon
     _PARAMS = struct.Struct("<I4xqd")

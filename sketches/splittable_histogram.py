@@ -314,7 +314,7 @@ class SplittableHistogram(Sketch):
     >>> import numpy as np
     >>> sh = SplittableHistogram(0.1, window=64)
     >>> sh.update(np.array([5, 3, 9, 9, 1]))
-    >>> e = sh.query(0, sh.clock)
+    >>> e = sh.query(0, sh.clock_tick)
     >>> e.lower <= 5 <= e.upper, e.kind, e.epsilon
     (True, 'relative', 0.1)
     >>> other = SplittableHistogram(0.1, window=64)
@@ -330,7 +330,7 @@ class SplittableHistogram(Sketch):
     FAMILY, FORMAT = Family.SPLITTABLE_HISTOGRAM, 2  # format 2: compact encodings
     WHAT, NOUN = "splittable histogram", "splittable histograms"
     PARAMS = "epsilon, window, max_total or unit"
-    SHOWN = ("epsilon", "window", "max_total", "unit", "alpha", "substreams", "clock")
+    SHOWN = ("epsilon", "window", "max_total", "unit", "alpha", "substreams", "clock_tick")
 
     def __init__(self, epsilon: float, window: int, max_total: float = 2.0**48, *,
                  unit: float = 1.0):
@@ -393,7 +393,7 @@ class SplittableHistogram(Sketch):
             raise SketchError("weights must be finite and >= 0")
 
         sub = self._substreams[0]
-        clock = max(self.clock, tmax)
+        clock = max(self.clock_tick, tmax)
         sub_clock = tmax if sub.clock is None else max(sub.clock, tmax)
         live = clock - self.window + 1
         keep = t >= live
@@ -454,13 +454,13 @@ class SplittableHistogram(Sketch):
 
     def _prune(self) -> None:
         """Drop merged sub-streams whose every tick is before ``clock − window + 1``."""
-        live = self.clock - self.window + 1
+        live = self.clock_tick - self.window + 1
         self._substreams[1:] = [p for p in self._substreams[1:] if p.clock is not None and p.clock >= live]
         if self._substreams[0].clock is not None and self._substreams[0].clock < live:
             self._substreams[0] = _Substream()  # this sketch's own events have all expired
 
     @property
-    def clock(self) -> int:
+    def clock_tick(self) -> int:
         """Largest tick inserted (``-2**62`` when empty)."""
         clocks = [p.clock for p in self._substreams if p.clock is not None]
         return max(clocks) if clocks else EMPTY_CLOCK
@@ -482,7 +482,7 @@ class SplittableHistogram(Sketch):
     def query_rational(self, lo: int, hi: int) -> Estimate:
         """:meth:`query` in exact rationals, whatever the state (the reference the
         integer path is tested against)."""
-        lo, hi = window_range(lo, hi, self.window, None if self.is_empty else self.clock)
+        lo, hi = window_range(lo, hi, self.window, None if self.is_empty else self.clock_tick)
         eps = Fraction(self.epsilon)
         if self.is_empty:
             return Estimate(0.0, 0.0, 0.0, "relative", self.epsilon, 1.0, METHOD)
@@ -552,7 +552,7 @@ class SplittableHistogram(Sketch):
         out: list = [None] * len(ranges)
         todo = []
         empty = self.is_empty
-        clock = None if empty else self.clock
+        clock = None if empty else self.clock_tick
         for i, (lo, hi) in enumerate(ranges):
             try:
                 ranges[i] = window_range(lo, hi, self.window, clock)

@@ -183,7 +183,7 @@ class DyadicECM(CellSketch):
     HEADER_FLAGS = 1  # header flags: which class of the ECM family the blob holds
     WHAT, NOUN = "dyadic ECM sketch", "dyadic ECM sketches"
     PARAMS = "epsilon, delta, window, levels or seed"
-    SHOWN = ("epsilon", "delta", "window", "levels", "depth", "width", "hashed_levels", "n_buckets", "clock",
+    SHOWN = ("epsilon", "delta", "window", "levels", "depth", "width", "hashed_levels", "n_buckets", "clock_tick",
              "merge_depth", "nbytes")
 
     _SALT = 0xD7AD

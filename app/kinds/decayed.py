@@ -204,7 +204,7 @@ def _decayed(summary, config, window, params, lo: float, hi: float) -> Estimate:
     spec = params["spec"]
     low_read, high_read = _readings(spec, window)
     if params["part"] and params.get("chosen") and spec["kind"] == "none" \
-            and window.last[0] < summary[params["part"]].clock:
+            and window.last[0] < summary[params["part"]].clock_tick:
         # The undecayed relative sketch is one bucket up to its clock: as of an earlier
         # ``at`` its lower bound is 0. Unasked, answer from the sample instead (a choice
         # made before reading either sketch's values).
