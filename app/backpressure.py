@@ -266,8 +266,8 @@ class LagReader:
             p.time()
             p.hgetall(keys.LOG_PROGRESS)
             p.get(keys.SHARDS_MAX)
-            for part in range(n):
-                p.hmget(keys.log_stats(part), "last", "events", "chunks")
+            for partition in range(n):
+                p.hmget(keys.log_stats(partition), "last", "events", "chunks")
             out = p.execute()
         (sec, usec), progress, shards_max = out[0], out[1], out[2]
         now_ms = sec * 1000 + usec // 1000
@@ -282,32 +282,32 @@ class LagReader:
         if num(b"batch_ended"):
             lag.batch_elapsed = max(0.0, now_ms / 1000 - num(b"batch_ended"))
         unread = []
-        for part, ((last, events, chunks), (read_id, read_events, read_chunks)) in enumerate(zip(stats, p_read)):
+        for partition, ((last, events, chunks), (read_id, read_events, read_chunks)) in enumerate(zip(stats, p_read)):
             last = last.decode() if last else ZERO
             behind = id_tuple(last) > id_tuple(read_id)
             lag.partitions.append({
-                "partition": part,
+                "partition": partition,
                 "pending_events": max(0, int(events or 0) - read_events) if behind else 0,
                 "pending_chunks": max(0, int(chunks or 0) - read_chunks) if behind else 0,
                 "oldest_age": 0.0, "oldest_stream": None})
             if behind:
-                unread.append((part, read_id))
+                unread.append((partition, read_id))
         with self.redis.pipeline(transaction=False) as p:
             p.zcount(keys.ACTIVE, now_ms - int(self.max_wait * 1000), "+inf")
             # A stream with an entry after its partition's read position appended at or
             # after that position's millisecond: counted here (a superset).
             since = min((id_tuple(read_id)[0] for _, read_id in unread), default=now_ms)
             p.zcount(keys.ACTIVE, since, "+inf")
-            for part, read_id in unread:
-                self.oldest(keys=[keys.log_partition(part)], args=[f"({read_id}"], client=p)
+            for partition, read_id in unread:
+                self.oldest(keys=[keys.log_partition(partition)], args=[f"({read_id}"], client=p)
             active, waiting, *oldest = p.execute()
         lag.active_streams = max(1, int(active))
         lag.streams_waiting = int(waiting)
-        for (part, _), found in zip(unread, oldest):
+        for (partition, _), found in zip(unread, oldest):
             if found:
                 entry, stream = found
                 age = max(0.0, (now_ms - id_tuple(entry.decode())[0]) / 1000)
-                lag.partitions[part].update(oldest_age=age, oldest_stream=stream.decode() or None)
+                lag.partitions[partition].update(oldest_age=age, oldest_stream=stream.decode() or None)
         return lag
 
 

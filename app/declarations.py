@@ -64,10 +64,10 @@ class Declarations:
         idempotency keys go too (a retry of an old request must not be answered as stored). What the
         worker still holds of it is of an ended generation, so nothing of it is ever
         served or counted again (``tidemark.generations``)."""
-        part = self.partition(name)
+        partition = self.partition(name)
         shards = self._delete(
-            keys=[keys.STREAMS, keys.GENERATIONS, keys.DELETED, keys.log_partition(part),
-                  keys.log_stats(part), keys.ingest_stats(name), keys.shard_segments(name),
+            keys=[keys.STREAMS, keys.GENERATIONS, keys.DELETED, keys.log_partition(partition),
+                  keys.log_stats(partition), keys.ingest_stats(name), keys.shard_segments(name),
                   keys.shard_status(name), keys.ACTIVE, keys.ingest(name)],
             args=[name, keys.ANNOUNCE])
         self.forget(name)

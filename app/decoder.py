@@ -115,8 +115,8 @@ def _decode(shards: list[tuple[tuple, bytes]], secret: HashSecret | None = None,
         merged = decoded[0][0]
     else:  # into a fresh copy of the first: the kept shard summaries stay intact
         merged = StreamSummary.from_bytes(decoded[0][1], secret)
-        for part, _ in decoded[1:]:
-            merged.merge(part)
+        for shard_summary, _ in decoded[1:]:
+            merged.merge(shard_summary)
     return merged, time.process_time() - started
 
 

@@ -1,7 +1,7 @@
 """Dependencies shared by the routers, as ``Annotated`` aliases and access guards: the
-store's parts by job (``DeclarationsDep``, ``IngestDep``, ``ReadsDep``, ``FederationDep``,
+store's components by job (``DeclarationsDep``, ``IngestDep``, ``ReadsDep``, ``FederationDep``,
 ``WorkerHealthDep``; see ``app.store``), the store itself (``StoreDep``) for a route that
-hands it to what spans several parts, the settings and the metrics.
+hands it to what spans several components, the settings and the metrics.
 
 The getters are ``async`` (they await nothing): a plain function dependency costs a hop to
 the thread pool on every request.

@@ -133,9 +133,9 @@ class Ingest:
             if first is not None:
                 return IngestReceipt(json.loads(first), replayed=True)
             self.check_backpressure(name, accepted, ahead)
-        part = self.partition(name)
+        partition = self.partition(name)
         out = self._append(
-            keys=[keys.log_partition(part), keys.log_stats(part), keys.ingest_stats(name),
+            keys=[keys.log_partition(partition), keys.log_stats(partition), keys.ingest_stats(name),
                   keys.ACTIVE, idem, keys.GENERATIONS, keys.STREAMS],
             args=[chunk or b"", accepted, rejected, "" if max_ts is None else repr(float(max_ts)),
                   json.dumps(receipt), IDEMPOTENCY_TTL, name],

@@ -50,15 +50,15 @@ log = logging.getLogger("tidemark.api")
 
 
 def _validation_message(exc: RequestValidationError) -> str:
-    parts = []
+    messages = []
     for err in exc.errors():
         loc = list(err.get("loc", ()))
         if loc and loc[0] in ("body", "path", "query", "header"):
             loc = loc[1:]  # where it came from; the field name is what the caller needs
         where = ".".join(str(x) for x in loc)
         msg = err.get("msg", "invalid").removeprefix("Value error, ")
-        parts.append(f"{where}: {msg}" if where else msg)
-    return "; ".join(parts) or "invalid request"
+        messages.append(f"{where}: {msg}" if where else msg)
+    return "; ".join(messages) or "invalid request"
 
 
 def _error_handlers(app: FastAPI) -> None:

@@ -54,7 +54,8 @@ class Metrics:
             "worker's recent batches showed")
         self.standby_workers = gauge(
             "tidemark_standby_workers", "Spare workers standing by to take over (`tidemark up`)")
-        self.part_restarts = gauge(
+        # The metric and its label keep the public name "part"; what they count is a service.
+        self.service_restarts = gauge(
             "tidemark_part_restarts", "Restarts of a part by `tidemark up` since it started", ["part"])
 
         self.loop_stall = gauge(

@@ -253,7 +253,7 @@ def _read_ahead(kind: str, summary: StreamSummary, windows: list) -> StreamSumma
         elif how == "buckets":
             parts[part] = _ByBuckets(summary[part], ranges)
         else:  # "ranges", "ranges-to-clock"
-            read = ranges if how == "ranges" else _to_clock(ranges, summary[part].clock)
+            read = ranges if how == "ranges" else _to_clock(ranges, summary[part].clock_tick)
             parts[part] = _Readings(summary[part], dict(zip(read, summary[part].query_many(read))))
     return _RangeView(summary, parts) if parts else summary
 

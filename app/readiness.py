@@ -1,4 +1,4 @@
-"""Is every part working? Redis answers, and the worker's query is processing.
+"""Is every service working? Redis answers, and the worker's query is processing.
 
 A heartbeat alone proves little: a dead worker's last one stays in Redis until its TTL runs
 out, and a live driver may run a query that is stuck or still starting. So the worker is
@@ -53,8 +53,8 @@ def _waiting(store: Store, since_ms: int, now_ms: int, max_wait: float) -> tuple
         ms, seq = id_tuple(read_id)
         bounds.append(f"({read_id}" if ms >= since_ms else str(since_ms))
     with r.pipeline(transaction=False) as p:
-        for part, bound in enumerate(bounds):
-            reader.oldest(keys=[keys.log_partition(part)], args=[bound], client=p)
+        for partition, bound in enumerate(bounds):
+            reader.oldest(keys=[keys.log_partition(partition)], args=[bound], client=p)
         found = [f for f in p.execute() if f]
     late = [((now_ms - id_tuple(entry.decode())[0]) / 1000, stream.decode()) for entry, stream in found]
     late = sorted((a, s) for a, s in late if a > max_wait)
@@ -79,7 +79,7 @@ def _waiting(store: Store, since_ms: int, now_ms: int, max_wait: float) -> tuple
 
 
 def readiness(store: Store, stale_after: float, max_wait: float) -> dict:
-    """``{"ready", "redis", "worker", "why": {part: reason}, "heartbeat": {…}, "standby": {…}}``."""
+    """``{"ready", "redis", "worker", "why": {service: reason}, "heartbeat": {…}, "standby": {…}}``."""
     why: dict[str, str] = {}
     body: dict = {"ready": False, "redis": False, "worker": False}
     r = store.redis

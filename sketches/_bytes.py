@@ -72,7 +72,7 @@ def unpack_header(data: bytes, family: int, fmt: int = 1) -> tuple[int, memoryvi
 def read_blob(cls, data):
     """``cls`` read from ``data`` (``cls`` a :class:`~sketches.base.Sketch` subclass)."""
     flags, payload = unpack_header(data, cls.FAMILY, fmt=cls.FORMAT)
-    if flags != cls.KIND:
+    if flags != cls.HEADER_FLAGS:
         raise CorruptSketchError(f"blob is not a {cls.__name__}")
     rd = Reader(payload, cls.WHAT)
     try:

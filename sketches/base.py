@@ -32,7 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar, NamedTuple
 
-from sketches._bytes import HEADER_SIZE, pack_header, read_blob, unpack_header
+from sketches._bytes import HEADER_SIZE, Reader, Writer, pack_header, read_blob, unpack_header
 from sketches.errors import CorruptSketchError, IncompatibleSketchError, SketchError
 
 __all__ = [
@@ -46,6 +46,8 @@ __all__ = [
     "pack_header",
     "unpack_header",
     "HEADER_SIZE",
+    "Reader",  # the checked payload reader and writer, for families outside this package
+    "Writer",
 ]
 
 
@@ -72,9 +74,9 @@ class Estimate:
     """An estimate with the interval that contains the truth.
 
     ``lower <= truth <= upper`` holds always when ``confidence == 1.0`` and with
-    probability at least ``confidence`` otherwise. ``kind`` says whether
-    ``epsilon`` is a relative error (of the truth) or an additive one (of the
-    quantity named in the sketch's docstring, e.g. the window count).
+    probability at least ``confidence`` otherwise. ``kind`` (the contract's name; also
+    :attr:`guarantee`) says whether ``epsilon`` is a relative error (of the truth) or an
+    additive one (of the quantity named in the sketch's docstring, e.g. the window count).
     """
 
     estimate: float
@@ -84,6 +86,13 @@ class Estimate:
     epsilon: float
     confidence: float
     method: str
+
+    @property
+    def guarantee(self) -> str:
+        """What ``kind`` holds, under the name this code gives it: the error guarantee,
+        ``"relative"`` or ``"additive"`` (``kind`` stays: it is the bound's field in the
+        contract, and ``bound`` writes the fields by name)."""
+        return self.kind
 
     def bound(self) -> dict:
         """The contract's ``bound`` object. Every field is a number or a string, so a
@@ -243,12 +252,12 @@ class Sketch:
 
     FAMILY: ClassVar[int]  #: header family byte (:class:`Family`)
     FORMAT: ClassVar[int] = 1  #: byte format version; bump it with any change of layout
-    KIND: ClassVar[int] = 0  #: header flags: which class of a family that several share
+    HEADER_FLAGS: ClassVar[int] = 0  #: header flags: which class of a family that several share
     WHAT: ClassVar[str]  #: the family in messages ("splittable histogram")
     NOUN: ClassVar[str]  #: ... and in the plural ("splittable histograms")
     PARAMS: ClassVar[str]  #: what must match to merge, in words ("epsilon or window")
     BATCH: ClassVar[tuple[str, ...]] = ("ticks", "weights")  #: ``update``'s columns
-    SHOWN: ClassVar[tuple[str, ...]] = ("epsilon", "window", "clock")  #: what ``repr`` shows
+    SHOWN: ClassVar[tuple[str, ...]] = ("epsilon", "window", "clock_tick")  #: what ``repr`` shows
 
     # -- what a family provides ---------------------------------------------------------
     def _params(self) -> tuple:
@@ -290,7 +299,7 @@ class Sketch:
 
     def to_bytes(self) -> bytes:
         payload = self._payload()
-        return pack_header(self.FAMILY, len(payload), fmt=self.FORMAT, flags=self.KIND) + payload
+        return pack_header(self.FAMILY, len(payload), fmt=self.FORMAT, flags=self.HEADER_FLAGS) + payload
 
     @classmethod
     def from_bytes(cls, data):
@@ -310,11 +319,18 @@ class Sketch:
         its parameters (its docstring says what its space follows)."""
         return None
 
+    @property
+    def clock(self) -> int:
+        """``clock_tick`` under its former name, kept beside it for the callers that still
+        say ``clock`` (tests, benchmarks). A sketch's clock is a tick, its newest; a
+        stream's ``clock`` (the status field) is in seconds."""
+        return self.clock_tick
+
     def __repr__(self) -> str:
         """``Family(name=value, ...)`` over ``SHOWN``; an empty sketch's clock is None."""
 
         def shown(name: str) -> str:
-            value = None if name == "clock" and self.is_empty else getattr(self, name)
+            value = None if name == "clock_tick" and self.is_empty else getattr(self, name)
             value = value.item() if hasattr(value, "item") else value  # NumPy scalars
             return f"{name}={value:g}" if isinstance(value, float) else f"{name}={value!r}"
 

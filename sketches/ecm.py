@@ -19,6 +19,7 @@ from sketches._ecm_kernels import (
     NO_CLOCK,
     TICK_LIMIT,
     TimeBuckets,
+    cell_index,
     cells_of,
     hash_tables,
     key_readings,
@@ -31,7 +32,9 @@ from sketches._ecm_kernels import (
 from sketches.base import CorruptSketchError, Estimate, Family, IncompatibleSketchError, Sketch, SketchError
 from sketches.base import not_expired, seed_value, tick_bounds, unit_interval, window_ticks
 
-__all__ = ["ECMSketch", "split_epsilon", "suggest_dimensions"]
+# TICK_LIMIT and cell_index: the tick range and the cell hashing of CellSketch, which
+# sketches_extra's dyadic ECM shares.
+__all__ = ["ECMSketch", "TICK_LIMIT", "cell_index", "split_epsilon", "suggest_dimensions"]
 
 METHOD = "ecm-sketch/dyadic-exponential-histogram"
 _PURPOSES = ("point", "inner")
@@ -99,7 +102,7 @@ class TimeBucketed(Sketch):
         return self._tb.window
 
     @property
-    def clock(self) -> int:
+    def clock_tick(self) -> int:
         """Largest tick seen (``-2**63`` before the first event)."""
         return int(self._tb.clock)
 
@@ -225,7 +228,7 @@ class CellSketch(TimeBucketed):
         self._events = 0  # events absorbed (bounds float rounding when sums are inexact)
         self._fractional = False  # a non-integral weight was seen
         self._depth = 0  # height of the merge tree
-        self._parts = 1  # leaf sketches merged in
+        self._leaves = 1  # leaf sketches merged in (the merge tree's leaves)
 
     # -- shared properties ------------------------------------------------------------
     @property
@@ -256,7 +259,7 @@ class CellSketch(TimeBucketed):
         self._events += other._events
         self._fractional = self._fractional or other._fractional
         self._depth = max(self._depth, other._depth) + 1
-        self._parts += other._parts
+        self._leaves += other._leaves
 
     # -- queries ------------------------------------------------------------------------
     def _range(self, lo, hi):
@@ -298,7 +301,7 @@ class CellSketch(TimeBucketed):
     # -- bytes --------------------------------------------------------------------------
     # state block (format 2, little endian; varints are LEB128, see sketches._codec), after
     # the class's parameter block:
-    #   i64 clock | u64 events | u32 merge depth | u32 parts | u8 flags | 3 x u8 zero |
+    #   i64 clock | u64 events | u32 merge depth | u32 leaves | u8 flags | 3 x u8 zero |
     #   u32 B (buckets) | u32 K (cells)
     #   buckets, in their canonical order (start, then level descending), column by column:
     #     u8[B] level | varint zig-zag first start, B−1 varint start steps
@@ -312,7 +315,7 @@ class CellSketch(TimeBucketed):
 
     def _state_bytes(self) -> bytes:
         tb = self._tb
-        wr = Writer().pack(self._STATE, tb.clock, self._events, self._depth, self._parts,
+        wr = Writer().pack(self._STATE, tb.clock, self._events, self._depth, self._leaves,
                            int(self._fractional), len(tb), self.n_cells)
         if len(tb):
             write_buckets(wr, tb)
@@ -321,14 +324,14 @@ class CellSketch(TimeBucketed):
 
     def _load_state(self, rd: Reader) -> None:
         """Read the state block (the parameters are already set)."""
-        clock, events, depth, parts, flags, b, k = rd.unpack(self._STATE)
+        clock, events, depth, leaves, flags, b, k = rd.unpack(self._STATE)
         if k != self.n_cells:
             raise CorruptSketchError("ECM blob cell count does not match its parameters")
         if flags & ~1:
             raise CorruptSketchError("ECM blob has unknown flags")
         if b > rd.left():  # every bucket takes at least one byte per column
             raise CorruptSketchError("ECM blob length does not match its bucket count")
-        if parts < 1 or (depth == 0 and parts != 1) or parts < depth + 1:
+        if leaves < 1 or (depth == 0 and leaves != 1) or leaves < depth + 1:
             raise CorruptSketchError("ECM blob has an inconsistent merge history")
         counts = np.zeros(b * k)
         tb = TimeBuckets(self._tb.window, self._tb.ratio)
@@ -357,7 +360,7 @@ class CellSketch(TimeBucketed):
             raise CorruptSketchError("ECM blob says its weights are integral but holds fractions")
         self._tb, self._counts = tb, counts
         self._events, self._fractional = int(events), bool(flags & 1)
-        self._depth, self._parts = int(depth), int(parts)
+        self._depth, self._leaves = int(depth), int(leaves)
 
 
 class ECMSketch(CellSketch):
@@ -440,10 +443,10 @@ class ECMSketch(CellSketch):
     True
     """
 
-    KIND = 0  # header flags: which class of the ECM family the blob holds
+    HEADER_FLAGS = 0  # header flags: which class of the ECM family the blob holds
     WHAT, NOUN = "ECM sketch", "ECM sketches"
     PARAMS = "epsilon, delta, window, purpose or seed"
-    SHOWN = ("epsilon", "delta", "window", "purpose", "depth", "width", "n_buckets", "clock", "merge_depth", "nbytes")
+    SHOWN = ("epsilon", "delta", "window", "purpose", "depth", "width", "n_buckets", "clock_tick", "merge_depth", "nbytes")
 
     _SALT = 0xEC3
     _method = METHOD

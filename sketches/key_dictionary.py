@@ -287,15 +287,15 @@ class KeyDictionary(TimeBucketed):
     True
     """
 
-    FAMILY, FORMAT, KIND = Family.ECM, FORMAT, 2  # kind 2 of the ECM family
+    FAMILY, FORMAT, HEADER_FLAGS = Family.ECM, FORMAT, 2  # header flags 2: the third class of the ECM family
     WHAT, NOUN = "key dictionary", "key dictionaries"
     PARAMS = "capacity, window or epsilon"
     BATCH = ("ticks", "names", "keys", "weights")
-    SHOWN = ("capacity", "window", "epsilon", "n_buckets", "n_keys", "clock", "nbytes")
+    SHOWN = ("capacity", "window", "epsilon", "n_buckets", "n_keys", "clock_tick", "nbytes")
 
     # parameters (little endian): u32 capacity | 4 x u8 zero | i64 window | f64 epsilon
     _PARAMS = struct.Struct("<I4xqd")
-    # state: i64 clock | u32 merge depth | u32 parts | u32 B | u32 E (counters) | u32 S (strings)
+    # state: i64 clock | u32 merge depth | u32 leaves | u32 B | u32 E (counters) | u32 S (strings)
     _STATE = struct.Struct("<qIIIII")
 
     def __init__(self, capacity: int, window: int, epsilon: float = 0.1):
@@ -311,7 +311,7 @@ class KeyDictionary(TimeBucketed):
         # every read, searched, pruned and sorted on every update and write).
         self._kid = np.zeros(0, np.uint64)
         self._kstr = np.zeros(0, object)
-        self._depth, self._parts = 0, 1
+        self._depth, self._leaves = 0, 1
 
     # -- properties (window, clock, is_empty: TimeBucketed) -----------------------------------
     def __len__(self) -> int:
@@ -430,14 +430,14 @@ class KeyDictionary(TimeBucketed):
         known = in_mine | in_theirs
         self._kid, self._kstr = held[known], strings[known]
         self._depth = max(self._depth, other._depth) + 1
-        self._parts += other._parts
+        self._leaves += other._leaves
         return self
 
     def copy(self) -> "KeyDictionary":
         other = KeyDictionary(self.capacity, self.window, self.epsilon)
         other._tb, other._ids, other._cnt = self._tb.copy(), self._ids.copy(), self._cnt.copy()
         other._kid, other._kstr = self._kid.copy(), self._kstr.copy()
-        other._depth, other._parts = self._depth, self._parts
+        other._depth, other._leaves = self._depth, self._leaves
         return other
 
     # -- bytes ------------------------------------------------------------------------------
@@ -465,7 +465,7 @@ class KeyDictionary(TimeBucketed):
         else:
             lengths = np.array([len(x.encode()) for x in strings], np.uint64)
         wr = Writer().pack(self._PARAMS, self.capacity, self.window, self.epsilon)
-        wr.pack(self._STATE, tb.clock, self._depth, self._parts, len(tb), int(per.sum()), ids.size)
+        wr.pack(self._STATE, tb.clock, self._depth, self._leaves, len(tb), int(per.sum()), ids.size)
         if len(tb):
             write_buckets(wr, tb)
             wr.uints(per.astype(np.uint64)).uints(_positions(ids, self._ids[mask]))
@@ -483,10 +483,10 @@ class KeyDictionary(TimeBucketed):
             kd = cls(cap, window, eps)
         except (ValueError, ArithmeticError) as e:  # SketchError, or sizes that do not compute
             raise CorruptSketchError(f"key dictionary blob has invalid parameters: {e}") from None
-        clock, depth, parts, b, n_e, n_s = rd.unpack(cls._STATE)
+        clock, depth, leaves, b, n_e, n_s = rd.unpack(cls._STATE)
         if b + n_e + 9 * n_s > rd.left():
             raise CorruptSketchError("key dictionary blob truncated")
-        if parts < depth + 1:
+        if leaves < depth + 1:
             raise CorruptSketchError("key dictionary blob has an inconsistent merge history")
         tb = TimeBuckets(kd.window, kd.epsilon)
         tb.clock = clock
@@ -530,7 +530,7 @@ class KeyDictionary(TimeBucketed):
             raise CorruptSketchError("key dictionary blob has a string that is not UTF-8") from None
         kd._kstr = np.empty(len(strings), object)
         kd._kstr[:] = strings
-        kd._tb, kd._kid, kd._depth, kd._parts = tb, table.astype(np.uint64), int(depth), int(parts)
+        kd._tb, kd._kid, kd._depth, kd._leaves = tb, table.astype(np.uint64), int(depth), int(leaves)
         return kd
 
     @property

@@ -341,7 +341,7 @@ class RandomizedWave(Sketch):
     >>> import numpy as np
     >>> rw = RandomizedWave(0.1, 0.05, window=100)
     >>> rw.update(np.array([5, 3, 9, 9, 1]), np.array([7, 7, 8, 9, 7], dtype=np.uint64))
-    >>> e = rw.query(2, rw.clock)   # keys 7, 8, 9 have a tick in [2, 9]
+    >>> e = rw.query(2, rw.clock_tick)   # keys 7, 8, 9 have a tick in [2, 9]
     >>> (e.estimate, e.lower, e.upper, e.confidence)
     (3.0, 3.0, 3.0, 1.0)
     """
@@ -351,7 +351,7 @@ class RandomizedWave(Sketch):
     WHAT, NOUN = "randomized wave", "randomized waves"
     PARAMS = "epsilon, delta, window, seed or max_distinct"
     BATCH = ("ticks", "keys")
-    SHOWN = ("epsilon", "delta", "window", "seed", "instances", "capacity", "entries", "clock")
+    SHOWN = ("epsilon", "delta", "window", "seed", "instances", "capacity", "entries", "clock_tick")
 
     def __init__(self, epsilon: float, delta: float, window: int, seed: int = 0,
                  max_distinct: int = 2**40, *, _reading: bool = False):
@@ -395,7 +395,7 @@ class RandomizedWave(Sketch):
         self._clock = latest if self._clock is None else max(self._clock, latest)
 
     @property
-    def clock(self) -> int:
+    def clock_tick(self) -> int:
         return self._clock if self._clock is not None else -(2**62)
 
     def _canonicalize(self) -> None:

@@ -9,8 +9,8 @@ D_j, D_{j+1}; levels S_0..S_M; splitting; Algorithms 1-3), §2.2 (Lemmas 1-3, Th
 Byte layout (format 2, after the common 16-byte header, family SPLITTABLE_HISTOGRAM,
 little endian; varints are LEB128 and signed ones zig-zag, see ``sketches._codec``)::
 
-    f64 epsilon | i64 window | f64 max_total | f64 unit | u32 parts
-    parts × part:
+    f64 epsilon | i64 window | f64 max_total | f64 unit | u32 substreams
+    substreams × substream:
         varint± clock | u8 has_old | [interval old] | interval new
     interval:
         varint± k | u8 exact | u8 levels
@@ -21,7 +21,7 @@ little endian; varints are LEB128 and signed ones zig-zag, see ``sketches._codec
             level ≥ 1: n × u8 log2(width) | float column weights (buckets tile [T + 1, Wp − 1])
 
 A float column is one constant, scaled integers or raw f64, whichever is exact.
-Only non-empty parts are written. Each level keeps its ``alpha`` most recent buckets (the
+Only non-empty sub-streams are written. Each level keeps its ``alpha`` most recent buckets (the
 discard of Algorithm 4, lines 39-45, that memory defers), and an interval that lies wholly
 before ``clock - window + 1`` is left out (``has_old = 0``).
 """
@@ -195,8 +195,8 @@ class _Interval:
             self.F = np.concatenate([self.F, np.full(extra, self.F[old - 1], np.int64)])
 
     def copy(self, compact: bool = False) -> "_Interval":
-        """A deep copy; ``compact`` keeps only the filled columns (for a part that is
-        only read: merged parts never take new events)."""
+        """A deep copy; ``compact`` keeps only the filled columns (for a sub-stream that is
+        only read: merged sub-streams never take new events)."""
         d = _Interval.__new__(_Interval)
         d.k, d.exact = self.k, self.exact
         width = max(1, int(self.n.max())) if compact else self.L.shape[1]
@@ -209,7 +209,7 @@ class _Interval:
         return Fraction(0) if self.exact else _gamma(int(self.F.max()))
 
 
-class _Part:
+class _Substream:
     """One splittable histogram of one sub-stream: its clock and the pair D_j, D_{j+1}."""
 
     __slots__ = ("clock", "old", "new")
@@ -219,8 +219,8 @@ class _Part:
         self.old: _Interval | None = None
         self.new: _Interval | None = None
 
-    def copy(self, compact: bool = False) -> "_Part":
-        p = _Part()
+    def copy(self, compact: bool = False) -> "_Substream":
+        p = _Substream()
         p.clock = self.clock
         p.old = None if self.old is None else self.old.copy(compact)
         p.new = None if self.new is None else self.new.copy(compact)
@@ -286,15 +286,15 @@ class SplittableHistogram(Sketch):
     value: exactly ε when every weight is an integer (ρ integral, totals < 2^53), where
     no operation rounds.
 
-    **Merge** (not in the paper): the merged sketch keeps the parts side by side, each a
-    splittable histogram of its own sub-stream with its own clock; a query asks every part
-    and adds the answers and the intervals. After merging k parts — depth 1, or any tree
+    **Merge** (not in the paper): the merged sketch keeps the sub-streams side by side, each a
+    splittable histogram of its own sub-stream with its own clock; a query asks every sub-stream
+    and adds the answers and the intervals. After merging k sub-streams — depth 1, or any tree
     of depth h — ``|Ŷ − S| ≤ Σ_p |Ŷ_p − S_p| ≤ Σ_p ε·S_p = ε·S`` for ``hi ≥ clock``
-    (the window ``[lo, clock]`` covers each part's suffix window ``[lo, clock_p]``), and
+    (the window ``[lo, clock]`` covers each sub-stream's suffix window ``[lo, clock_p]``), and
     ``≤ max_p ε_Σ,p · Q`` otherwise: the composed ε is ε for every k and h, and the
-    intervals add exactly. The price is space, the sum of the parts' (a part wholly
-    before ``clock − window + 1`` is dropped); :attr:`parts` says how many. New events
-    go into this sketch's own first part.
+    intervals add exactly. The price is space, the sum of the sub-streams' (a sub-stream wholly
+    before ``clock − window + 1`` is dropped); :attr:`substreams` says how many. New events
+    go into this sketch's own first sub-stream.
 
     Parameters
     ----------
@@ -314,23 +314,23 @@ class SplittableHistogram(Sketch):
     >>> import numpy as np
     >>> sh = SplittableHistogram(0.1, window=64)
     >>> sh.update(np.array([5, 3, 9, 9, 1]))
-    >>> e = sh.query(0, sh.clock)
+    >>> e = sh.query(0, sh.clock_tick)
     >>> e.lower <= 5 <= e.upper, e.kind, e.epsilon
     (True, 'relative', 0.1)
     >>> other = SplittableHistogram(0.1, window=64)
     >>> other.update(np.array([8, 9]), np.array([2.5, 0.5]))
     >>> m = sh.merge(other).query(6, 9)
-    >>> m.lower <= 5.0 <= m.upper, sh.parts
+    >>> m.lower <= 5.0 <= m.upper, sh.substreams
     (True, 2)
     >>> SplittableHistogram.from_bytes(sh.to_bytes()).query(6, 9) == m
     True
     """
 
-    _OWNED = ("_parts",)
+    _OWNED = ("_substreams",)
     FAMILY, FORMAT = Family.SPLITTABLE_HISTOGRAM, 2  # format 2: compact encodings
     WHAT, NOUN = "splittable histogram", "splittable histograms"
     PARAMS = "epsilon, window, max_total or unit"
-    SHOWN = ("epsilon", "window", "max_total", "unit", "alpha", "parts", "clock")
+    SHOWN = ("epsilon", "window", "max_total", "unit", "alpha", "substreams", "clock_tick")
 
     def __init__(self, epsilon: float, window: int, max_total: float = 2.0**48, *,
                  unit: float = 1.0):
@@ -352,7 +352,7 @@ class SplittableHistogram(Sketch):
         # adds at most log₂ Wp more by splitting.
         self._cap = 2 * self.alpha + self.log_w + 2
         self._unit_integral = unit.is_integer()
-        self._parts: list[_Part] = [_Part()]
+        self._substreams: list[_Substream] = [_Substream()]
 
     def raise_max_total(self, max_total: float) -> None:
         """Take intervals of up to ``max_total`` from now on (never lowers it). ``max_total``
@@ -392,9 +392,9 @@ class SplittableHistogram(Sketch):
         if w is not None and not (np.all(np.isfinite(w)) and np.all(w >= 0.0)):
             raise SketchError("weights must be finite and >= 0")
 
-        part = self._parts[0]
-        clock = max(self.clock, tmax)
-        part_clock = tmax if part.clock is None else max(part.clock, tmax)
+        sub = self._substreams[0]
+        clock = max(self.clock_tick, tmax)
+        sub_clock = tmax if sub.clock is None else max(sub.clock, tmax)
         live = clock - self.window + 1
         keep = t >= live
         if w is not None:
@@ -407,10 +407,10 @@ class SplittableHistogram(Sketch):
             ts, ws = ts[order], ws[order]
         ut, um, longest = aggregate_sorted(ts, ws) if ts.size else (ts, ws, 0)
 
-        # Which D_j, D_{j+1} the part holds after the batch (§2.1).
+        # Which D_j, D_{j+1} the sub-stream holds after the batch (§2.1).
         wp = self.wp
-        top = part_clock // wp
-        held = {d.k: d for d in (part.old, part.new) if d is not None}
+        top = sub_clock // wp
+        held = {d.k: d for d in (sub.old, sub.new) if d is not None}
         old, new = held.get(top - 1), held.get(top)
         split = int(np.searchsorted(ut, top * wp))
         plan = []
@@ -431,9 +431,9 @@ class SplittableHistogram(Sketch):
                 d.F += longest - 1
             insert_all(d.L, d.M, d.n, d.T, d.F, d.levels, local, mass, self.alpha, wp, self.unit)
             d.exact = d.exact and exact_batch and d.total < _EXACT_LIMIT
-        if old is not None and (old.k + 1) * wp - 1 < part_clock - self.window + 1:
+        if old is not None and (old.k + 1) * wp - 1 < sub_clock - self.window + 1:
             old = None  # wholly expired
-        part.new, part.old, part.clock = new, old, part_clock
+        sub.new, sub.old, sub.clock = new, old, sub_clock
         self._prune()
 
     def _target_levels(self, d: _Interval | None, mass: np.ndarray, exact_batch: bool) -> int:
@@ -453,16 +453,16 @@ class SplittableHistogram(Sketch):
         return max(m + 1, 2 if d is None else d.levels)
 
     def _prune(self) -> None:
-        """Drop merged parts whose every tick is before ``clock − window + 1``."""
-        live = self.clock - self.window + 1
-        self._parts[1:] = [p for p in self._parts[1:] if p.clock is not None and p.clock >= live]
-        if self._parts[0].clock is not None and self._parts[0].clock < live:
-            self._parts[0] = _Part()  # this sketch's own events have all expired
+        """Drop merged sub-streams whose every tick is before ``clock − window + 1``."""
+        live = self.clock_tick - self.window + 1
+        self._substreams[1:] = [p for p in self._substreams[1:] if p.clock is not None and p.clock >= live]
+        if self._substreams[0].clock is not None and self._substreams[0].clock < live:
+            self._substreams[0] = _Substream()  # this sketch's own events have all expired
 
     @property
-    def clock(self) -> int:
+    def clock_tick(self) -> int:
         """Largest tick inserted (``-2**62`` when empty)."""
-        clocks = [p.clock for p in self._parts if p.clock is not None]
+        clocks = [p.clock for p in self._substreams if p.clock is not None]
         return max(clocks) if clocks else EMPTY_CLOCK
 
     # -- queries -------------------------------------------------------------------------
@@ -482,7 +482,7 @@ class SplittableHistogram(Sketch):
     def query_rational(self, lo: int, hi: int) -> Estimate:
         """:meth:`query` in exact rationals, whatever the state (the reference the
         integer path is tested against)."""
-        lo, hi = window_range(lo, hi, self.window, None if self.is_empty else self.clock)
+        lo, hi = window_range(lo, hi, self.window, None if self.is_empty else self.clock_tick)
         eps = Fraction(self.epsilon)
         if self.is_empty:
             return Estimate(0.0, 0.0, 0.0, "relative", self.epsilon, 1.0, METHOD)
@@ -491,19 +491,19 @@ class SplittableHistogram(Sketch):
         upper: Fraction | None = Fraction(0)  # None: no upper bound
         relative = True
         eps_max = eps_sum = Fraction(0)
-        for part in self._parts:
-            if part.clock is None:
+        for sub in self._substreams:
+            if sub.clock is None:
                 continue
-            part_sum = Fraction(0)
-            for d in (part.old, part.new):
+            sub_sum = Fraction(0)
+            for d in (sub.old, sub.new):
                 if d is None:
                     continue
                 start = d.k * self.wp
                 end = start + self.wp - 1
-                a, b = max(lo, start), min(hi, end, part.clock)
+                a, b = max(lo, start), min(hi, end, sub.clock)
                 if a > b:
                     continue
-                local_clock = min(part.clock, end) - start
+                local_clock = min(sub.clock, end) - start
                 first = self._suffix(d, a - start, local_clock)
                 second = self._suffix(d, b + 1 - start, local_clock)
                 est += first.est - second.est
@@ -512,13 +512,13 @@ class SplittableHistogram(Sketch):
                 if upper is not None:
                     upper = None if first.upper is None else upper + first.upper - second.lower
                 for term in (first, second):
-                    part_sum += term.eps
+                    sub_sum += term.eps
                     eps_max = max(eps_max, term.eps)
                 # Relative to S when [a, b] is the suffix s_a itself, or both ends are exact.
                 if not ((second is _ZERO_TERM and first.ok)
                         or not (first.delta or second.delta or first.eps or second.eps)):
                     relative = False
-            eps_sum = max(eps_sum, part_sum)
+            eps_sum = max(eps_sum, sub_sum)
         lower = Fraction(0) if lower is None else max(lower, Fraction(0))
         if relative:
             # Theorems 1 and 3, summed over disjoint pieces: |Ŷ − S| ≤ ε_max·S, so
@@ -527,11 +527,11 @@ class SplittableHistogram(Sketch):
             if eps_max < 1:
                 cap = est / (1 - eps_max)
                 upper = cap if upper is None else min(upper, cap)
-            kind, eps_rep = "relative", eps_max
+            guarantee, eps_rep = "relative", eps_max
         else:
             # Each suffix errs by ≤ ε_k·(its weight [+ S* if its check failed]) and every
-            # suffix of a part lies in [lo, clock]: the errors add to ≤ max_p Σ ε_k · Q.
-            kind, eps_rep = "additive", eps_sum
+            # suffix of a sub-stream lies in [lo, clock]: the errors add to ≤ max_p Σ ε_k · Q.
+            guarantee, eps_rep = "additive", eps_sum
         est = max(est, Fraction(0))
         est_f = float(est)
         if Fraction(est_f) != est:  # the reported float is one rounding away from Ŷ
@@ -539,7 +539,7 @@ class SplittableHistogram(Sketch):
         lo_f, up_f = _down(lower), _up(upper)
         est_f = min(max(est_f, lo_f), up_f)
         eps_f = self.epsilon if eps_rep <= eps else _ceil_digits(eps_rep)
-        return Estimate(est_f, lo_f, up_f, kind, eps_f, 1.0, METHOD)
+        return Estimate(est_f, lo_f, up_f, guarantee, eps_f, 1.0, METHOD)
 
     def query_many(self, ranges) -> list:
         """:meth:`query` of every ``(lo, hi)`` of ``ranges``, each result equal to what
@@ -552,7 +552,7 @@ class SplittableHistogram(Sketch):
         out: list = [None] * len(ranges)
         todo = []
         empty = self.is_empty
-        clock = None if empty else self.clock
+        clock = None if empty else self.clock_tick
         for i, (lo, hi) in enumerate(ranges):
             try:
                 ranges[i] = window_range(lo, hi, self.window, clock)
@@ -566,7 +566,7 @@ class SplittableHistogram(Sketch):
         if not todo:
             return out
         exact = self.unit.is_integer() and self.unit < 2.0**53 and all(
-            d.exact for p in self._parts if p.clock is not None for d in (p.old, p.new) if d is not None)
+            d.exact for p in self._substreams if p.clock is not None for d in (p.old, p.new) if d is not None)
         if not exact:
             for i in todo:
                 out[i] = self.query_rational(*ranges[i])
@@ -580,22 +580,22 @@ class SplittableHistogram(Sketch):
         any_delta = np.zeros(k, bool)
         relative = np.ones(k, bool)
         big = np.zeros(k, bool)
-        eps_terms = np.zeros(k, np.int64)  # the largest per-part count of terms erring by ε
+        eps_terms = np.zeros(k, np.int64)  # the largest per-sub-stream count of terms erring by ε
         unit = int(self.unit)
-        for part in self._parts:
-            if part.clock is None:
+        for sub in self._substreams:
+            if sub.clock is None:
                 continue
-            part_terms = np.zeros(k, np.int64)
-            for d in (part.old, part.new):
+            sub_terms = np.zeros(k, np.int64)
+            for d in (sub.old, sub.new):
                 if d is None:
                     continue
                 start = d.k * self.wp
                 end = start + self.wp - 1
-                a, b = np.maximum(los, start), np.minimum(np.minimum(his, end), part.clock)
+                a, b = np.maximum(los, start), np.minimum(np.minimum(his, end), sub.clock)
                 live = a <= b
                 if not live.any():
                     continue
-                local_clock = min(part.clock, end) - start
+                local_clock = min(sub.clock, end) - start
                 m0 = Fraction(math.fsum(d.M[0, : d.n[0]].tolist()))
                 ok1 = Fraction(self.epsilon) * m0 >= 2 * Fraction(self.unit) * (1 + self.log_w)
                 ts = np.concatenate([a[live] - start, b[live] + 1 - start])
@@ -606,11 +606,11 @@ class SplittableHistogram(Sketch):
                 est[live] += f1 - f2
                 lower[live] += l1 - h2
                 upper[live] += h1 - l2
-                part_terms[live] += hd[:m].astype(np.int64) + hd[m:]
+                sub_terms[live] += hd[:m].astype(np.int64) + hd[m:]
                 any_delta[live] |= hd[:m] | hd[m:]
                 relative[live] &= (zero[m:] & ok[:m]) | ~(hd[:m] | hd[m:])
                 big[live] |= too_big[:m] | too_big[m:]
-            eps_terms = np.maximum(eps_terms, part_terms)
+            eps_terms = np.maximum(eps_terms, sub_terms)
         p, q = Fraction(self.epsilon).as_integer_ratio()
         additive_eps: dict[int, float] = {}
         columns = zip(todo, big.tolist(), est.tolist(), lower.tolist(), upper.tolist(), any_delta.tolist(),
@@ -641,10 +641,10 @@ class SplittableHistogram(Sketch):
                 num, den = est * q, q - p
                 if p < q and upper * den > num:
                     up_f = _up_ratio(num, den)
-            kind = "relative"
+            guarantee = "relative"
             eps_f = self.epsilon
         else:
-            kind = "additive"
+            guarantee = "additive"
             eps_f = additive_eps.get(eps_terms)
             if eps_f is None:
                 eps_f = additive_eps[eps_terms] = (self.epsilon if eps_terms <= 1 else
@@ -653,7 +653,7 @@ class SplittableHistogram(Sketch):
         lo_f = float(lower) if lo_f is None else lo_f
         up_f = float(upper) if up_f is None else up_f
         est_f = min(max(float(est), lo_f), up_f)
-        return Estimate(est_f, lo_f, up_f, kind, eps_f, 1.0, METHOD)
+        return Estimate(est_f, lo_f, up_f, guarantee, eps_f, 1.0, METHOD)
 
     def _suffix(self, d: _Interval, t: int, local_clock: int, force: int = -1) -> _Term:
         """Bracket of s_t, the weight at local ticks ≥ t of interval ``d``, read at the
@@ -693,12 +693,12 @@ class SplittableHistogram(Sketch):
     def _merge(self, other: "SplittableHistogram") -> "SplittableHistogram":
         """Fold ``other`` in and return self.
 
-        ``other``'s parts are copied in beside this sketch's own: a query adds the parts'
+        ``other``'s sub-streams are copied in beside this sketch's own: a query adds the sub-streams'
         answers, so ``|Ŷ − S| ≤ Σ_p ε·S_p = ε·S`` after any number of merges in any tree
         shape (class notes, **Merge**). Refuses itself, another class or other
         parameters with :class:`IncompatibleSketchError`.
         """
-        self._parts.extend(p.copy(compact=True) for p in other._parts if p.clock is not None)
+        self._substreams.extend(p.copy(compact=True) for p in other._substreams if p.clock is not None)
         self._prune()
         return self
 
@@ -706,31 +706,31 @@ class SplittableHistogram(Sketch):
         return (self.epsilon, self.window, self.max_total, self.unit)
 
     @property
-    def parts(self) -> int:
-        """Number of sub-stream parts held (1 unless merged)."""
-        return max(1, sum(p.clock is not None for p in self._parts))
+    def substreams(self) -> int:
+        """Number of sub-streams held (1 unless merged)."""
+        return max(1, sum(p.clock is not None for p in self._substreams))
 
     @property
     def is_empty(self) -> bool:
-        return all(p.clock is None for p in self._parts)
+        return all(p.clock is None for p in self._substreams)
 
     # -- bytes -------------------------------------------------------------------------------
     _HEAD = struct.Struct("<dqddI")
 
     def max_nbytes(self) -> int:
-        """Each part (one unless merged) writes at most two intervals (old and new, §2.1) of
+        """Each sub-stream (one unless merged) writes at most two intervals (old and new, §2.1) of
         at most ``max_level + 1`` levels (Lemma 2), and at most ``alpha`` buckets a level
         (the deferred discard of Algorithm 4 is done on writing); a level's mark is at most
         Wp, its flop count at most 2^62 (the reader's limits), a local tick below Wp."""
         a, tick = self.alpha, varint_size(2 * self.wp)
         level = varint_size(self.wp) + varint_size(2**62) + varint_size(a) + a + max_float_column_size(a)
         interval = 10 + 2 + (self.max_level + 1) * level + 10 + a * tick  # + level 0's ticks
-        return HEADER_SIZE + self._HEAD.size + self.parts * (10 + 1 + 2 * interval)
+        return HEADER_SIZE + self._HEAD.size + self.substreams * (10 + 1 + 2 * interval)
 
     def _payload(self) -> bytes:
-        parts = [p for p in self._parts if p.clock is not None]
-        wr = Writer().pack(self._HEAD, self.epsilon, self.window, self.max_total, self.unit, len(parts))
-        for p in parts:
+        substreams = [p for p in self._substreams if p.clock is not None]
+        wr = Writer().pack(self._HEAD, self.epsilon, self.window, self.max_total, self.unit, len(substreams))
+        for p in substreams:
             live = p.clock - self.window + 1
             old = p.old if p.old is not None and (p.old.k + 1) * self.wp - 1 >= live else None
             new = p.new if p.new is not None else _Interval(p.clock // self.wp, 1)
@@ -747,24 +747,24 @@ class SplittableHistogram(Sketch):
 
     @classmethod
     def _read(cls, r: Reader) -> "SplittableHistogram":
-        epsilon, window, max_total, unit, nparts = r.unpack(cls._HEAD)
+        epsilon, window, max_total, unit, n_substreams = r.unpack(cls._HEAD)
         sk = cls(epsilon, window, max_total, unit=unit)
-        if nparts > 1 << 20:
-            raise CorruptSketchError("splittable histogram has too many parts")
-        sk._parts = []
-        for _ in range(nparts):
-            p = _Part()
+        if n_substreams > 1 << 20:
+            raise CorruptSketchError("splittable histogram has too many sub-streams")
+        sk._substreams = []
+        for _ in range(n_substreams):
+            p = _Substream()
             p.clock = int(r.ints(1)[0])
             has_old = r.take(1)[0]
             if not -TICK_LIMIT < p.clock < TICK_LIMIT or has_old not in (0, 1):
-                raise CorruptSketchError("splittable histogram part header out of range")
+                raise CorruptSketchError("splittable histogram sub-stream header out of range")
             top = p.clock // sk.wp
             if has_old:
                 p.old = sk._read_interval(r, top - 1)
             p.new = sk._read_interval(r, top)
-            sk._parts.append(p)
-        if not sk._parts:
-            sk._parts = [_Part()]
+            sk._substreams.append(p)
+        if not sk._substreams:
+            sk._substreams = [_Substream()]
         return sk
 
     def _read_interval(self, r: Reader, k: int) -> _Interval:

@@ -284,7 +284,7 @@ class WindowedQuantiles(Sketch):
     >>> import numpy as np
     >>> wq = WindowedQuantiles(0.05, window=100, value_accuracy=0.01)
     >>> wq.update(np.array([3, 1, 2, 2, 5]), np.array([10.0, 20.0, 30.0, 40.0, 50.0]))
-    >>> b = wq.quantiles([0.5], 0, wq.clock)[0]
+    >>> b = wq.quantiles([0.5], 0, wq.clock_tick)[0]
     >>> b.lower <= 30.0 <= b.upper, b.rank_error, round(b.relative_width, 3)
     (True, 0, 0.02)
     >>> other = WindowedQuantiles(0.05, window=100, value_accuracy=0.01)
@@ -299,7 +299,7 @@ class WindowedQuantiles(Sketch):
     FAMILY, FORMAT = Family.WINDOWED_QUANTILES, 2  # format 2: varint nodes and entries
     WHAT, NOUN = "windowed quantile sketch", "windowed quantile sketches"
     PARAMS = "epsilon, window or value_accuracy"
-    SHOWN = ("epsilon", "window", "value_accuracy", "nodes", "entries", "clock")
+    SHOWN = ("epsilon", "window", "value_accuracy", "nodes", "entries", "clock_tick")
     BATCH = ("ticks", "values")
     _OWNED = ("_left", "_lg", "_off", "_keys", "_cnts", "_wt")
 
@@ -389,7 +389,7 @@ class WindowedQuantiles(Sketch):
         return self._clock - self.alpha + 1
 
     @property
-    def clock(self) -> int:
+    def clock_tick(self) -> int:
         """Largest tick inserted (``-2**62`` when empty)."""
         return self._clock
 
@@ -683,8 +683,9 @@ class WindowedQuantiles(Sketch):
         return (self.epsilon, self.window, self.value_accuracy)
 
     @property
-    def parts(self) -> int:
-        """Always 1: merging folds the parts into one set of nodes."""
+    def substreams(self) -> int:
+        """Always 1: merging folds the merged sketches' nodes into one set of nodes (the
+        splittable histogram keeps its merged sub-streams side by side instead)."""
         return 1
 
     @property

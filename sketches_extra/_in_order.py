@@ -54,11 +54,11 @@ class InOrderWindowSum(Sketch):
         ``lo`` must be ``>= clock − window``; ``hi`` above the clock is read as the clock
         (no later event has been seen). See the family's docstring for the bounds.
         """
-        lo, hi, empty = _check_query(lo, hi, self.clock, self._window)
+        lo, hi, empty = _check_query(lo, hi, self.clock_tick, self._window)
         if empty:
             return _exact_zero(self.epsilon_bound, self.METHOD)
         x = self._suffix(lo)
-        if hi == self.clock:
+        if hi == self.clock_tick:
             return x
         return _difference(x, self._suffix(hi + 1))
 

@@ -17,8 +17,7 @@ import numpy as np
 
 from sketches_extra import _wave_kernels as K
 from sketches_extra._eh_kernels import TICK_LIMIT
-from sketches._bytes import HEADER_SIZE, Reader
-from sketches.base import CorruptSketchError, Estimate, SketchError
+from sketches.base import HEADER_SIZE, CorruptSketchError, Estimate, Reader, SketchError
 from sketches_extra._in_order import NO_CLOCK, UNIT_ROUNDOFF, InOrderWindowSum, as_int, bracket_estimate, check_in_order, coerce_ticks
 
 __all__ = ["DeterministicWave", "wave_levels", "suggest_max_window_weight"]
@@ -119,7 +118,7 @@ class DeterministicWave(InOrderWindowSum):
     >>> import numpy as np
     >>> wave = DeterministicWave(epsilon=0.1, window=999, max_window_weight=10_000)
     >>> wave.update(np.repeat(np.arange(3000), 3))        # three events per tick
-    >>> e = wave.query(wave.clock - 99, wave.clock)
+    >>> e = wave.query(wave.clock_tick - 99, wave.clock_tick)
     >>> e.lower <= 300 <= e.upper, e.epsilon, e.method
     (True, 0.1, 'deterministic-wave')
     >>> other = DeterministicWave(0.1, 999, max_window_weight=10_000)
@@ -132,7 +131,7 @@ class DeterministicWave(InOrderWindowSum):
     FAMILY, METHOD = 3, METHOD  # header family byte (sketches.base.Family leaves it free)
     WHAT, NOUN = "deterministic wave", "deterministic waves"
     PARAMS = "epsilon, window or max_window_weight"
-    SHOWN = ("epsilon", "window", "max_window_weight", "clock", "items", "levels", "eta")
+    SHOWN = ("epsilon", "window", "max_window_weight", "clock_tick", "items", "levels", "eta")
 
     def __init__(self, epsilon: float, window: int, max_window_weight: int = 1 << 40):
         epsilon = float(epsilon)
@@ -181,7 +180,7 @@ class DeterministicWave(InOrderWindowSum):
         return self._levels
 
     @property
-    def clock(self) -> int:
+    def clock_tick(self) -> int:
         """Newest tick seen (``-2^63`` before the first event)."""
         return int(self._sc[0])
 
@@ -235,7 +234,7 @@ class DeterministicWave(InOrderWindowSum):
         if t.size > 1 and np.any(t[1:] < t[:-1]):
             order = np.argsort(t, kind="stable")
             t, w = t[order], w[order]
-        check_in_order(int(t[0]), self.clock)
+        check_in_order(int(t[0]), self.clock_tick)
         self._update_sorted(t, w)
 
     def _update_sorted(self, t, w) -> None:

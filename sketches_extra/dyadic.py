@@ -17,10 +17,8 @@ from fractions import Fraction
 import numba as nb
 import numpy as np
 
-from sketches._ecm_kernels import TICK_LIMIT, cell_index
-from sketches._bytes import Reader
-from sketches.base import CorruptSketchError, Estimate, SketchError, seed_value, unit_interval, window_ticks
-from sketches.ecm import CellSketch, as_batch
+from sketches.base import CorruptSketchError, Estimate, Reader, SketchError, seed_value, unit_interval, window_ticks
+from sketches.ecm import TICK_LIMIT, CellSketch, as_batch, cell_index
 
 __all__ = ["DyadicECM"]
 
@@ -182,10 +180,10 @@ class DyadicECM(CellSketch):
     True
     """
 
-    KIND = 1  # header flags: which class of the ECM family the blob holds
+    HEADER_FLAGS = 1  # header flags: which class of the ECM family the blob holds
     WHAT, NOUN = "dyadic ECM sketch", "dyadic ECM sketches"
     PARAMS = "epsilon, delta, window, levels or seed"
-    SHOWN = ("epsilon", "delta", "window", "levels", "depth", "width", "hashed_levels", "n_buckets", "clock",
+    SHOWN = ("epsilon", "delta", "window", "levels", "depth", "width", "hashed_levels", "n_buckets", "clock_tick",
              "merge_depth", "nbytes")
 
     _SALT = 0xD7AD

@@ -27,8 +27,7 @@ from sketches_extra._eh_kernels import (
     scan_batch,
     suffix,
 )
-from sketches._bytes import HEADER_SIZE, Reader
-from sketches.base import CorruptSketchError, Estimate, SketchError
+from sketches.base import HEADER_SIZE, CorruptSketchError, Estimate, Reader, SketchError
 from sketches_extra._in_order import NO_CLOCK, UNIT_ROUNDOFF, InOrderWindowSum, bracket_estimate, check_in_order, coerce_ticks
 
 __all__ = ["ExponentialHistogram", "suggest_epsilon", "max_buckets"]
@@ -139,7 +138,7 @@ class ExponentialHistogram(InOrderWindowSum):
     >>> import numpy as np
     >>> eh = ExponentialHistogram(epsilon=0.05, window=1000)
     >>> eh.update(np.arange(2000), np.ones(2000))
-    >>> e = eh.query(eh.clock - 500, eh.clock)
+    >>> e = eh.query(eh.clock_tick - 500, eh.clock_tick)
     >>> e.lower <= 501 <= e.upper, e.epsilon, e.method
     (True, 0.05, 'exponential-histogram')
     >>> other = ExponentialHistogram(0.05, 1000)
@@ -154,7 +153,7 @@ class ExponentialHistogram(InOrderWindowSum):
     FAMILY, METHOD = 2, METHOD  # header family byte (sketches.base.Family leaves it free)
     WHAT, NOUN = "exponential histogram", "exponential histograms"
     PARAMS = "epsilon or window"
-    SHOWN = ("epsilon", "window", "clock", "buckets", "depth")
+    SHOWN = ("epsilon", "window", "clock_tick", "buckets", "depth")
 
     def __init__(self, epsilon: float, window: int):
         epsilon = float(epsilon)
@@ -177,7 +176,7 @@ class ExponentialHistogram(InOrderWindowSum):
 
     # ------------------------------------------------------------------ properties
     @property
-    def clock(self) -> int:
+    def clock_tick(self) -> int:
         """Newest tick seen (``-2^63`` before the first event)."""
         return int(self._clock)
 

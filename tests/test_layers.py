@@ -118,3 +118,99 @@ def test_a_circle_is_caught(tmp_path):
     assert find_circle(import_graph(tmp_path, "pkg")) == ["pkg.a", "pkg.b", "pkg.c", "pkg.a"]
     (pkg / "c.py").write_text("def g():\n    pass\n")
     assert find_circle(import_graph(tmp_path, "pkg")) is None
+
+
+# -- private names ------------------------------------------------------------------------
+def _private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def _owner(module: str) -> str:
+    """Who may use ``module``'s names: a private module (``sketches._codec``) belongs to its
+    package, so its package's modules share it; any other module to itself."""
+    head, _, last = module.rpartition(".")
+    return head if _private(last) else module
+
+
+def _may_use(user: str, module: str) -> bool:
+    owner = _owner(module)
+    return user == owner or user.startswith(owner + ".")
+
+
+def private_reaches(root: Path, package: str, ours: tuple[str, ...] = tuple(PACKAGES)) -> list[str]:
+    """Where a module of ``package`` uses another module's private name: ``from m import
+    _x``, ``import m._x``, or ``alias._x`` with ``alias`` bound to a module by an import
+    (relative imports resolved), among the packages ``ours``. A private module is private to
+    its package (the package's own modules may import it); ``__dunder__`` names are not
+    private."""
+    files = {_module_name(root, p): p for p in (root / package).rglob("*.py")}
+    found = []
+    for name, path in sorted(files.items()):
+        base = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        tree = ast.parse(path.read_text(), str(path))
+        aliases: dict[str, str] = {}  # local name -> the module it is bound to
+
+        def reach(node, module: str, attr: str) -> None:
+            target = f"{module}.{attr}"
+            if _private(attr) and not _may_use(name, target):
+                found.append(f"{path.relative_to(root)}:{node.lineno}: {target}")
+
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                for a in node.names:
+                    if a.name.split(".")[0] not in ours:
+                        continue
+                    bits = a.name.split(".")
+                    for i in range(1, len(bits)):
+                        reach(node, ".".join(bits[:i]), bits[i])
+                    aliases[a.asname or bits[0]] = a.name if a.asname else bits[0]
+            elif isinstance(node, ast.ImportFrom):
+                parent = base
+                for _ in range(max(0, node.level - 1)):
+                    parent = parent.rpartition(".")[0]
+                mod = ".".join(filter(None, [parent if node.level else "", node.module or ""]))
+                if mod.split(".")[0] not in ours:
+                    continue
+                bits = mod.split(".")
+                for i in range(1, len(bits)):
+                    reach(node, ".".join(bits[:i]), bits[i])
+                for a in node.names:
+                    if a.name != "*":
+                        reach(node, mod, a.name)
+                        if f"{mod}.{a.name}" in files:
+                            aliases[a.asname or a.name] = f"{mod}.{a.name}"
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) \
+                    and node.value.id in aliases:
+                reach(node, aliases[node.value.id], node.attr)
+    return found
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_no_private_name_reached_across_modules(package):
+    """A leading underscore means "this module's own" (a private module: "this package's
+    own"); the packages keep to it, so renaming a private name never breaks another module.
+    Tests may reach in; the packages may not."""
+    assert private_reaches(ROOT, package) == []
+
+
+def test_a_private_reach_is_caught(tmp_path):
+    """The check fails on each way in, and lets a private module's package share it."""
+    for d in ("pkg/sub", "other"):
+        (tmp_path / d).mkdir(parents=True)
+    for f in ("pkg/__init__.py", "pkg/sub/__init__.py", "other/__init__.py"):
+        (tmp_path / f).write_text("")
+    pkg = tmp_path / "pkg"
+    (pkg / "a.py").write_text("_x = 1\n__all__ = []\n")
+    (pkg / "_kern.py").write_text("def f():\n    pass\n")
+    (pkg / "b.py").write_text("from pkg import _kern\nfrom . import a\nimport pkg.a as m\n"
+                              "from pkg.a import __all__\ny = a.__all__ + m.__all__\n")
+    (pkg / "sub" / "d.py").write_text("from pkg import _kern\nfrom .._kern import f\n")
+    assert private_reaches(tmp_path, "pkg", ("pkg", "other")) == []
+    (pkg / "c.py").write_text("from pkg.a import _x\nfrom . import a\nimport pkg.a as m\n"
+                              "y = a._x + m._y\n")
+    (tmp_path / "other" / "e.py").write_text("import pkg._kern\nfrom pkg._kern import f\n")
+    assert private_reaches(tmp_path, "pkg", ("pkg", "other")) == [
+        "pkg/c.py:1: pkg.a._x", "pkg/c.py:4: pkg.a._x", "pkg/c.py:4: pkg.a._y"]
+    assert private_reaches(tmp_path, "other", ("pkg", "other")) == [
+        "other/e.py:1: pkg._kern", "other/e.py:2: pkg._kern"]

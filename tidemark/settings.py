@@ -112,7 +112,7 @@ class Settings(BaseSettings):
         10.0, "seconds an ingest request may wait unread by the worker's query before /readyz "
         "says the worker is not processing")
     max_restarts: int = Field(
-        default=5, ge=1, description="failures of one part within restart_window after which "
+        default=5, ge=1, description="failures of one service within restart_window after which "
         "`tidemark up` stops everything")
     restart_window: float = _seconds(60.0, "seconds; see max_restarts")
     max_pending_chunks: int = Field(

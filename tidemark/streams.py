@@ -1,4 +1,4 @@
-"""Stream settings: what a stream promises its users, validated once, shared by every part."""
+"""Stream settings: what a stream promises its users, validated once, shared by every layer."""
 
 from __future__ import annotations
 

@@ -28,10 +28,13 @@ from pathlib import Path
 from typing import Any, Callable
 
 __all__ = ["Service", "Supervisor", "GiveUp", "describe_exit", "read_state", "stop_on_signals",
-           "terminate", "STATE_FILE"]
+           "terminate", "STATE_FILE", "SERVICES_KEY"]
 
 # The supervisor's state file in a run directory: `tidemark up` writes it, /metrics reads it.
 STATE_FILE = "supervisor.json"
+# The file's key for its services: "parts" is the file's own word, kept because other
+# processes (an API of another version, the operations tests, the bench) read it.
+SERVICES_KEY = "parts"
 
 
 class GiveUp(RuntimeError):
@@ -166,12 +169,12 @@ class Supervisor:
     def _write_state(self) -> None:
         if not self.state_file:
             return
-        # "parts" is the file's own word, read by /readyz and /metrics (app/routes/health.py,
-        # the gauge tidemark_part_restarts{part=...}) and by the operations tests and bench.
-        state = {"pid": os.getpid(), "parts": {
-            p.name: {"pid": p.pid, "restarts": p.restarts, "last_exit": p.last_exit,
-                     "running": p.restart_at is None and p.handle is not None}
-            for p in self.services}}
+        # Read by /metrics (app/routes/health.py, the gauge tidemark_part_restarts{part=...},
+        # whose names stay: "part" there is a service) and by the operations tests and bench.
+        state = {"pid": os.getpid(), SERVICES_KEY: {
+            s.name: {"pid": s.pid, "restarts": s.restarts, "last_exit": s.last_exit,
+                     "running": s.restart_at is None and s.handle is not None}
+            for s in self.services}}
         tmp = self.state_file.with_suffix(".tmp")
         tmp.write_text(json.dumps(state))
         os.replace(tmp, self.state_file)

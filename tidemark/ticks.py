@@ -3,7 +3,7 @@ which ticks a query window covers and how old a tick's events can be.
 
 **Ticks.** Tick ``k`` holds the event times ``ts`` (floats) with ``k·res <= ts < (k + 1)·res``
 in exact arithmetic over the float values of ``ts`` and ``res`` (``Fraction(res)``, not the
-decimal the user typed). Every part of Tidemark that turns a time into a tick — the
+decimal the user typed). Everything in Tidemark that turns a time into a tick — the
 worker ticking events, the answers deciding which ticks a window covers and how old a
 tick's events can be — uses this one rule, so no two float expressions can disagree at a
 tick's edge.

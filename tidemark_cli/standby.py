@@ -5,7 +5,7 @@ A worker process is most of its restart time before its query starts (JVM, Spark
 Python helpers: about 10 s of a 15 s return). The spare is a ``tidemark worker --standby``
 that does all of that, plans the query, then waits for the line ``go`` on its standard
 input; it exits when that pipe closes (``up`` is gone). ``WorkerSlot.start`` is the worker
-part's start for the supervisor: it says ``go`` to a live spare, or starts a fresh worker
+service's start for the supervisor: it says ``go`` to a live spare, or starts a fresh worker
 when there is none. A new spare is started only once the worker has been processing for a
 while, so that it never competes with a recovery for the cores.
 
@@ -36,7 +36,7 @@ class WorkerSlot:
         self.spare_failures = 0
 
     def start(self) -> subprocess.Popen:
-        """The worker part's start: promote the spare if there is a live one."""
+        """The worker service's start: promote the spare if there is a live one."""
         spare, self.spare = self.spare, None
         self.spare_at = self.monotonic() + self.settle
         if spare is not None and spare.poll() is None:

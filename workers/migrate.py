@@ -87,7 +87,7 @@ def migrate_legacy_queues(r, spark_checkpoint: str, partitions: int) -> int:
     moved = dropped = 0
     for stream in streams:
         queue = keys.ingest(stream)
-        part = partition_of(stream, partitions)
+        partition = partition_of(stream, partitions)
         floor = committed.get(stream)
         cursor = "-"
         while True:
@@ -102,7 +102,7 @@ def migrate_legacy_queues(r, spark_checkpoint: str, partitions: int) -> int:
                     continue
                 entry = decode_legacy_entry(fields, stream)
                 events = entry.events if isinstance(entry, LogEntry) else 0
-                moved += move(keys=[queue, keys.log_partition(part), keys.log_stats(part)],
+                moved += move(keys=[queue, keys.log_partition(partition), keys.log_stats(partition)],
                               args=[eid, events, *entry.encode()])
         if r.xlen(queue) == 0:
             r.delete(queue)

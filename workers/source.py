@@ -59,10 +59,11 @@ def shard_of(entry_id: str, shards: int) -> int:
 
 
 class _Range(InputPartition):
-    """Entries ``(start, end]`` of log partition ``part``."""
+    """Entries ``(start, end]`` of log partition ``log_partition`` (one Spark input
+    partition: a range of one log partition)."""
 
-    def __init__(self, part: int, start: str, end: str):
-        self.part, self.start, self.end = part, start, end
+    def __init__(self, log_partition: int, start: str, end: str):
+        self.log_partition, self.start, self.end = log_partition, start, end
 
 
 class RedisChunkSource(DataSource):
@@ -80,15 +81,15 @@ class RedisChunkSource(DataSource):
         return _Reader(self.options)
 
 
-def read_range(r, part: int, start: str, end: str):
-    """The rows of entries ``(start, end]`` of partition ``part``, in log order."""
+def read_range(r, partition: int, start: str, end: str):
+    """The rows of entries ``(start, end]`` of log partition ``partition``, in log order."""
     from tidemark.wire import keys
     from tidemark.wire.records import Tombstone, declared_shards, decode_entry
 
     shards: dict[str, int] = {}
     cursor = start
     while cursor != end:
-        entries = r.xrange(keys.log_partition(part), min=f"({cursor}", max=end, count=_PAGE)
+        entries = r.xrange(keys.log_partition(partition), min=f"({cursor}", max=end, count=_PAGE)
         if not entries:
             return
         entries = [(entry_id.decode(), decode_entry(fields)) for entry_id, fields in entries]
@@ -141,11 +142,11 @@ class _Reader(DataSourceStreamReader):
         n = self.partitions_n
         end = positions(start, n)
         with self._redis().pipeline(transaction=False) as p:
-            for part in range(n):
-                p.hmget(keys.log_stats(part), "last", "events", "chunks")
-            for part, (last, events, chunks) in enumerate(p.execute()):
-                if last and id_tuple(last.decode()) > id_tuple(end[part][0]):
-                    end[part] = [last.decode(), int(events or 0), int(chunks or 0)]
+            for partition in range(n):
+                p.hmget(keys.log_stats(partition), "last", "events", "chunks")
+            for partition, (last, events, chunks) in enumerate(p.execute()):
+                if last and id_tuple(last.decode()) > id_tuple(end[partition][0]):
+                    end[partition] = [last.decode(), int(events or 0), int(chunks or 0)]
         return {"log": end}
 
     def partitions(self, start: dict, end: dict):
@@ -155,11 +156,11 @@ class _Reader(DataSourceStreamReader):
             return []  # a batch planned on the per-stream queues: its entries were moved
         n = self.partitions_n
         first, last = positions(start, n), positions(end, n)
-        return [_Range(part, a[0], b[0]) for part, (a, b) in enumerate(zip(first, last))
+        return [_Range(partition, a[0], b[0]) for partition, (a, b) in enumerate(zip(first, last))
                 if id_tuple(b[0]) > id_tuple(a[0])]
 
     def read(self, partition: _Range):
-        yield from read_range(self._redis(), partition.part, partition.start, partition.end)
+        yield from read_range(self._redis(), partition.log_partition, partition.start, partition.end)
 
     def commit(self, end: dict) -> None:
         """Spark has durably committed every batch up to ``end``: those entries can go."""
@@ -170,13 +171,13 @@ class _Reader(DataSourceStreamReader):
             return
         ids = [pos[0] for pos in positions(end, self.partitions_n)]
         trimmed = self._trimmed or [ZERO] * len(ids)
-        moved = [(part, last) for part, last in enumerate(ids) if last != trimmed[part]]
+        moved = [(partition, last) for partition, last in enumerate(ids) if last != trimmed[partition]]
         if not moved:
             return
         with self._redis().pipeline(transaction=False) as p:
-            for part, last in moved:
+            for partition, last in moved:
                 ms, seq = id_tuple(last)
                 # MINID keeps ids >= the bound, so trim strictly past `last`.
-                p.xtrim(keys.log_partition(part), minid=f"{ms}-{seq + 1}", approximate=False)
+                p.xtrim(keys.log_partition(partition), minid=f"{ms}-{seq + 1}", approximate=False)
             p.execute()
         self._trimmed = ids

@@ -124,14 +124,14 @@ def _tick_decay(spec: dict, res: float):
     from sketches.decayed import parse_decay
     from sketches.decayed.decay import CallableDecay
 
-    kind = spec["kind"]
-    if kind == "none":
+    decay_kind = spec["kind"]
+    if decay_kind == "none":
         return parse_decay({"kind": "none"})
-    if kind == "exponential":
+    if decay_kind == "exponential":
         return parse_decay({"kind": "exponential", "half_life": spec["half_life"] / res})
-    if kind == "polynomial" and res == 1.0:
+    if decay_kind == "polynomial" and res == 1.0:
         return parse_decay({"kind": "polynomial", "alpha": spec["alpha"]})
-    if kind == "polynomial":
+    if decay_kind == "polynomial":
         alpha = spec["alpha"]
         return CallableDecay(lambda a: (np.maximum(a, 0) * res + 1.0) ** -alpha)
     # age·res <= window, exactly: the whole-tick ages up to floor(window / res) (no float product).
@@ -156,9 +156,9 @@ def _readings(spec: dict, window) -> tuple[tuple, tuple]:
     from sketches.decayed import parse_decay
     from sketches.decayed.decay import CallableDecay
 
-    kind = spec["kind"]
-    if kind in ("none", "sliding"):
-        if kind == "none":
+    decay_kind = spec["kind"]
+    if decay_kind in ("none", "sliding"):
+        if decay_kind == "none":
             ranges = [(0, t) for t in window.last]
         else:
             ranges = list(window.covering(spec["window"]))
@@ -167,7 +167,7 @@ def _readings(spec: dict, window) -> tuple[tuple, tuple]:
             if r == EMPTY_RANGE or r[1] < 0:
                 return None
             lo, hi = max(r[0], 0), r[1]
-            d = (parse_decay({"kind": "none"}) if kind == "none"
+            d = (parse_decay({"kind": "none"}) if decay_kind == "none"
                  else parse_decay({"kind": "sliding", "window": hi - lo}))
             return d, hi, hi
 
@@ -193,9 +193,9 @@ def _cells(sk, lo: float, hi: float) -> tuple[np.ndarray, np.ndarray]:
     return (sk.edges >= lo) & below_hi, up
 
 
-def _zero(kind: str, config) -> Estimate:
-    return Estimate(0.0, 0.0, 0.0, kind, config.epsilon, 1.0,
-                    "wbmh-value-grid" if kind == "relative" else "multilevel-sample")
+def _zero(guarantee: str, config) -> Estimate:
+    return Estimate(0.0, 0.0, 0.0, guarantee, config.epsilon, 1.0,
+                    "wbmh-value-grid" if guarantee == "relative" else "multilevel-sample")
 
 
 def _decayed(summary, config, window, params, lo: float, hi: float) -> Estimate:
@@ -204,12 +204,12 @@ def _decayed(summary, config, window, params, lo: float, hi: float) -> Estimate:
     spec = params["spec"]
     low_read, high_read = _readings(spec, window)
     if params["part"] and params.get("chosen") and spec["kind"] == "none" \
-            and window.last[0] < summary[params["part"]].clock:
+            and window.last[0] < summary[params["part"]].clock_tick:
         # The undecayed relative sketch is one bucket up to its clock: as of an earlier
         # ``at`` its lower bound is 0. Unasked, answer from the sample instead (a choice
         # made before reading either sketch's values).
         params = {**params, "part": None}
-    kind = "relative" if params["part"] else "additive"
+    guarantee = "relative" if params["part"] else "additive"
     if params["part"]:
         sk = summary[params["part"]]
         inside, touching = _cells(sk, lo, hi)
@@ -217,7 +217,7 @@ def _decayed(summary, config, window, params, lo: float, hi: float) -> Estimate:
 
         def read(r, mask):
             if r is None:
-                return _zero(kind, config)
+                return _zero(guarantee, config)
             return sk.select(mask, r[1], None if own else r[0], r[2])
 
         low, high = read(low_read, inside), read(high_read, touching)
@@ -226,7 +226,7 @@ def _decayed(summary, config, window, params, lo: float, hi: float) -> Estimate:
 
         def read(r):
             if r is None:
-                return _zero(kind, config)
+                return _zero(guarantee, config)
             return sk.range_sum(r[0], lo, hi, r[1], r[2])
 
         low, high = read(low_read), read(high_read)
@@ -237,7 +237,7 @@ def _bracketed(low: Estimate, high: Estimate, spec: dict) -> Estimate:
     result = bracket(low, high)
     if spec["kind"] in ("exponential", "polynomial"):  # f evaluated at float ages
         lower, upper = result.lower * (1 - ROUNDING), result.upper * (1 + ROUNDING)
-        result = Estimate(min(max(result.estimate, lower), upper), lower, upper, result.kind,
+        result = Estimate(min(max(result.estimate, lower), upper), lower, upper, result.guarantee,
                           result.epsilon, result.confidence, result.method)
     return result
 
@@ -276,8 +276,8 @@ def _run_many(summary, config, windows, params) -> list | None:
 
 
 def _empty(config, params) -> Estimate:
-    kind = "relative" if params["part"] else "additive"
-    return Estimate(0.0, 0.0, 0.0, kind, config.epsilon, 1.0,
+    guarantee = "relative" if params["part"] else "additive"
+    return Estimate(0.0, 0.0, 0.0, guarantee, config.epsilon, 1.0,
                     "wbmh-value-grid" if params["part"] else "multilevel-sample")
 
 

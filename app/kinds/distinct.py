@@ -37,14 +37,14 @@ def _distinct(summary, config, window, params) -> Estimate:
     """
     wave = summary["distinct"]
     lo, hi = window.outer
-    if wave.is_empty or lo > hi or hi >= wave.clock:
+    if wave.is_empty or lo > hi or hi >= wave.clock_tick:
         def query(lo, hi):
-            if hi < wave.clock and (lo, hi) == window.inner and window.inner != window.outer:
+            if hi < wave.clock_tick and (lo, hi) == window.inner and window.inner != window.outer:
                 return exact_zero("randomized-wave")  # the inside ends before the clock
             return wave.query(lo, hi)
 
         return window_estimate(query, window, "randomized-wave")
-    clock = wave.clock
+    clock = wave.clock_tick
     up = wave.query(lo, clock)
     readings = [up]
     lower = 0.0

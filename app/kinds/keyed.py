@@ -96,12 +96,12 @@ def _items(keys, readings: list, listed: np.ndarray, window: Window) -> list[dic
             return z, z, z, "relative", 0.0, 1.0, METHOD
         return r[0][listed], r[1][listed], r[2][listed], "additive", r[3], r[4], r[5]
 
-    est, lower, upper, kind, eps, conf, method = reading(outer)
+    est, lower, upper, guarantee, eps, conf, method = reading(outer)
     if window.inner != window.outer:
         low = reading(inner)
         lower, upper = low[1], np.maximum(upper, low[1])
         conf = max(0.0, low[5] + conf - 1.0)
-        if kind == "relative":
+        if guarantee == "relative":
             mid = np.where((lower >= 0) & (upper > 0), 2 * lower * upper / (lower + upper), (lower + upper) / 2)
         else:
             mid = (lower + upper) / 2
@@ -111,7 +111,7 @@ def _items(keys, readings: list, listed: np.ndarray, window: Window) -> list[dic
     for key, e, lo, up, h in zip([keys[i] for i in listed.tolist()], est.tolist(), lower.tolist(),
                                  upper.tolist(), half.tolist()):
         items.append({"key": key, "estimate": e, "bound": {
-            "lower": lo, "upper": up, "kind": kind, "epsilon": eps, "confidence": conf, "method": method,
+            "lower": lo, "upper": up, "kind": guarantee, "epsilon": eps, "confidence": conf, "method": method,
             "half_width": h, "half_width_relative": 0.0 if h == 0 else (h / abs(e) if e else None)}})
     return items
 

@@ -58,11 +58,11 @@ def window_estimate(query: Callable[[int, int], Estimate], window: Window, metho
     return bracket(inner, outer)
 
 
-def best_point(lower: float, upper: float, kind: str) -> float:
+def best_point(lower: float, upper: float, guarantee: str) -> float:
     """The point of ``[lower, upper]`` nearest the truth in the worst case: the middle for
     an additive bound, ``2·lower·upper/(lower + upper)`` for a relative one (its relative
     error is at most ``(upper − lower)/(upper + lower)`` wherever the truth lies)."""
-    if kind == "relative" and lower >= 0 and upper > 0:
+    if guarantee == "relative" and lower >= 0 and upper > 0:
         return min(max(2 * lower * upper / (lower + upper), lower), upper)
     return min(max((lower + upper) / 2, lower), upper)
 
@@ -73,7 +73,7 @@ def bracket(low: Estimate, high: Estimate) -> Estimate:
     must hold: the union bound on their failure probabilities."""
     lower, upper = low.lower, max(high.upper, low.lower)
     confidence = max(0.0, low.confidence + high.confidence - 1.0)
-    return Estimate(best_point(lower, upper, high.kind), lower, upper, high.kind, high.epsilon,
+    return Estimate(best_point(lower, upper, high.guarantee), lower, upper, high.guarantee, high.epsilon,
                     confidence, high.method)
 
 

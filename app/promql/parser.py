@@ -82,7 +82,7 @@ Expr = Union[Number, Unary, Binary, Selector]
 # -- tokens ----------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Token:
-    kind: str  # NUMBER STRING NAME DURATION OP EOF
+    type: str  # NUMBER STRING NAME DURATION OP EOF (the token's type; a query kind is another thing)
     text: str
     pos: int
     value: object = None
@@ -206,30 +206,30 @@ class _Parser:
         return t
 
     def at(self, *ops: str) -> bool:
-        return self.tok.kind == "OP" and self.tok.text in ops
+        return self.tok.type == "OP" and self.tok.text in ops
 
     def fail(self, message: str, token: Token | None = None):
         raise ParseError(message, self.text, (token or self.tok).pos)
 
     def unexpected(self, wanted: str):
         t = self.tok
-        found = "end of input" if t.kind == "EOF" else repr(t.text)
+        found = "end of input" if t.type == "EOF" else repr(t.text)
         self.fail(f"unexpected {found}, expected {wanted}")
 
     def parse(self) -> Expr:
-        if self.tok.kind == "EOF":
+        if self.tok.type == "EOF":
             self.fail("no expression found in input; " + SUPPORTED)
         expr = self.expr()
-        if self.tok.kind != "EOF":
+        if self.tok.type != "EOF":
             self.refuse_operator()
             self.unexpected("an operator (+ - * /) or the end of the query")
         return expr
 
     def refuse_operator(self) -> None:
         t = self.tok
-        if t.kind == "OP" and t.text in ("==", "!=", "<", ">", "<=", ">=", "%", "^"):
+        if t.type == "OP" and t.text in ("==", "!=", "<", ">", "<=", ">=", "%", "^"):
             self.fail(f"operator {t.text!r} is not supported; {SUPPORTED}")
-        if t.kind == "NAME" and t.text.lower() in ("and", "or", "unless", "atan2"):
+        if t.type == "NAME" and t.text.lower() in ("and", "or", "unless", "atan2"):
             self.fail(f"operator {t.text!r} is not supported; {SUPPORTED}")
 
     def expr(self, above: int = 0) -> Expr:
@@ -237,7 +237,7 @@ class _Parser:
         binary operators that bind tighter than ``above`` (``_PRECEDENCE``), each grouped
         from the left (``1 - 2 - 3`` is ``(1 - 2) - 3``, ``1 + 2 * 3`` is ``1 + (2 * 3)``)."""
         left = self.unary()
-        while self.tok.kind == "OP" and _PRECEDENCE.get(self.tok.text, 0) > above:
+        while self.tok.type == "OP" and _PRECEDENCE.get(self.tok.text, 0) > above:
             self.grow()
             op = self.take().text
             left = Binary(op, left, self.expr(_PRECEDENCE[op]))
@@ -255,7 +255,7 @@ class _Parser:
         if self.at("["):
             self.fail('range vectors ([5m]) are not supported: give the window as a label, '
                       'e.g. tidemark_count{stream="web", window="5m"}')
-        if t.kind == "NAME" and t.text == "offset":
+        if t.type == "NAME" and t.text == "offset":
             self.fail("offset is not supported: every selector is answered at the query's time")
         if self.at("@"):
             self.fail("the @ modifier is not supported: use the query's time parameter")
@@ -263,12 +263,12 @@ class _Parser:
 
     def primary(self) -> Expr:
         t = self.tok
-        if t.kind == "NUMBER":
+        if t.type == "NUMBER":
             self.take()
             return Number(t.value)
-        if t.kind == "DURATION":
+        if t.type == "DURATION":
             self.fail(f"a duration ({t.text}) is not a number here; {SUPPORTED}")
-        if t.kind == "STRING":
+        if t.type == "STRING":
             self.fail(f"a string is not a query; {SUPPORTED}")
         if self.at("("):
             self.grow()
@@ -281,10 +281,10 @@ class _Parser:
             return inner
         if self.at("{"):
             return Selector(None, self.matchers())
-        if t.kind == "NAME":
+        if t.type == "NAME":
             self.take()
             word = t.text
-            if self.at("(") or word in _AGGREGATIONS and (self.tok.kind == "NAME" and self.tok.text in ("by", "without")):
+            if self.at("(") or word in _AGGREGATIONS and (self.tok.type == "NAME" and self.tok.text in ("by", "without")):
                 what = "aggregations" if word in _AGGREGATIONS else "functions"
                 self.fail(f"{what} ({word}(…)) are not supported; {SUPPORTED}", t)
             if word in _KEYWORDS:
@@ -297,14 +297,14 @@ class _Parser:
         out = []
         while not self.at("}"):
             label = self.tok
-            if label.kind != "NAME" or not _LABEL.match(label.text):
+            if label.type != "NAME" or not _LABEL.match(label.text):
                 self.unexpected("a label name or '}'")
             self.take()
             if not self.at("=", "!=", "=~", "!~"):
                 self.unexpected("a label matching operator (=, !=, =~, !~)")
             op = self.take().text
             value = self.tok
-            if value.kind != "STRING":
+            if value.type != "STRING":
                 self.unexpected(f"a quoted string for label {label.text}")
             self.take()
             out.append(Matcher(label.text, op, value.value))

@@ -8,7 +8,7 @@ quantifiers ``* + ?``; a leading ``^`` and trailing ``$`` are the anchors alread
 
 The expression comes from the network, so it is never handed to a backtracking engine:
 :func:`compile` builds a tree and :meth:`Pattern.fullmatch` moves a *set of positions* through
-it (Thompson's construction, without the automaton), each (part of the
+it (Thompson's construction, without the automaton), each (piece of the
 pattern, position) pair worked out once: at most ``O(len(pattern) · len(name)²)`` steps
 whatever the pattern — stream names are ≤ 64 characters.
 
@@ -44,7 +44,7 @@ class _Char:
 
 @dataclass(frozen=True)
 class _Seq:
-    parts: tuple
+    atoms: tuple
 
 
 @dataclass(frozen=True)
@@ -77,7 +77,7 @@ class _Reader:
         return options[0] if len(options) == 1 else _Alt(tuple(options))
 
     def sequence(self):
-        parts = []
+        atoms = []
         while self.peek() not in ("", "|", ")"):
             atom = self.atom()
             q = self.peek()
@@ -88,8 +88,8 @@ class _Reader:
                     self.fail("a quantifier after a quantifier is not supported")
             elif q == "{":
                 self.fail("counted repetition {m,n} is not supported (use * + ?)")
-            parts.append(atom)
-        return parts[0] if len(parts) == 1 else _Seq(tuple(parts))
+            atoms.append(atom)
+        return atoms[0] if len(atoms) == 1 else _Seq(tuple(atoms))
 
     def atom(self):
         c = self.peek()
@@ -184,8 +184,8 @@ class _Run:
             return frozenset((p + 1,)) if p < len(self.text) and node.test(self.text[p]) else frozenset()
         if isinstance(node, _Seq):
             here = frozenset((p,))
-            for part in node.parts:
-                here = frozenset().union(*(self.ends(part, q) for q in here))
+            for atom in node.atoms:
+                here = frozenset().union(*(self.ends(atom, q) for q in here))
             return here
         if isinstance(node, _Alt):
             return frozenset().union(*(self.ends(o, p) for o in node.options))

@@ -19,7 +19,7 @@ from app.deps import (READ, DeclarationsDep, FederationDep, IngestDep, MetricsDe
 from app.readiness import readiness
 from app.store import StreamNotFound
 from app.security import principal_of, visible
-from tidemark.supervisor import STATE_FILE, read_state
+from tidemark.supervisor import SERVICES_KEY, STATE_FILE, read_state
 
 router = APIRouter(tags=["health"])
 
@@ -33,7 +33,7 @@ def healthz() -> dict:
 @router.get("/readyz")
 def readyz(store: StoreDep, settings: SettingsDep):
     """200 only while Redis answers and the worker's query is processing; else 503 with
-    the reason per part (see ``app.readiness``)."""
+    the reason per service (see ``app.readiness``)."""
     body = readiness(store, settings.worker_stale_after, settings.ready_max_wait)
     return JSONResponse(body, status_code=200 if body["ready"] else 503)
 
@@ -53,8 +53,8 @@ def metrics(declarations: DeclarationsDep, reads: ReadsDep, ingest: IngestDep, h
     """Prometheus text; a key limited to some streams gets the per-stream series of those
     only (and every series without a stream label)."""
     supervised = read_state(settings.run_path / STATE_FILE)  # under `tidemark up`
-    for part, state in (supervised or {}).get("parts", {}).items():
-        metrics.part_restarts.labels(part).set(state.get("restarts", 0))
+    for service, state in (supervised or {}).get(SERVICES_KEY, {}).items():
+        metrics.service_restarts.labels(service).set(state.get("restarts", 0))
     principal = principal_of(request)
     if health.ping():
         for name in visible(principal, declarations.names()):
@@ -71,11 +71,11 @@ def metrics(declarations: DeclarationsDep, reads: ReadsDep, ingest: IngestDep, h
             if age is not None:  # one stream's unreadable status never fails the others
                 metrics.publish_age_seconds.labels(name).set(age)
         lag = ingest.lag()
-        for part in lag.partitions:
-            label = str(part["partition"])
-            metrics.log_pending_events.labels(label).set(part["pending_events"])
-            metrics.log_pending_chunks.labels(label).set(part["pending_chunks"])
-            metrics.log_oldest_age.labels(label).set(part["oldest_age"])
+        for partition in lag.partitions:
+            label = str(partition["partition"])
+            metrics.log_pending_events.labels(label).set(partition["pending_events"])
+            metrics.log_pending_chunks.labels(label).set(partition["pending_chunks"])
+            metrics.log_oldest_age.labels(label).set(partition["oldest_age"])
         metrics.wait_estimate.set(lag.wait_estimate())
         metrics.worker_capacity.set(lag.capacity)
         metrics.standby_workers.set(1 if health.worker_standby() else 0)

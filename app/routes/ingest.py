@@ -67,13 +67,13 @@ async def read_body(request: Request, limit: int) -> bytes:
             raise HTTPException(400, "Content-Length is not a number")
         if int(declared) > limit:
             raise HTTPException(413, f"body larger than {limit} bytes; split it")
-    parts, size = [], 0
-    async for part in request.stream():
-        size += len(part)
+    pieces, size = [], 0
+    async for piece in request.stream():
+        size += len(piece)
         if size > limit:
             raise HTTPException(413, f"body larger than {limit} bytes; split it")
-        parts.append(part)
-    return b"".join(parts)
+        pieces.append(piece)
+    return b"".join(pieces)
 
 
 @router.post("/{name}/events", status_code=202, dependencies=[INGEST],
@@ -91,7 +91,7 @@ async def ingest(name: StreamName, request: Request,
 async def take(state, request: Request, name: str, principal: Principal,
                idempotency_key: str | None) -> JSONResponse:
     """The ingest of one request the access check let through (``principal``), by the route
-    and by ``app.fast_ingest`` alike. The app's parts are read from its ``state``, not
+    and by ``app.fast_ingest`` alike. The app's components are read from its ``state``, not
     declared as dependencies, and the receipt is rendered here: at hundreds of posts a
     second FastAPI's solving of each dependency and its serialization of the answer cost
     more than the rest of the route."""

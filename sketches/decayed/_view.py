@@ -25,7 +25,7 @@ class View:
     mass: np.ndarray
     lo: np.ndarray
     hi: np.ndarray
-    kind: str
+    guarantee: str  # a bound's kind: "relative" | "additive"
     method: str
     interval: Callable[[float, float, float, int], tuple[float, float]]
     confidence: float

@@ -83,7 +83,7 @@ def _positive(name: str, value) -> float:
 class Decay:
     """Base class: a non-increasing ``f: [0, ∞) -> [0, 1]`` with ``f(0) = 1``."""
 
-    kind: str = ""
+    decay_kind: str = ""  # the value of the spec's public key "kind"
     code: int = -1
     category: str = ""
 
@@ -128,7 +128,7 @@ class Decay:
 
     def spec(self) -> dict:
         """``{"kind": ..., <params>}``, the input of :func:`parse_decay`."""
-        return {"kind": self.kind, **{n: getattr(self, n) for n in self.names()}}
+        return {"kind": self.decay_kind, **{n: getattr(self, n) for n in self.names()}}
 
     def params(self) -> tuple[float, float]:
         """Two numbers that, with :attr:`code`, serialise the decay."""
@@ -140,7 +140,7 @@ class Decay:
 class NoDecay(Decay):
     """``f(x) = 1``: every event keeps its weight (a converging decay, §1.2)."""
 
-    kind = "none"
+    decay_kind = "none"
     code = 0
     category = CONVERGING
 
@@ -154,7 +154,7 @@ class SlidingWindow(Decay):
     """``f(x) = 1`` if ``x <= window`` else 0 (finite decay with age limit ``window``)."""
 
     window: int
-    kind = "sliding"
+    decay_kind = "sliding"
     code = 1
     category = FINITE
 
@@ -177,7 +177,7 @@ class Exponential(Decay):
     """``f(x) = 2^(-x / half_life)`` (exponential decay with α = 1/half_life, §1.2)."""
 
     half_life: float
-    kind = "exponential"
+    decay_kind = "exponential"
     code = 2
     category = EXPONENTIAL
 
@@ -190,7 +190,7 @@ class Polynomial(Decay):
     """``f(x) = (x + 1)^(-alpha)``: converging and not exponential (§1.2)."""
 
     alpha: float
-    kind = "polynomial"
+    decay_kind = "polynomial"
     code = 3
     category = CONVERGING
 
@@ -211,7 +211,7 @@ class FiniteExponential(Decay):
 
     half_life: float
     mu: float
-    kind = "finite_exponential"
+    decay_kind = "finite_exponential"
     code = 4
     category = FINITE
 
@@ -239,7 +239,7 @@ class SuperExponential(Decay):
 
     scale: float
     beta: float
-    kind = "super_exponential"
+    decay_kind = "super_exponential"
     code = 5
     category = SUPER_EXPONENTIAL
 
@@ -260,7 +260,7 @@ class CallableDecay(Decay):
     """
 
     fn: object
-    kind = "callable"
+    decay_kind = "callable"
     code = -1
     category = ""
 
@@ -281,9 +281,9 @@ class CallableDecay(Decay):
         return (0.0, 0.0)  # never serialised: a callable lives with the query
 
 
-_KINDS = {cls.kind: cls for cls in (NoDecay, SlidingWindow, Exponential, Polynomial, FiniteExponential,
+_BY_DECAY_KIND = {cls.decay_kind: cls for cls in (NoDecay, SlidingWindow, Exponential, Polynomial, FiniteExponential,
                                      SuperExponential)}
-_BY_CODE = {cls.code: cls for cls in _KINDS.values()}
+_BY_CODE = {cls.code: cls for cls in _BY_DECAY_KIND.values()}
 
 
 def parse_decay(spec) -> Decay:
@@ -297,15 +297,15 @@ def parse_decay(spec) -> Decay:
         return spec
     if not isinstance(spec, dict) or "kind" not in spec:
         raise SketchError("decay spec must be a dict with a 'kind'")
-    kind = spec["kind"]
-    if kind not in _KINDS:
-        raise SketchError(f"unknown decay kind {kind!r}; expected one of {sorted(_KINDS)}")
-    cls = _KINDS[kind]
+    decay_kind = spec["kind"]
+    if decay_kind not in _BY_DECAY_KIND:
+        raise SketchError(f"unknown decay kind {decay_kind!r}; expected one of {sorted(_BY_DECAY_KIND)}")
+    cls = _BY_DECAY_KIND[decay_kind]
     names = cls.names()
     extra = set(spec) - {"kind", *names}
     missing = [n for n in names if n not in spec]
     if extra or missing:
-        raise SketchError(f"decay {kind!r} takes exactly the parameters {list(names)}")
+        raise SketchError(f"decay {decay_kind!r} takes exactly the parameters {list(names)}")
     return cls(*(spec[n] for n in names))
 
 
@@ -341,7 +341,7 @@ def relative_guarantee_refusal(decay) -> str | None:
     d = as_decay(decay)
     offer = ("use DecayedAdditiveSketch instead: |Ŝ − S| <= ε·S₀ for any decay chosen at "
              "query time (§3.1, Theorem 3.2)")
-    name = f"{d.kind} decay {d.spec() if d.kind != 'callable' else ''}".strip()
+    name = f"{d.decay_kind} decay {d.spec() if d.decay_kind != 'callable' else ''}".strip()
     if d.converging:
         return None
     if d.finite:

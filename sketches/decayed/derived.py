@@ -88,7 +88,7 @@ def _point(sketch, value: float) -> float:
 
 def _ratio_eps(view, tails: int) -> float:
     e = view.epsilon(tails)
-    if view.kind == "additive":
+    if view.guarantee == "additive":
         return 2 * e / (1 - e) if e < 1 else math.inf
     return (1 + e) ** 2 - 1
 
@@ -124,7 +124,7 @@ def relative_frequency(sketch, value, at, decay=None, until=None) -> Estimate:
     upper = min(1.0, nu / (nu + rl)) if nu + rl > 0 else 1.0
     est = ne / (ne + re_) if ne + re_ > 0 else 0.0
     est = min(max(est, lower), upper)
-    return Estimate(est, lower, upper, view.kind, _ratio_eps(view, tails), view.confidence,
+    return Estimate(est, lower, upper, view.guarantee, _ratio_eps(view, tails), view.confidence,
                     view.method + "/frequency")
 
 
@@ -141,13 +141,13 @@ def heavy_hitters(sketch, phi, at, decay=None, until=None) -> list[tuple[float, 
     tails = max(4, int(math.floor(1 / phi)) + 2)
     de, dl, du = view.total(tails)
     _, unseen_hi = view.interval(0.0, 0.0, 0.0, tails)
-    if view.kind == "additive" and view.points.size and (dl <= 0 or unseen_hi / dl >= phi):
+    if view.guarantee == "additive" and view.points.size and (dl <= 0 or unseen_hi / dl >= phi):
         raise SketchError(
             f"phi = {phi} is below what this sketch can certify at this time: a value outside "
             f"its sample may have decayed frequency up to {unseen_hi / dl if dl > 0 else 1.0:.4g}")
     nl, nu = view.interval(view.mass, view.lo, view.hi, tails)
     est = view.mass / de if de > 0 else np.zeros_like(view.mass)
-    if view.kind == "relative":
+    if view.guarantee == "relative":
         # Deterministic for every selection at once: each point against the rest, from one
         # consistent world per side (as relative_frequency). Differences of sums of
         # non-negative floats are widened by 1e-12 against the side they could favour.
@@ -165,7 +165,7 @@ def heavy_hitters(sketch, phi, at, decay=None, until=None) -> list[tuple[float, 
     for i in np.flatnonzero(upper >= phi):
         e = min(max(float(est[i]), float(lower[i])), float(upper[i]))
         out.append((float(view.points[i]),
-                    Estimate(e, float(lower[i]), float(upper[i]), view.kind, eps, view.confidence,
+                    Estimate(e, float(lower[i]), float(upper[i]), view.guarantee, eps, view.confidence,
                              view.method + "/heavy-hitter")))
     out.sort(key=lambda p: -p[1].estimate)
     return out
@@ -198,5 +198,5 @@ def quantile(sketch, phi, at, decay=None) -> Estimate:
     hit = np.flatnonzero(cum > phi * de) if de > 0 else np.zeros(0, np.int64)
     est = float(pts[hit[0]]) if hit.size else vmax
     est = min(max(est, lower), upper)
-    return Estimate(est, lower, upper, view.kind, view.epsilon(tails), view.confidence,
+    return Estimate(est, lower, upper, view.guarantee, view.epsilon(tails), view.confidence,
                     view.method + "/quantile")

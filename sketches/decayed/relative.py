@@ -143,7 +143,7 @@ class DecayedRelativeSketch(Sketch):
     WHAT, NOUN = "decayed relative sketch", "decayed relative sketches"
     PARAMS = "epsilon, decay or value grid"
     BATCH = ("ticks", "values", "weights")
-    SHOWN = ("epsilon", "decay", "value_min", "value_max", "resolution", "clock", "buckets")
+    SHOWN = ("epsilon", "decay", "value_min", "value_max", "resolution", "clock_tick", "buckets")
 
     def __init__(self, epsilon, decay, value_min, value_max, resolution: float | None = None):
         self.epsilon = unit_interval("epsilon", epsilon)
@@ -331,7 +331,7 @@ class DecayedRelativeSketch(Sketch):
         return self._clock < 0
 
     @property
-    def clock(self) -> int:
+    def clock_tick(self) -> int:
         """Newest tick seen (-1 when empty)."""
         return self._clock
 

@@ -107,7 +107,7 @@ def _ref_buckets(wr, tb) -> None:
 
 def _ref_ecm(sk: ECMSketch) -> bytes:
     tb = sk._tb
-    wr = _RefWriter().pack(sk._STATE, tb.clock, sk._events, sk._depth, sk._parts, int(sk._fractional),
+    wr = _RefWriter().pack(sk._STATE, tb.clock, sk._events, sk._depth, sk._leaves, int(sk._fractional),
                            len(tb), sk.n_cells)
     if len(tb):
         _ref_buckets(wr, tb)
@@ -124,7 +124,7 @@ def _ref_key_dictionary(kd: KeyDictionary) -> bytes:
     ids = np.fromiter(sorted(kd._keys), np.uint64, len(kd._keys))
     encoded = [kd._keys[x].encode() for x in ids.tolist()]
     wr = _RefWriter().pack(kd._PARAMS, kd.capacity, kd.window, kd.epsilon)
-    wr.pack(kd._STATE, tb.clock, kd._depth, kd._parts, len(tb), int(per.sum()), ids.size)
+    wr.pack(kd._STATE, tb.clock, kd._depth, kd._leaves, len(tb), int(per.sum()), ids.size)
     if len(tb):
         _ref_buckets(wr, tb)
         wr.uints(per.astype(np.uint64)).uints(np.searchsorted(ids, kd._ids[mask]).astype(np.uint64))
@@ -331,7 +331,7 @@ def test_compiled_readers_never_crash_on_garbage():
     rng = np.random.default_rng(3)
     s = _typical(11, 12)
     sh = s.parts["count"]
-    d = sh._parts[0].new
+    d = sh._substreams[0].new
     seen = set()
     for buf in _garbage(rng, _ref_interval(sh, d)):
         code, end, *_ = read_interval(buf, 0, d.k, sh.max_level + 1, sh.wp, sh.alpha, sh.log_w, sh.unit, True)

@@ -105,11 +105,11 @@ def test_a_payload_cut_short_is_refused_whole_even_with_a_matching_header(family
     sk.feed(BATCH)
     payload = sk.to_bytes()[HEADER_SIZE:]
     for cut in sorted({0, 1, len(payload) // 3, len(payload) - 1}):
-        short = pack_header(sk.FAMILY, cut, fmt=sk.FORMAT, flags=sk.KIND) + payload[:cut]
+        short = pack_header(sk.FAMILY, cut, fmt=sk.FORMAT, flags=sk.HEADER_FLAGS) + payload[:cut]
         with pytest.raises(CorruptSketchError):
             type(sk).from_bytes(short)
     with pytest.raises(CorruptSketchError, match="unsupported sketch format version"):
-        type(sk).from_bytes(pack_header(sk.FAMILY, len(payload), fmt=sk.FORMAT + 1, flags=sk.KIND) + payload)
+        type(sk).from_bytes(pack_header(sk.FAMILY, len(payload), fmt=sk.FORMAT + 1, flags=sk.HEADER_FLAGS) + payload)
 
 
 def test_merge_refuses_itself_with_the_fixed_message(family):

@@ -421,7 +421,7 @@ def test_specific_corruptions():
 # -- the rest of the contract ------------------------------------------------------------------
 def test_repr_copy_clock_and_empty():
     sk = ECMSketch(0.1, 0.1, 100, seed=3)
-    assert sk.is_empty and sk.clock == NO_CLOCK and "clock=None" in repr(sk)
+    assert sk.is_empty and sk.clock_tick == NO_CLOCK and "clock_tick=None" in repr(sk)
     sk.update(np.array([5, 9]), np.array([1, 2], np.uint64), np.array([0.0, 0.0]))
     assert sk.is_empty and sk.clock == 9
     sk.update(np.array([5, 9]), np.array([1, 2], np.uint64))

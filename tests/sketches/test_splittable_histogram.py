@@ -143,7 +143,7 @@ def test_lemma_one_holds_at_every_level_for_every_suffix(seed, window, eps, shap
     weights = rng.integers(1, 10, n).astype(float)
     sk = SplittableHistogram(eps, window)
     _feed(sk, ticks, weights, rng, 50)
-    d = sk._parts[0].new
+    d = sk._substreams[0].new
     start = d.k * sk.wp
     suffix = np.cumsum(np.bincount(ticks - start, weights, minlength=sk.wp)[::-1])[::-1]
     worst = 0.0
@@ -166,7 +166,7 @@ def test_lemma_one_delta_is_reached_by_an_adversarial_stream():
         weights = rng.integers(1, 10, ticks.size).astype(float)
         sk = SplittableHistogram(0.9, window)
         _feed(sk, ticks, weights, rng, 50)
-        d = sk._parts[0].new
+        d = sk._substreams[0].new
         suffix = np.cumsum(np.bincount(ticks, weights, minlength=sk.wp)[::-1])[::-1]
         for level in range(1, d.levels):
             for t in range(int(d.T[level]) + 1, sk.wp):
@@ -184,7 +184,7 @@ def test_the_histogram_really_splits_and_discards():
     ticks = rng.integers(0, 3 * window, 200_000)
     sk = SplittableHistogram(eps, window)
     _feed(sk, ticks, np.ones(ticks.size), rng, 30)
-    d = sk._parts[0].new
+    d = sk._substreams[0].new
     assert d.T[0] >= 0 and d.levels >= 5 and (d.n[1:] > 1).any()
     c = sk.clock
     widths = []
@@ -243,7 +243,7 @@ def test_depth_one_merge_of_shards_is_as_accurate_as_one_sketch():
     merged = shards[0].copy()
     for s in shards[1:]:
         merged.merge(s)
-    assert merged.parts == 4
+    assert merged.substreams == 4
     c = merged.clock
     for lo in range(c - window + 1, c + 1, 113):
         truth = _truth(ticks, np.ones(ticks.size), lo, c)
@@ -251,7 +251,7 @@ def test_depth_one_merge_of_shards_is_as_accurate_as_one_sketch():
         assert e.kind == "relative" and e.epsilon == eps
         assert e.lower <= truth <= e.upper and abs(e.estimate - truth) <= eps * truth
     # Merging into a copy left the shard itself alone.
-    assert shards[0].parts == 1
+    assert shards[0].substreams == 1
 
 
 def test_a_merged_sketch_still_takes_raw_events_and_merges_again():
@@ -271,7 +271,7 @@ def test_expired_parts_are_dropped_when_merged():
     a, b = SplittableHistogram(0.1, 10), SplittableHistogram(0.1, 10)
     a.update(np.array([1000]))
     b.update(np.array([3, 4]))
-    assert a.merge(b).parts == 1
+    assert a.merge(b).substreams == 1
     assert a.query(991, 1000).estimate == 1.0
 
 
@@ -521,7 +521,7 @@ def test_one_allocation_growth_is_the_former_growth(batches):
     _, ref_out = run(_reference_fit)
     assert new_out == ref_out
     rng = np.random.default_rng(len(batches))
-    for d in (p for part in new_sk._parts for p in (part.old, part.new) if p is not None):
+    for d in (p for sub in new_sk._substreams for p in (sub.old, sub.new) if p is not None):
         ref, new = d.copy(), d.copy()
         levels, cap = d.levels + int(rng.integers(0, 3)), new_sk._cap + int(rng.integers(-5, 5))
         _reference_fit(ref, levels, cap)

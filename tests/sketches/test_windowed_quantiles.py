@@ -358,7 +358,7 @@ def test_merge_is_a_union_whatever_the_order(stream, k):
     n_live = int(np.count_nonzero(ticks >= live))
     for merged in (forward, backward):
         WindowedQuantiles.from_bytes(merged.to_bytes())
-        assert merged.parts == 1
+        assert merged.substreams == 1
         assert merged.clock == clock
         assert n_live <= merged.count <= ticks.size
         table = merged.rank_table(live, clock)
