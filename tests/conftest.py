@@ -29,21 +29,25 @@ settings.load_profile("explore" if os.environ.get("TIDEMARK_EXPLORE") else "repe
 
 # ``make test`` runs in two phases: every test not marked ``serial`` on all cores at once
 # (pytest-xdist), then the ``serial`` ones one at a time, alone on the machine. Serial are
-# the tests that need the run's one Spark session, start workers, JVMs or the whole of
-# ``tidemark up``, or measure latency: beside other tests on a 2-core machine their
-# timing is what they would be testing.
-SERIAL = ("tests/workers/test_cluster.py", "tests/workers/test_exactly_once.py", "tests/workers/test_kill.py",
+# the tests that need the run's one Spark session, or whose assertions are about time
+# (latency, freshness, 429s while a worker lags, readiness within seconds): beside other
+# tests on a 2-core machine their timing is what they would be testing. Tests of a worker
+# JVM whose checks wait as long as it takes (a standalone cluster, a dying spare) run in
+# the parallel phase, first, since they are its longest.
+SERIAL = ("tests/workers/test_exactly_once.py", "tests/workers/test_kill.py::test_kill_9_",
           "tests/workers/test_lifecycle.py", "tests/workers/test_many_streams.py", "tests/test_operations.py",
           "tests/test_pipeline.py", "tests/test_queries.py", "tests/tidemark_cli/test_main.py::test_up_",
           "tests/app/test_latency_ratio.py", "tests/app/test_federation_spark.py", "tests/app/test_fast_reads.py",
           "tests/app/test_readiness.py")
+FIRST = ("tests/workers/test_cluster.py", "tests/workers/test_kill.py::test_a_standby_",
+         "tests/sketches/test_compiled_codec.py::test_compiled_readers_never_crash_on_garbage")
 
 
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        if (item.nodeid.startswith(SERIAL) or item.get_closest_marker("spark") is not None
-                or {"spark", "pipeline"} & set(item.fixturenames)):
+        if item.nodeid.startswith(SERIAL) or {"spark", "pipeline"} & set(item.fixturenames):
             item.add_marker(pytest.mark.serial)
+    items.sort(key=lambda item: not item.nodeid.startswith(FIRST))  # stable: the rest keep their order
 
 
 # The deployment hash secret of the test run: the API and every worker share it.
