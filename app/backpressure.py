@@ -43,6 +43,8 @@ passes ``TIDEMARK_READY_MAX_WAIT``, fairly:
 
 Before the worker has ever published progress (no worker on this Redis yet) only the caps
 apply: there is no lag to judge from, and readiness already says the worker is missing.
+Nor does an estimate refuse a request while nothing waits: the worker is idle, and only a
+batch that reads something updates the fit the estimate comes from.
 """
 
 from __future__ import annotations
@@ -198,6 +200,13 @@ def decide(lag: LogLag, stream: str, stream_pending: int, incoming: int, max_wai
                        f"(TIDEMARK_MAX_PENDING_CHUNKS={max_pending_chunks})",
                        _seconds(lag.wait_estimate()))
     if not lag.worker_seen:
+        return None
+    if lag.pending_chunks == 0:
+        # Nothing waits, so the worker is idle: refusing makes no one wait less, and only
+        # a batch that reads something can correct the cost fit. Judged by a fit of a few
+        # slow batches, an idle worker refused every post for as long as a client tried
+        # (90 s): nothing was read, so the fit never changed. The age check below holds
+        # the promise once this request waits.
         return None
     ceiling, target = CEILING * max_wait, TARGET * max_wait
     if lag.oldest_age > max_wait:

@@ -29,18 +29,17 @@ settings.load_profile("explore" if os.environ.get("TIDEMARK_EXPLORE") else "repe
 
 # ``make test`` runs in two phases: every test not marked ``serial`` on all cores at once
 # (pytest-xdist), then the ``serial`` ones one at a time, alone on the machine. Serial are
-# the tests that need the run's one Spark session, or whose assertions are about time
-# (latency, freshness, 429s while a worker lags, readiness within seconds): beside other
-# tests on a 2-core machine their timing is what they would be testing. Tests of a worker
-# JVM whose checks wait as long as it takes (a standalone cluster, a dying spare) run in
-# the parallel phase, first, since they are its longest.
-SERIAL = ("tests/workers/test_exactly_once.py", "tests/workers/test_kill.py::test_kill_9_",
+# the tests that need the run's one Spark session, start worker JVMs or a whole deployment,
+# or whose assertions are about time (latency, freshness, 429s while a worker lags,
+# readiness within seconds): beside other tests on a 2-core machine their timing is what
+# they would be testing, and a JVM's start takes twice as long (a standalone cluster's
+# test took 105 s there instead of 52). The parallel phase starts with its longest test.
+SERIAL = ("tests/workers/test_cluster.py", "tests/workers/test_exactly_once.py", "tests/workers/test_kill.py",
           "tests/workers/test_lifecycle.py", "tests/workers/test_many_streams.py", "tests/test_operations.py",
           "tests/test_pipeline.py", "tests/test_queries.py", "tests/tidemark_cli/test_main.py::test_up_",
           "tests/app/test_latency_ratio.py", "tests/app/test_federation_spark.py", "tests/app/test_fast_reads.py",
           "tests/app/test_readiness.py")
-FIRST = ("tests/workers/test_cluster.py", "tests/workers/test_kill.py::test_a_standby_",
-         "tests/sketches/test_compiled_codec.py::test_compiled_readers_never_crash_on_garbage")
+FIRST = ("tests/sketches/test_compiled_codec.py::test_compiled_readers_never_crash_on_garbage",)
 
 
 def pytest_collection_modifyitems(config, items):

@@ -248,3 +248,17 @@ def test_an_idle_worker_after_one_slow_batch_takes_posts_again():
     lag.batch_elapsed = 3.0
     assert lag.wait_estimate(1000, 1) < TARGET * MAX_WAIT
     assert _decide(lag, stream_pending=0, incoming=1000) is None
+
+
+def test_an_idle_worker_is_never_locked_out_by_a_fit_of_slow_batches():
+    """Nothing waits but the fit says any batch takes 5.4 s (past the ceiling): the post is
+    taken. Refused, nothing would be read, no batch would refit the costs, and every post
+    would be refused for good (a clean run's pipeline refused one stream for 90 s)."""
+    lag = LogLag(partitions=[{"partition": 0, "pending_events": 0, "pending_chunks": 0,
+                              "oldest_age": 0.0, "oldest_stream": None}],
+                 batch_seconds=6.0, fixed_seconds=5.4, seconds_per_group=0.05, active_streams=1,
+                 worker_seen=True)
+    assert lag.wait_estimate(100, 1) > CEILING * MAX_WAIT
+    assert _decide(lag, stream_pending=0, incoming=100) is None
+    lag.taken_chunks, lag.taken_events = 1, 100  # once one is taken, the estimate judges again
+    assert _decide(lag, stream_pending=100, incoming=100) is not None

@@ -21,11 +21,14 @@ pytestmark = pytest.mark.spark
 T0 = 1_700_000_000.0
 
 
-def _worker(redis_url: str, checkpoint: str, log) -> subprocess.Popen:
+def _worker(redis_url: str, checkpoint: str, log, standby: bool = False) -> subprocess.Popen:
+    """``tidemark worker``; with ``standby``, a spare that starts its query when it reads
+    ``go`` on its standard input (a pipe) and exits when the pipe closes."""
     return subprocess.Popen(
-        [sys.executable, "-m", "tidemark_cli", "worker", "--redis", redis_url,
-         "--checkpoint", checkpoint, "--master", "local[2]", "--partitions", "2"],
+        [sys.executable, "-m", "tidemark_cli", "worker", *(["--standby"] if standby else []),
+         "--redis", redis_url, "--checkpoint", str(checkpoint), "--master", "local[2]", "--partitions", "2"],
         start_new_session=True, stdout=open(log, "ab"), stderr=subprocess.STDOUT,
+        stdin=subprocess.PIPE if standby else None,
         env={**os.environ, "TIDEMARK_HASH_SECRET": TEST_SECRET.secret.hex()},
     )
 
@@ -104,12 +107,7 @@ def test_a_standby_whose_jvm_dies_exits_instead_of_waiting_to_be_promoted(tmp_pa
     log = tmp_path / "standby.log"
     checkpoint = tmp_path / "checkpoint"
     with EmbeddedRedis(tmp_path / "redis") as server:
-        spare = subprocess.Popen(
-            [sys.executable, "-m", "tidemark_cli", "worker", "--standby", "--redis", server.url,
-             "--checkpoint", str(checkpoint), "--master", "local[2]", "--partitions", "2"],
-            start_new_session=True, stdin=subprocess.PIPE, stdout=open(log, "ab"),
-            stderr=subprocess.STDOUT,
-            env={**os.environ, "TIDEMARK_HASH_SECRET": TEST_SECRET.secret.hex()})
+        spare = _worker(server.url, checkpoint, log, standby=True)
         try:
             deadline = time.monotonic() + 300
             while "standing by" not in log.read_text():

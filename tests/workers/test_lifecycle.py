@@ -43,20 +43,52 @@ class Load:
 
 
 class Worker:
-    """The worker process, restarted when it dies on its own (as ``tidemark up`` would:
-    on a busy machine Spark's Python helpers may time out) or after a ``kill -9``."""
+    """The worker process and ``spares`` spare workers, one standing by at a time, as
+    ``tidemark up`` keeps one: when the worker dies (by a ``kill -9``, or on its own: on a
+    busy machine Spark's Python helpers may time out), the spare is told ``go`` and starts
+    the query from the checkpoint, and the next spare starts; with none left, a new
+    worker starts."""
 
-    def __init__(self, redis_url, checkpoint, log):
-        self.args, self.log = (redis_url, checkpoint, log), log
+    def __init__(self, redis_url, checkpoint, log, spares: int = 0):
+        self.args, self.log, self.spares = (redis_url, checkpoint, log), log, spares
         self.process = _worker(*self.args)
+        self.spare = self._next_spare()
+
+    def _next_spare(self):
+        if self.spares == 0:
+            return None
+        self.spares -= 1
+        return _worker(*self.args, standby=True)
 
     def kill_9(self):
         os.killpg(self.process.pid, signal.SIGKILL)
         self.process.wait()
 
     def keep_running(self):
-        if self.process.poll() is not None:
+        if self.process.poll() is None:
+            return
+        if self.spare is not None and self.spare.poll() is None:
+            self.spare.stdin.write(b"go\n")
+            self.spare.stdin.flush()
+            self.process, self.spare = self.spare, self._next_spare()
+        else:
             self.process = _worker(*self.args)
+
+    def stop(self):
+        """Stop the worker cleanly (its last state committed) and any spare."""
+        if self.spare is not None:
+            os.killpg(self.spare.pid, signal.SIGKILL)
+            self.spare.wait()
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(60)
+            except Exception:  # noqa: BLE001
+                pass
+        try:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
 
 
 def _status(c, name):
@@ -86,7 +118,7 @@ def test_delete_under_load_and_redeclare_with_kill_9_between(tmp_path, request):
     checkpoint = str(tmp_path / "checkpoint")
     with EmbeddedRedis(tmp_path / "redis") as server:
         api = ApiServer(server.url).start()
-        worker = Worker(server.url, checkpoint, log)
+        worker = Worker(server.url, checkpoint, log, spares=2)  # one per kill -9 below
         try:
             with api.client() as c, api.client() as loader:
                 for s in KEPT:
@@ -142,17 +174,7 @@ def test_delete_under_load_and_redeclare_with_kill_9_between(tmp_path, request):
                 assert not [k for k in r.scan_iter() if b"{gone}" in k]
                 generation = int(r.hget("tm:generations", "doomed"))
         finally:
-            worker = worker.process
-            if worker.poll() is None:
-                worker.send_signal(signal.SIGTERM)  # a clean stop: its last state is committed
-                try:
-                    worker.wait(60)
-                except Exception:  # noqa: BLE001
-                    pass
-            try:
-                os.killpg(worker.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+            worker.stop()
             api.stop()
     # The state store holds nothing of the deleted stream, and of the re-declared one
     # only its current generation (the tombstones made the stateful function remove them).
