@@ -19,7 +19,7 @@ class DecodedShards:
     (``tidemark.generations``). It is taken out before it is
     updated in place, so a failed update or a replayed batch (which hands in an older
     version) finds nothing and decodes. Bounded (least recently used first out): a decoded
-    summary of the typical small stream of issue #22 takes about 1.5 MB (150 KB encoded), so
+    summary of a typical small stream (a 1 h window, a few keys) takes about 1.5 MB (150 KB encoded), so
     256 of them stay within 400 MB per Python worker (``bench_worker.py``: at 1,000 streams
     the kept summaries change the CPU per update by 3 %, not worth gigabytes)."""
 
