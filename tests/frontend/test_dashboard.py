@@ -542,8 +542,11 @@ def test_a_kind_the_server_does_not_list_is_not_asked_and_says_why(api, dashboar
     d.page.route("**/v1/kinds", without_distinct)
     d.open(f"#stream={name}")
     # Panels opened before discovery may have asked; after a refresh (discovery first) none does.
+    # The refresh forgets what was missing and learns it again: wait for the entry itself,
+    # since the tile still shows the first load's "no" meanwhile.
     d.page.evaluate("() => window.tidemark.refresh()")
-    d.page.wait_for_function("() => document.getElementById('tile-distinct').dataset.available === 'no'")
+    d.page.wait_for_function("() => window.tidemark.missing.has('distinct')"
+                             " && document.getElementById('tile-distinct').dataset.available === 'no'")
     asked = sum(urlparse(u).path == f"/v1/streams/{name}/distinct" for u in d.requests)
     detail = d.page.evaluate("() => window.tidemark.missing.get('distinct').detail")
     assert detail.startswith("unknown query 'distinct'") and "GET /v1/kinds" in detail and "self-join" in detail
