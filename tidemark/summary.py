@@ -326,7 +326,7 @@ def warm_up_in_parallel(jobs: int | None = None) -> None:
 
 
 def _warm_up_classes(classes: list[str]) -> None:
-    warm_up(classes)
+    warm_up(classes)  # and return nothing: the summary it builds need not travel back
 
 
 def _warm_up_stream() -> tuple[StreamConfig, HashSecret]:

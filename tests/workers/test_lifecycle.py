@@ -16,6 +16,7 @@ import redis
 from tests.conftest import ApiServer, post_events
 from tests.workers.test_kill import _worker
 from tidemark.redis_server import EmbeddedRedis
+from tidemark.supervisor import terminate
 
 pytestmark = pytest.mark.spark
 T0 = 1_700_000_000.0
@@ -75,20 +76,18 @@ class Worker:
             self.process = _worker(*self.args)
 
     def stop(self):
-        """Stop the worker cleanly (its last state committed) and any spare."""
-        if self.spare is not None:
-            os.killpg(self.spare.pid, signal.SIGKILL)
-            self.spare.wait()
+        """Stop the worker cleanly (its last state committed), then what is left of its
+        process group and of any spare's."""
         if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
+            terminate(self.process, 60)
+        for process in (self.process, self.spare):
+            if process is None:
+                continue
             try:
-                self.process.wait(60)
-            except Exception:  # noqa: BLE001
+                os.killpg(process.pid, signal.SIGKILL)
+            except ProcessLookupError:
                 pass
-        try:
-            os.killpg(self.process.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+            process.wait()
 
 
 def _status(c, name):
