@@ -48,12 +48,22 @@ class Worker:
     ``tidemark up`` keeps one: when the worker dies (by a ``kill -9``, or on its own: on a
     busy machine Spark's Python helpers may time out), the spare is told ``go`` and starts
     the query from the checkpoint, and the next spare starts; with none left, a new
-    worker starts."""
+    worker starts. A thread watches as the supervisor does, so a dead worker is replaced
+    within a moment whatever the test is doing meanwhile (a client retrying a 429 while no
+    worker reads would wait for nothing)."""
 
     def __init__(self, redis_url, checkpoint, log, spares: int = 0):
         self.args, self.log, self.spares = (redis_url, checkpoint, log), log, spares
+        self._lock = threading.RLock()
         self.process = _worker(*self.args)
         self.spare = self._next_spare()
+        self._stopped = threading.Event()
+        self._watch = threading.Thread(target=self._watching, daemon=True)
+        self._watch.start()
+
+    def _watching(self):
+        while not self._stopped.wait(0.3):
+            self.keep_running()
 
     def _next_spare(self):
         if self.spares == 0:
@@ -62,22 +72,27 @@ class Worker:
         return _worker(*self.args, standby=True)
 
     def kill_9(self):
-        os.killpg(self.process.pid, signal.SIGKILL)
-        self.process.wait()
+        with self._lock:
+            process = self.process
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
 
     def keep_running(self):
-        if self.process.poll() is None:
-            return
-        if self.spare is not None and self.spare.poll() is None:
-            self.spare.stdin.write(b"go\n")
-            self.spare.stdin.flush()
-            self.process, self.spare = self.spare, self._next_spare()
-        else:
-            self.process = _worker(*self.args)
+        with self._lock:
+            if self._stopped.is_set() or self.process.poll() is None:
+                return
+            if self.spare is not None and self.spare.poll() is None:
+                self.spare.stdin.write(b"go\n")
+                self.spare.stdin.flush()
+                self.process, self.spare = self.spare, self._next_spare()
+            else:
+                self.process = _worker(*self.args)
 
     def stop(self):
         """Stop the worker cleanly (its last state committed), then what is left of its
         process group and of any spare's."""
+        self._stopped.set()
+        self._watch.join()
         if self.process.poll() is None:
             terminate(self.process, 60)
         for process in (self.process, self.spare):
