@@ -22,7 +22,7 @@ import math
 from fractions import Fraction
 
 from app.kinds import QUERY_KINDS
-from app.kinds.kind import QueryError, QueryKind, best_point, bracket, window_estimate  # noqa: F401
+from app.kinds.kind import QueryError, QueryKind, best_point, bracket, own_items, window_estimate  # noqa: F401
 from app.site_bounds import mark_sites
 from sketches.base import Estimate, SketchError
 from tidemark.streams import StreamConfig, parse_duration
@@ -198,8 +198,7 @@ def mark_incomplete(body: dict, summary: StreamSummary | None, kind: str, window
     body["incomplete"] = {**lost, "detail": (
         f"{lost['events']} accepted event(s) {when} could not be counted ({lost['why']}); "
         "this answer leaves them out")}
-    for b in [body.get("bound")] + [item.get("bound") for item in body.get("items", [])
-                                    if isinstance(item, dict)]:
+    for b in [body.get("bound")] + [item.get("bound") for item in own_items(body) if isinstance(item, dict)]:
         if isinstance(b, dict):
             b["confidence"] = 0.0
     if "complete" in body:  # heavy hitters: a lost event could be a listed key's or a new one

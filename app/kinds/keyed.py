@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from app.kinds.kind import QueryError, QueryKind, ServedFamily, Window, window_estimate
-from sketches.base import Estimate
+from sketches.base import Estimate, SketchError
 from tidemark.events import MAX_KEY_BYTES
 from tidemark.families import keyed as core
 from tidemark.streams import StreamConfig
@@ -68,20 +68,26 @@ class HeavyHitters(list):
                       "events": {"lower": events[0], "upper": events[1]}}
 
 
-def _window_uppers(ecm, ids, window: Window) -> tuple[np.ndarray, list | None]:
-    """Each id's window upper bound, as ``window_estimate`` brackets it (the ticks touching
-    the window), and the readings ``[inner, outer]`` (arrays, or None for an exact 0) that
-    ``_estimate`` turns into its full estimate; every range is read once for all ids."""
+def _readings(ecm, ids, window: Window) -> tuple:
+    """The ECM readings ``(inner, outer)`` of ``ids`` over the window's ticks inside and
+    touching it (arrays from ``frequency_arrays``, or None for an exact 0); every range is
+    read once for all ids."""
     outer = ecm.frequency_arrays(ids, *window.outer)
     if window.inner == window.outer:
-        inner = outer
-    else:
-        inner = None if window.inner[0] > window.inner[1] else ecm.frequency_arrays(ids, *window.inner)
+        return outer, outer
+    inner = None if window.inner[0] > window.inner[1] else ecm.frequency_arrays(ids, *window.inner)
+    return inner, outer
+
+
+def _window_uppers(ids, readings: tuple) -> np.ndarray:
+    """Each id's window upper bound, as ``window_estimate`` brackets it (the ticks touching
+    the window), from its ``readings``."""
+    inner, outer = readings
     zeros = np.zeros(len(ids))
     upper_outer = zeros if outer is None else outer[2]
     lower_inner = zeros if inner is None else inner[1]
     # ``bracket``: the upper of the touching ticks, never below the lower of those inside
-    return np.maximum(upper_outer, lower_inner), [inner, outer]
+    return np.maximum(upper_outer, lower_inner)
 
 
 def _items(keys, readings: list, listed: np.ndarray, window: Window) -> list[dict]:
@@ -131,23 +137,76 @@ def _heavy_hitters(summary, config, window, params):
       non-candidate, f ≤ threshold; so complete when ``threshold < φ·N_low`` (≤ φ·N), or
       when ``threshold == 0`` (non-candidates are absent from the window).
     """
-    if window.outer[0] > window.outer[1]:
-        return HeavyHitters([], 0.0, True)
-    found = summary["key_candidates"].candidates(*window.outer)
-    count = window_estimate(summary["count"].query, window, "splittable-histogram")
-    n_low = count.lower
-    level = params["phi"] * n_low
-    items, dropped_max = [], 0.0
-    if len(found.ids):
-        uppers, readings = _window_uppers(summary["keys"], found.ids, window)
-        listed = (uppers >= level) & (uppers > 0)
-        items = _items(found.keys, readings, np.flatnonzero(listed), window)
-        if not listed.all():
-            dropped_max = float(uppers[~listed].max())
-    items.sort(key=lambda item: -item["estimate"])
-    unlisted_max = max(found.threshold, dropped_max)
-    complete = found.threshold == 0 or found.threshold < level
-    return HeavyHitters(items, unlisted_max, complete, (count.lower, count.upper))
+    got = _heavy_hitters_many(summary, config, [window], params)[0]
+    if isinstance(got, SketchError):
+        raise got
+    return got
+
+
+class _Listing:
+    """What the windows that read the same candidates and the same ECM readings share
+    (neighbouring instants of a range, whose windows cover the same wide old buckets):
+    the candidates' upper bounds, sorted, and the items of those the lowest of the
+    windows' levels lists, made once, in answer order. Each window lists those its own
+    level reaches. The items are shared between the answers: read them, never change them
+    (``app.answers`` copies an item before it marks it)."""
+
+    def __init__(self, found, readings: tuple, window: Window):
+        self.found, self.readings, self.window, self.lowest = found, readings, window, np.inf
+
+    def settle(self) -> None:
+        uppers = _window_uppers(self.found.ids, self.readings)
+        self.sorted_uppers = np.sort(uppers)
+        shown = np.flatnonzero((uppers >= self.lowest) & (uppers > 0))
+        items = _items(self.found.keys, self.readings, shown, self.window)
+        # answer order: estimate descending, ties in candidate order (a stable sort)
+        order = sorted(range(len(items)), key=lambda i: -items[i]["estimate"])
+        self.items = [(items[i], float(uppers[shown[i]])) for i in order]
+
+    def answer(self, level: float, count) -> HeavyHitters:
+        listed = [item for item, upper in self.items if upper >= level]
+        # what no listed key reaches: the largest upper bound below the level (a dropped
+        # candidate's; uppers are ≥ 0, so a level of 0 drops only zeros)
+        below = int(np.searchsorted(self.sorted_uppers, level, "left"))
+        dropped_max = float(self.sorted_uppers[below - 1]) if below else 0.0
+        threshold = self.found.threshold
+        return HeavyHitters(listed, max(threshold, dropped_max), threshold == 0 or threshold < level,
+                            (count.lower, count.upper))
+
+
+def _heavy_hitters_many(summary, config, windows: list, params) -> list:
+    """``_heavy_hitters`` of each window (its answer, or the SketchError its reads raise).
+    Windows whose candidates and ECM readings are the same objects (a range reads each
+    set of time buckets once: ``app.ranges``) share one :class:`_Listing`."""
+    phi = params["phi"]
+    todo: list = []
+    listings: dict = {}
+    for window in windows:
+        if window.outer[0] > window.outer[1]:
+            todo.append(HeavyHitters([], 0.0, True))
+            continue
+        try:
+            found = summary["key_candidates"].candidates(*window.outer)
+            count = window_estimate(summary["count"].query, window, "splittable-histogram")
+            level = phi * count.lower
+            if not len(found.ids):
+                threshold = found.threshold
+                todo.append(HeavyHitters([], threshold, threshold == 0 or threshold < level,
+                                         (count.lower, count.upper)))
+                continue
+            readings = _readings(summary["keys"], found.ids, window)
+            # the objects are held by the listing, so their ids stay theirs meanwhile
+            key = (id(found), id(readings[0]), id(readings[1]), window.inner == window.outer)
+            listing = listings.get(key)
+            if listing is None:
+                listing = listings[key] = _Listing(found, readings, window)
+            listing.lowest = min(listing.lowest, level)
+            todo.append((listing, level, count))
+        except SketchError as e:
+            todo.append(e)
+    for listing in listings.values():
+        listing.settle()
+    return [got[0].answer(got[1], got[2]) if isinstance(got, tuple) else got for got in todo]
 
 
 def _same_shape(configs: tuple[StreamConfig, StreamConfig], params: dict) -> dict:
@@ -170,7 +229,7 @@ FAMILY = ServedFamily(core.FAMILY, (
     QueryKind("frequency", _frequency, lambda c, p: _zero(c), _check_key, alert=True, monotone=True,
               read_ahead=(("keys", "buckets"),)),
     QueryKind("heavy-hitters", _heavy_hitters, lambda c, p: HeavyHitters([], 0.0, True), _check_phi,
-              monotone=True,  # each listed key's count
+              run_many=_heavy_hitters_many, monotone=True,  # each listed key's count
               read_ahead=(("count", "ranges"), ("keys", "buckets"), ("key_candidates", "buckets"))),
     QueryKind("self-join", _self_join, lambda c, p: _zero(c), alert=True, monotone=True,
               read_ahead=(("keys", "buckets"),)),
