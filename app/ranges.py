@@ -187,7 +187,8 @@ class _ByBuckets:
         self._part, self._kept = part, {}
         self._keys = dict(zip(ranges, part.range_keys(ranges)))  # classified at once
 
-    def _range_key(self, lo, hi):
+    def range_key(self, lo, hi):
+        """The part's ``range_key``, from the ranges classified at once."""
         got = self._keys.get((lo, hi), self)
         if got is self:
             return self._part.range_key(lo, hi)
@@ -203,7 +204,7 @@ class _ByBuckets:
         def shared(*args):
             *what, lo, hi = args
             key = (name, *(a.tobytes() if isinstance(a, np.ndarray) else a for a in what),
-                   self._range_key(lo, hi))
+                   self.range_key(lo, hi))
             got = self._kept.get(key)
             if got is None:
                 got = self._kept[key] = read(*args)

@@ -144,21 +144,27 @@ def _heavy_hitters(summary, config, window, params):
 
 
 class _Listing:
-    """What the windows that read the same candidates and the same ECM readings share
-    (neighbouring instants of a range, whose windows cover the same wide old buckets):
-    the candidates' upper bounds, sorted, and the items of those the lowest of the
-    windows' levels lists, made once, in answer order. Each window lists those its own
+    """What the windows that cover the same time buckets share (neighbouring instants of
+    a range, whose windows cover the same wide old buckets): their candidates, the ECM
+    readings of those, their upper bounds sorted, and the items of those the lowest of
+    the windows' levels lists, made once, in answer order. Each window lists those its own
     level reaches. The items are shared between the answers: read them, never change them
     (``app.answers`` copies an item before it marks it)."""
 
-    def __init__(self, found, readings: tuple, window: Window):
-        self.found, self.readings, self.window, self.lowest = found, readings, window, np.inf
+    def __init__(self, window: Window):
+        self.window, self.lowest, self.error = window, np.inf, None
 
-    def settle(self) -> None:
-        uppers = _window_uppers(self.found.ids, self.readings)
+    def settle(self, summary) -> None:
+        window = self.window
+        self.found = found = summary["key_candidates"].candidates(*window.outer)
+        self.sorted_uppers, self.items = np.zeros(0), []
+        if not len(found.ids):
+            return
+        readings = _readings(summary["keys"], found.ids, window)
+        uppers = _window_uppers(found.ids, readings)
         self.sorted_uppers = np.sort(uppers)
         shown = np.flatnonzero((uppers >= self.lowest) & (uppers > 0))
-        items = _items(self.found.keys, self.readings, shown, self.window)
+        items = _items(found.keys, readings, shown, window)
         # answer order: estimate descending, ties in candidate order (a stable sort)
         order = sorted(range(len(items)), key=lambda i: -items[i]["estimate"])
         self.items = [(items[i], float(uppers[shown[i]])) for i in order]
@@ -176,9 +182,12 @@ class _Listing:
 
 def _heavy_hitters_many(summary, config, windows: list, params) -> list:
     """``_heavy_hitters`` of each window (its answer, or the SketchError its reads raise).
-    Windows whose candidates and ECM readings are the same objects (a range reads each
-    set of time buckets once: ``app.ranges``) share one :class:`_Listing`."""
+    Windows whose reads depend on the same time buckets (each part's ``range_key``: the
+    candidates' of the touching ticks, the ECM's of the touching and of the inner ones)
+    read the same numbers, so they share one :class:`_Listing`; a range classifies its
+    windows' ranges at once (``app.ranges``)."""
     phi = params["phi"]
+    candidates, ecm = summary["key_candidates"], summary["keys"]
     todo: list = []
     listings: dict = {}
     for window in windows:
@@ -186,27 +195,25 @@ def _heavy_hitters_many(summary, config, windows: list, params) -> list:
             todo.append(HeavyHitters([], 0.0, True))
             continue
         try:
-            found = summary["key_candidates"].candidates(*window.outer)
+            covered = candidates.range_key(*window.outer)
             count = window_estimate(summary["count"].query, window, "splittable-histogram")
-            level = phi * count.lower
-            if not len(found.ids):
-                threshold = found.threshold
-                todo.append(HeavyHitters([], threshold, threshold == 0 or threshold < level,
-                                         (count.lower, count.upper)))
-                continue
-            readings = _readings(summary["keys"], found.ids, window)
-            # the objects are held by the listing, so their ids stay theirs meanwhile
-            key = (id(found), id(readings[0]), id(readings[1]), window.inner == window.outer)
+            same = window.inner == window.outer
+            inner = None if same or window.inner[0] > window.inner[1] else ecm.range_key(*window.inner)
+            key = (covered, ecm.range_key(*window.outer), inner, same)
             listing = listings.get(key)
             if listing is None:
-                listing = listings[key] = _Listing(found, readings, window)
+                listing = listings[key] = _Listing(window)
+            level = phi * count.lower
             listing.lowest = min(listing.lowest, level)
             todo.append((listing, level, count))
         except SketchError as e:
             todo.append(e)
     for listing in listings.values():
-        listing.settle()
-    return [got[0].answer(got[1], got[2]) if isinstance(got, tuple) else got for got in todo]
+        try:
+            listing.settle(summary)
+        except SketchError as e:
+            listing.error = e
+    return [(got[0].error or got[0].answer(got[1], got[2])) if isinstance(got, tuple) else got for got in todo]
 
 
 def _same_shape(configs: tuple[StreamConfig, StreamConfig], params: dict) -> dict:
