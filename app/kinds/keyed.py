@@ -154,9 +154,9 @@ class _Listing:
     def __init__(self, window: Window):
         self.window, self.lowest, self.error = window, np.inf, None
 
-    def settle(self, summary) -> None:
+    def settle(self, summary, found) -> None:
         window = self.window
-        self.found = found = summary["key_candidates"].candidates(*window.outer)
+        self.found = found
         self.sorted_uppers, self.items = np.zeros(0), []
         if not len(found.ids):
             return
@@ -208,9 +208,13 @@ def _heavy_hitters_many(summary, config, windows: list, params) -> list:
             todo.append((listing, level, count))
         except SketchError as e:
             todo.append(e)
-    for listing in listings.values():
+    # every listing's candidates in one call
+    found = candidates.candidates_many([listing.window.outer for listing in listings.values()])
+    for listing, got in zip(listings.values(), found):
         try:
-            listing.settle(summary)
+            if isinstance(got, SketchError):
+                raise got
+            listing.settle(summary, got)
         except SketchError as e:
             listing.error = e
     return [(got[0].error or got[0].answer(got[1], got[2])) if isinstance(got, tuple) else got for got in todo]
