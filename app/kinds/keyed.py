@@ -68,17 +68,6 @@ class HeavyHitters(list):
                       "events": {"lower": events[0], "upper": events[1]}}
 
 
-def _readings(ecm, ids, window: Window) -> tuple:
-    """The ECM readings ``(inner, outer)`` of ``ids`` over the window's ticks inside and
-    touching it (arrays from ``frequency_arrays``, or None for an exact 0); every range is
-    read once for all ids."""
-    outer = ecm.frequency_arrays(ids, *window.outer)
-    if window.inner == window.outer:
-        return outer, outer
-    inner = None if window.inner[0] > window.inner[1] else ecm.frequency_arrays(ids, *window.inner)
-    return inner, outer
-
-
 def _window_uppers(ids, readings: tuple) -> np.ndarray:
     """Each id's window upper bound, as ``window_estimate`` brackets it (the ticks touching
     the window), from its ``readings``."""
@@ -154,13 +143,28 @@ class _Listing:
     def __init__(self, window: Window):
         self.window, self.lowest, self.error = window, np.inf, None
 
-    def settle(self, summary, found) -> None:
-        window = self.window
-        self.found = found
+    def reads(self) -> list:
+        """The ECM reads its items need, ``(ids, lo, hi)``: the ticks touching the window,
+        and those inside it when they differ and are not empty (their reading is then the
+        touching one's, or an exact 0)."""
+        ids, window = self.found.ids, self.window
+        if not len(ids):
+            return []
+        if window.inner == window.outer or window.inner[0] > window.inner[1]:
+            return [(ids, *window.outer)]
+        return [(ids, *window.outer), (ids, *window.inner)]
+
+    def settle(self, got: list) -> None:
+        """Its items, from the readings of its ``reads`` (or the SketchError of one)."""
+        found, window = self.found, self.window
         self.sorted_uppers, self.items = np.zeros(0), []
         if not len(found.ids):
             return
-        readings = _readings(summary["keys"], found.ids, window)
+        for reading in got:
+            if isinstance(reading, SketchError):
+                raise reading
+        outer = got[0]
+        readings = (outer, outer) if window.inner == window.outer else (got[1] if len(got) > 1 else None, outer)
         uppers = _window_uppers(found.ids, readings)
         self.sorted_uppers = np.sort(uppers)
         shown = np.flatnonzero((uppers >= self.lowest) & (uppers > 0))
@@ -208,13 +212,20 @@ def _heavy_hitters_many(summary, config, windows: list, params) -> list:
             todo.append((listing, level, count))
         except SketchError as e:
             todo.append(e)
-    # every listing's candidates in one call
+    # every listing's candidates in one call, then every ECM reading of them in one call
     found = candidates.candidates_many([listing.window.outer for listing in listings.values()])
+    live = []
     for listing, got in zip(listings.values(), found):
+        if isinstance(got, SketchError):
+            listing.error = got
+        else:
+            listing.found = got
+            live.append(listing)
+    reads = [listing.reads() for listing in live]
+    readings = iter(ecm.frequency_arrays_many([r for asked in reads for r in asked]))
+    for listing, asked in zip(live, reads):
         try:
-            if isinstance(got, SketchError):
-                raise got
-            listing.settle(summary, got)
+            listing.settle([next(readings) for _ in asked])
         except SketchError as e:
             listing.error = e
     return [(got[0].error or got[0].answer(got[1], got[2])) if isinstance(got, tuple) else got for got in todo]
