@@ -15,6 +15,8 @@ tests/app/test_query_path.py (keyed fast path).
 
 from __future__ import annotations
 
+import bisect
+
 import numpy as np
 
 from app.kinds.kind import QueryError, QueryKind, ServedFamily, Window, window_estimate
@@ -157,7 +159,7 @@ class _Listing:
     def settle(self, got: list) -> None:
         """Its items, from the readings of its ``reads`` (or the SketchError of one)."""
         found, window = self.found, self.window
-        self.sorted_uppers, self.items = np.zeros(0), []
+        self.sorted_uppers, self.items = [], []
         if not len(found.ids):
             return
         for reading in got:
@@ -166,7 +168,7 @@ class _Listing:
         outer = got[0]
         readings = (outer, outer) if window.inner == window.outer else (got[1] if len(got) > 1 else None, outer)
         uppers = _window_uppers(found.ids, readings)
-        self.sorted_uppers = np.sort(uppers)
+        self.sorted_uppers = np.sort(uppers).tolist()
         shown = np.flatnonzero((uppers >= self.lowest) & (uppers > 0))
         items = _items(found.keys, readings, shown, window)
         # answer order: estimate descending, ties in candidate order (a stable sort)
@@ -177,8 +179,8 @@ class _Listing:
         listed = [item for item, upper in self.items if upper >= level]
         # what no listed key reaches: the largest upper bound below the level (a dropped
         # candidate's; uppers are ≥ 0, so a level of 0 drops only zeros)
-        below = int(np.searchsorted(self.sorted_uppers, level, "left"))
-        dropped_max = float(self.sorted_uppers[below - 1]) if below else 0.0
+        below = bisect.bisect_left(self.sorted_uppers, level)
+        dropped_max = self.sorted_uppers[below - 1] if below else 0.0
         threshold = self.found.threshold
         return HeavyHitters(listed, max(threshold, dropped_max), threshold == 0 or threshold < level,
                             (count.lower, count.upper))
