@@ -141,14 +141,17 @@ def shape(result: Estimate | list, **outer) -> dict:
 
 
 def answer(kind: str, name: str, config: StreamConfig, summary: StreamSummary | None,
-           status: dict, params: dict, window: Window | None = None, result=None) -> dict:
+           status: dict, params: dict, window: Window | None = None, result=None,
+           checked: dict | None = None) -> dict:
     """The contract's answer object (§6) for one query over one stream; ``window``: what
     ``parse_window`` makes of ``params`` (``app.ranges`` makes many at once), ``result``:
-    what the kind's ``run`` gives for it when known already (its ``run_many``)."""
+    what the kind's ``run`` gives for it when known already (its ``run_many``),
+    ``checked``: what the kind's ``check`` makes of ``params`` when known already."""
     query = lookup(kind, streams=1)
     if window is None:
         window = parse_window(params, config, status.get("clock"))
-    checked = query.check(config, params)
+    if checked is None:
+        checked = query.check(config, params)
     if summary is None:  # nothing published yet: no event, exactly
         result = query.empty(config, checked)
     elif isinstance(result, SketchError):

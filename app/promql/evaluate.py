@@ -179,18 +179,19 @@ def _collect(out: dict, query: SeriesQuery, whose, base: dict, times_ms: list[in
             if isinstance(shown, QueryError):
                 continue  # a refusal at this instant: no sample
             shown_at, rows = shown
+            # (an answer names its instant as asked: its pairs are the series' as they are)
+            as_asked = shown_at == at
             for item, _, samples in rows:
                 to = targets.get(item)
                 if to is None:
                     to = targets[item] = []
                     for bound, i in wanted:
                         labels = {**base, **dict([item] if item else []), "bound": bound}
-                        to.append((out.setdefault((whose, item, bound), Series(labels)).values, i))
-                for values, i in to:
+                        to.append((out.setdefault((whose, item, bound), Series(labels)).values.append, i))
+                for append, i in to:
                     sample = samples[i]
                     if sample is not None:
-                        # (an answer names its instant as asked: the pair is the series')
-                        values.append(sample if shown_at == at else (at, sample[1]))
+                        append(sample if as_asked else (at, sample[1]))
 
 
 def _versions_of(store, name: str, summary):
