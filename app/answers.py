@@ -22,7 +22,7 @@ import math
 from fractions import Fraction
 
 from app.kinds import QUERY_KINDS
-from app.kinds.kind import QueryError, QueryKind, best_point, bracket, window_estimate  # noqa: F401
+from app.kinds.kind import QueryError, QueryKind, best_point, bracket, own_items, window_estimate  # noqa: F401
 from app.site_bounds import mark_sites
 from sketches.base import Estimate, SketchError
 from tidemark.streams import StreamConfig, parse_duration
@@ -141,14 +141,17 @@ def shape(result: Estimate | list, **outer) -> dict:
 
 
 def answer(kind: str, name: str, config: StreamConfig, summary: StreamSummary | None,
-           status: dict, params: dict, window: Window | None = None, result=None) -> dict:
+           status: dict, params: dict, window: Window | None = None, result=None,
+           checked: dict | None = None) -> dict:
     """The contract's answer object (§6) for one query over one stream; ``window``: what
     ``parse_window`` makes of ``params`` (``app.ranges`` makes many at once), ``result``:
-    what the kind's ``run`` gives for it when known already (its ``run_many``)."""
+    what the kind's ``run`` gives for it when known already (its ``run_many``),
+    ``checked``: what the kind's ``check`` makes of ``params`` when known already."""
     query = lookup(kind, streams=1)
     if window is None:
         window = parse_window(params, config, status.get("clock"))
-    checked = query.check(config, params)
+    if checked is None:
+        checked = query.check(config, params)
     if summary is None:  # nothing published yet: no event, exactly
         result = query.empty(config, checked)
     elif isinstance(result, SketchError):
@@ -198,8 +201,7 @@ def mark_incomplete(body: dict, summary: StreamSummary | None, kind: str, window
     body["incomplete"] = {**lost, "detail": (
         f"{lost['events']} accepted event(s) {when} could not be counted ({lost['why']}); "
         "this answer leaves them out")}
-    for b in [body.get("bound")] + [item.get("bound") for item in body.get("items", [])
-                                    if isinstance(item, dict)]:
+    for b in [body.get("bound")] + [item.get("bound") for item in own_items(body) if isinstance(item, dict)]:
         if isinstance(b, dict):
             b["confidence"] = 0.0
     if "complete" in body:  # heavy hitters: a lost event could be a listed key's or a new one

@@ -187,7 +187,8 @@ class _ByBuckets:
         self._part, self._kept = part, {}
         self._keys = dict(zip(ranges, part.range_keys(ranges)))  # classified at once
 
-    def _range_key(self, lo, hi):
+    def range_key(self, lo, hi):
+        """The part's ``range_key``, from the ranges classified at once."""
         got = self._keys.get((lo, hi), self)
         if got is self:
             return self._part.range_key(lo, hi)
@@ -203,7 +204,7 @@ class _ByBuckets:
         def shared(*args):
             *what, lo, hi = args
             key = (name, *(a.tobytes() if isinstance(a, np.ndarray) else a for a in what),
-                   self._range_key(lo, hi))
+                   self.range_key(lo, hi))
             got = self._kept.get(key)
             if got is None:
                 got = self._kept[key] = read(*args)
@@ -454,10 +455,11 @@ class RangeCache:
             kept.units += units
             self._held += units
             self._trim(kept, self.per_stream)
-            for other in list(self._kept.values()):  # least recently asked streams first
-                if self._held <= self.points:
-                    break
-                self._trim(other, max(0, other.units - (self._held - self.points)))
+            if self._held > self.points:
+                for other in list(self._kept.values()):  # least recently asked streams first
+                    if self._held <= self.points:
+                        break
+                    self._trim(other, max(0, other.units - (self._held - self.points)))
 
     def _trim(self, kept: _Kept, units: int) -> None:
         """Drop the stream's oldest points (first kept, first out: the steps a panel has
@@ -517,13 +519,14 @@ def answers_at(kind: str, name: str, config: StreamConfig, summary: StreamSummar
     live = [w for w in windows if isinstance(w, Window)]
     view = summary if summary is None or not live else _read_ahead(kind, summary, live)
     results = _run_many(kind, view, config, params, live)
+    checked = _checked(kind, config, params)
     for i, window in zip(todo, windows):
         if isinstance(window, QueryError):
             out[i] = window
             continue
         try:
-            body = answer(kind, name, config, view, status, {**params, "at": repr(float(ats[i]))}, window,
-                          results.get(id(window)))
+            # (each instant's ``at`` is its window's: ``params`` are read for the rest)
+            body = answer(kind, name, config, view, status, params, window, results.get(id(window)), checked)
         except QueryError as e:
             out[i] = e
             continue
@@ -531,6 +534,19 @@ def answers_at(kind: str, name: str, config: StreamConfig, summary: StreamSummar
         if points is not None:
             cache.put(name, points, (kind, base, float(ats[i])), kept_point(body, shown, out[i]))
     return out
+
+
+def _checked(kind: str, config: StreamConfig, params: dict) -> dict | None:
+    """The kind's parameters checked once for every instant; None when they are refused
+    (each instant then raises the refusal as its own answer does) or the kind is not one
+    ``answer`` takes."""
+    query = QUERY_KINDS.get(kind)
+    if query is None or query.streams != 1:
+        return None
+    try:
+        return query.check(config, params)
+    except QueryError:
+        return None
 
 
 def _name_of(show) -> str:

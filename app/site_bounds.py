@@ -39,6 +39,7 @@ Tested by: tests/app/test_federation_merge.py (mark_sites).
 from __future__ import annotations
 
 from app.kinds import QUERY_KINDS
+from app.kinds.kind import own_items
 
 __all__ = ["SIDES", "mark_sites"]
 
@@ -68,11 +69,11 @@ def mark_sites(body: dict, kind: str, missing: dict[str, str]) -> dict:
     # a site that answered (``answers.mark_incomplete``) keeps that record and names the sites in it.
     body["incomplete"] = {**lost, "sites": names} if isinstance(lost, dict) else names
     body["incomplete_sites"] = {site: missing[site] for site in names}
-    for b in [body.get("bound")] + [item.get("bound") for item in body.get("items", [])
-                                    if isinstance(item, dict)]:
+    items = own_items(body)
+    for b in [body.get("bound")] + [item.get("bound") for item in items if isinstance(item, dict)]:
         if isinstance(b, dict):
             _drop(b, keep)
-    for item in body.get("items", []):  # distribution: its brackets ride on the items
+    for item in items:  # distribution: its brackets ride on the items
         if isinstance(item, dict):
             for field in ("cdf_upper", "share_lower", "share_upper"):
                 if field in item:

@@ -169,6 +169,26 @@ def key_readings(counts, inside, strad, cells, collisions, shrink, grow):
 
 
 @nb.njit(cache=True)
+def key_readings_many(counts, in_start, inside, st_start, strad, cells, cell_start, collisions, shrink, grow):
+    """``key_readings`` of many reads in one call: read ``q`` takes the buckets
+    ``inside[in_start[q]:in_start[q + 1]]`` and ``strad[st_start[q]:st_start[q + 1]]``, the
+    keys of ``cells[cell_start[q]:cell_start[q + 1]]`` and ``collisions[q]``; its numbers
+    are at the same positions of the outputs."""
+    n = cells.shape[0]
+    ests = np.empty(n)
+    lowers = np.empty(n)
+    uppers = np.empty(n)
+    for q in range(collisions.shape[0]):
+        a, b = cell_start[q], cell_start[q + 1]
+        e, lo, up = key_readings(counts, inside[in_start[q]:in_start[q + 1]], strad[st_start[q]:st_start[q + 1]],
+                                 cells[a:b], collisions[q], shrink, grow)
+        ests[a:b] = e
+        lowers[a:b] = lo
+        uppers[a:b] = up
+    return ests, lowers, uppers
+
+
+@nb.njit(cache=True)
 def materialize(n_out, old_counts, old_dest, ev_dest, ev_ids, ev_w, tables, shift, table, offset, width):
     """New ``counts``: old rows added into their destination rows, then every event
     added to its cell in each slot of its destination row (rows of ``-1`` are dropped)."""

@@ -23,6 +23,7 @@ from sketches._ecm_kernels import (
     cells_of,
     hash_tables,
     key_readings,
+    key_readings_many,
     materialize,
     read_bucket_columns,
     read_cells,
@@ -501,6 +502,38 @@ class ECMSketch(CellSketch):
         ests, lowers, uppers = key_readings(self._counts, np.flatnonzero(inside), np.flatnonzero(strad), cells,
                                             self.eps_cm_eff * high_tot, 1 - g, 1 + g)
         return ests, lowers, uppers, float(k * self.eps_sw + self.eps_cm_eff), 1.0 - self.delta, self._method
+
+    def frequency_arrays_many(self, reads) -> list:
+        """:meth:`frequency_arrays` of every ``(keys, lo, hi)`` of ``reads`` (or the
+        SketchError it raises), every key's cells found and every read's sums taken in one
+        compiled call each: the same numbers, read by read."""
+        out: list = [None] * len(reads)
+        live = []
+        for i, (keys, lo, hi) in enumerate(reads):
+            try:
+                r = self._range(lo, hi)
+            except SketchError as e:
+                out[i] = e
+                continue
+            if r is not None:
+                live.append((i, np.asarray(keys, np.uint64), r))
+        if not live:
+            return out
+        ids = np.concatenate([keys for _, keys, _ in live])
+        cells = cells_of(ids, self._tables, self._shift, self._table, self._offset, self._width)
+        cell_start = np.cumsum([0] + [keys.size for _, keys, _ in live])
+        inside = [np.flatnonzero(r[0]) for _, _, r in live]
+        strad = [np.flatnonzero(r[1]) for _, _, r in live]
+        g = self._rounding()
+        ests, lowers, uppers = key_readings_many(
+            self._counts, np.cumsum([0] + [x.size for x in inside]), np.concatenate(inside),
+            np.cumsum([0] + [x.size for x in strad]), np.concatenate(strad), cells, cell_start,
+            np.array([self.eps_cm_eff * r[3] for _, _, r in live]), 1 - g, 1 + g)
+        for q, (i, _, r) in enumerate(live):
+            a, b = cell_start[q], cell_start[q + 1]
+            out[i] = (ests[a:b], lowers[a:b], uppers[a:b], float(r[4] * self.eps_sw + self.eps_cm_eff),
+                      1.0 - self.delta, self._method)
+        return out
 
     def frequencies(self, keys: np.ndarray, lo: int, hi: int) -> list[Estimate]:
         """``frequency`` of each of ``keys``, computed together (``frequency_arrays``)."""

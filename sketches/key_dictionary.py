@@ -250,6 +250,88 @@ def _weights_by_id(ids, cnt, inside):
     return uid[: u + 1], low[: u + 1], up[: u + 1]
 
 
+@nb.njit(cache=True)
+def _rows_sorted(ids, cnt, rows):
+    """Do the counters (``cnt > 0``) of each of ``rows`` come in increasing id order? (So
+    they do as ``_mg_rebuild`` writes them; a decoded blob need not.)"""
+    for r in rows:
+        first, last = True, np.uint64(0)
+        for j in range(ids.shape[1]):
+            if cnt[r, j] > 0:
+                if not first and ids[r, j] <= last:
+                    return False
+                first, last = False, ids[r, j]
+    return True
+
+
+@nb.njit(cache=True)
+def _merged_by_id(ids, cnt, rows, inside):
+    """``_weights_by_id`` of the touching ``rows`` (``inside``: which lie inside), each
+    row's counters in increasing id order: the rows merged, an id's counters added in row
+    (bucket) order, in one pass instead of a sort."""
+    nr, k = rows.shape[0], ids.shape[1]
+    n = 0
+    for a in range(nr):
+        for j in range(k):
+            if cnt[rows[a], j] > 0:
+                n += 1
+    uid = np.empty(n, np.uint64)
+    low = np.zeros(n)
+    up = np.zeros(n)
+    at = np.zeros(nr, np.int64)
+    u = -1
+    for _ in range(n):
+        best, best_id = -1, np.uint64(0)
+        for a in range(nr):
+            r, j = rows[a], at[a]
+            while j < k and not cnt[r, j] > 0:
+                j += 1
+            at[a] = j
+            if j < k and (best < 0 or ids[r, j] < best_id):  # ties: the earlier bucket first
+                best, best_id = a, ids[r, j]
+        r, j = rows[best], at[best]
+        at[best] = j + 1
+        if u < 0 or uid[u] != best_id:
+            u += 1
+            uid[u] = best_id
+        up[u] += cnt[r, j]
+        if inside[best]:
+            low[u] += cnt[r, j]
+    return uid[: u + 1], low[: u + 1], up[: u + 1]
+
+
+@nb.njit(cache=True)
+def _candidates_of(ids, cnt, touch, inside, thresholds):
+    """The candidates of every range (row ``q`` of the bucket masks ``touch`` and
+    ``inside``): ids with their weights inside and touching plus ``thresholds[q]``, heaviest
+    upper bound first (ties: ids ascending), range ``q`` at ``[start[q], start[q + 1])``."""
+    nq, nb_ = touch.shape
+    parts_id, parts_low, parts_up = [], [], []
+    start = np.zeros(nq + 1, np.int64)
+    for q in range(nq):
+        rows = np.flatnonzero(touch[q])
+        ins = np.empty(rows.shape[0], np.bool_)
+        for a in range(rows.shape[0]):
+            ins[a] = inside[q, rows[a]]
+        if _rows_sorted(ids, cnt, rows):
+            uid, low, up = _merged_by_id(ids, cnt, rows, ins)
+        else:
+            uid, low, up = _weights_by_id(ids[rows], cnt[rows], ins)
+        up = up + thresholds[q]
+        order = np.argsort(-up, kind="mergesort")  # stable: ids ascending among equals
+        parts_id.append(uid[order])
+        parts_low.append(low[order])
+        parts_up.append(up[order])
+        start[q + 1] = start[q] + uid.shape[0]
+    n = start[nq]
+    uid_all, low_all, up_all = np.empty(n, np.uint64), np.empty(n), np.empty(n)
+    for q in range(nq):
+        uid_all[start[q]:start[q + 1]] = parts_id[q]
+        low_all[start[q]:start[q + 1]] = parts_low[q]
+        up_all[start[q]:start[q + 1]] = parts_up[q]
+    return start, uid_all, low_all, up_all
+
+
 class KeyDictionary(TimeBucketed):
     """Windowed Misra-Gries summaries over key ids, with the strings of the ids they hold.
 
@@ -376,23 +458,41 @@ class KeyDictionary(TimeBucketed):
     def candidates(self, lo: int, hi: int) -> Candidates:
         """Ids (and keys) that may weigh more than ``threshold`` in ``[lo, hi]``, heaviest
         upper bound first."""
+        got = self.candidates_many([(lo, hi)])[0]
+        if isinstance(got, SketchError):
+            raise got
+        return got
+
+    def candidates_many(self, ranges) -> list:
+        """:meth:`candidates` of every ``(lo, hi)`` of ``ranges`` (or the SketchError it
+        raises), the buckets classified for all at once and the counters of every range
+        added up in one compiled call."""
         empty = Candidates(np.zeros(0, np.uint64), [], np.zeros(0), np.zeros(0), 0.0)
-        classified = self._classified(lo, hi)
-        if classified is None:
-            return empty
-        _, inside, strad = classified
-        touch = inside | strad
-        ids, cnt = self._ids[touch], self._cnt[touch]
-        err = np.maximum((self._tb.m[touch] - cnt.sum(axis=1)) / (self.capacity + 1), 0.0)
-        threshold = float(err.sum())
-        uid, low, up = _weights_by_id(ids, cnt, inside[touch])
-        if not uid.shape[0]:
-            return empty._replace(threshold=threshold)
-        # an id absent from a touching bucket's summary may still weigh err_b there
-        up = up + threshold
-        order = np.lexsort((uid, -up))
-        uid = uid[order]
-        return Candidates(uid, self._strings_of(uid), low[order], up[order], threshold)
+        out: list = [empty] * len(ranges)
+        live, masks = [], []
+        for i, (lo, hi) in enumerate(ranges):
+            try:
+                classified = self._classified(lo, hi)
+            except SketchError as e:
+                out[i] = e
+                continue
+            if classified is not None:
+                live.append(i)
+                masks.append(classified[1:])
+        if not live:
+            return out
+        inside = np.array([m[0] for m in masks])
+        touch = inside | np.array([m[1] for m in masks])
+        # each bucket's Misra-Gries error: an id absent from a touching bucket's summary may
+        # still weigh err_b there (row sums as NumPy takes them, bucket by bucket)
+        err = np.maximum((self._tb.m - self._cnt.sum(axis=1)) / (self.capacity + 1), 0.0)
+        thresholds = np.array([float(err[row].sum()) for row in touch])
+        start, uid, low, up = _candidates_of(self._ids, self._cnt, touch, inside, thresholds)
+        keys = self._strings_of(uid)
+        for q, i in enumerate(live):
+            a, b = int(start[q]), int(start[q + 1])
+            out[i] = Candidates(uid[a:b], keys[a:b], low[a:b], up[a:b], float(thresholds[q]))
+        return out
 
     def lookup(self, ids, bits: int = 64) -> list[list[str]]:
         """Keys held for each id; with ``bits < 64`` an id is a reduced id

@@ -185,9 +185,22 @@ def _first_passing(rank: np.ndarray, basis: np.ndarray, q: Fraction) -> int:
 
 
 @functools.lru_cache(maxsize=1024)
+@functools.lru_cache(maxsize=1024)
 def _exact_q(q: float) -> Fraction:
-    """``q`` as the decimal it prints as (a range asks the same few q at every instant)."""
+    """``q`` as the decimal it prints as (a range asks the same few q at every instant:
+    each made once)."""
     return Fraction(repr(q))
+
+
+@functools.lru_cache(maxsize=256)
+def _exact_qs(qs: tuple[float, ...]) -> tuple[list[Fraction], np.ndarray | None, np.ndarray | None]:
+    """Each q as :func:`_exact_q`, and their numerators and denominators as the compiled
+    search takes them (None when a denominator is 2^24 or more: searched in rationals)."""
+    fqs = [_exact_q(q) for q in qs]
+    if not all(f.denominator < 2**24 for f in fqs):
+        return fqs, None, None
+    # (shared by every call asking these q: the search only reads them)
+    return fqs, np.array([f.numerator for f in fqs], np.int64), np.array([f.denominator for f in fqs], np.int64)
 
 
 @dataclass(frozen=True)
@@ -550,14 +563,13 @@ class WindowedQuantiles(Sketch):
         keys of every q found in one compiled call where the numbers allow."""
         if tb.n_upper == 0 or tb.keys.size == 0:
             return [None] * len(qs)
-        fqs = [_exact_q(q) for q in qs]  # q as written: 0.1 is one tenth, not its binary neighbour
+        fqs, nums, dens = _exact_qs(tuple(qs))  # q as written: 0.1 is one tenth, not its binary neighbour
         # cl ≤ cu, both non-decreasing: every rank and basis is at most ``top``
         top = max(tb.n_lower, tb.n_upper, tb.n_est, 0) + int(tb.cu[-1])
-        if top < 2**38 and all(f.denominator < 2**24 for f in fqs):  # products below 2^62
+        if top < 2**38 and dens is not None:  # products below 2^62
             keys = K.bracket_keys(tb.cu.astype(np.int64, copy=False), tb.cl.astype(np.int64, copy=False),
                                   tb.est.astype(np.int64, copy=False), tb.n_lower, tb.n_upper, tb.n_est,
-                                  np.array([f.numerator for f in fqs], np.int64),
-                                  np.array([f.denominator for f in fqs], np.int64))
+                                  nums, dens)
             found = list(zip(*(k.tolist() for k in keys)))
         else:
             straddle = tb.cu - tb.cl  # X(≤k)

@@ -15,10 +15,12 @@ tests/app/test_query_path.py (keyed fast path).
 
 from __future__ import annotations
 
+import bisect
+
 import numpy as np
 
 from app.kinds.kind import QueryError, QueryKind, ServedFamily, Window, window_estimate
-from sketches.base import Estimate
+from sketches.base import Estimate, SketchError
 from tidemark.events import MAX_KEY_BYTES
 from tidemark.families import keyed as core
 from tidemark.streams import StreamConfig
@@ -68,20 +70,15 @@ class HeavyHitters(list):
                       "events": {"lower": events[0], "upper": events[1]}}
 
 
-def _window_uppers(ecm, ids, window: Window) -> tuple[np.ndarray, list | None]:
+def _window_uppers(ids, readings: tuple) -> np.ndarray:
     """Each id's window upper bound, as ``window_estimate`` brackets it (the ticks touching
-    the window), and the readings ``[inner, outer]`` (arrays, or None for an exact 0) that
-    ``_estimate`` turns into its full estimate; every range is read once for all ids."""
-    outer = ecm.frequency_arrays(ids, *window.outer)
-    if window.inner == window.outer:
-        inner = outer
-    else:
-        inner = None if window.inner[0] > window.inner[1] else ecm.frequency_arrays(ids, *window.inner)
+    the window), from its ``readings``."""
+    inner, outer = readings
     zeros = np.zeros(len(ids))
     upper_outer = zeros if outer is None else outer[2]
     lower_inner = zeros if inner is None else inner[1]
     # ``bracket``: the upper of the touching ticks, never below the lower of those inside
-    return np.maximum(upper_outer, lower_inner), [inner, outer]
+    return np.maximum(upper_outer, lower_inner)
 
 
 def _items(keys, readings: list, listed: np.ndarray, window: Window) -> list[dict]:
@@ -131,23 +128,109 @@ def _heavy_hitters(summary, config, window, params):
       non-candidate, f ≤ threshold; so complete when ``threshold < φ·N_low`` (≤ φ·N), or
       when ``threshold == 0`` (non-candidates are absent from the window).
     """
-    if window.outer[0] > window.outer[1]:
-        return HeavyHitters([], 0.0, True)
-    found = summary["key_candidates"].candidates(*window.outer)
-    count = window_estimate(summary["count"].query, window, "splittable-histogram")
-    n_low = count.lower
-    level = params["phi"] * n_low
-    items, dropped_max = [], 0.0
-    if len(found.ids):
-        uppers, readings = _window_uppers(summary["keys"], found.ids, window)
-        listed = (uppers >= level) & (uppers > 0)
-        items = _items(found.keys, readings, np.flatnonzero(listed), window)
-        if not listed.all():
-            dropped_max = float(uppers[~listed].max())
-    items.sort(key=lambda item: -item["estimate"])
-    unlisted_max = max(found.threshold, dropped_max)
-    complete = found.threshold == 0 or found.threshold < level
-    return HeavyHitters(items, unlisted_max, complete, (count.lower, count.upper))
+    got = _heavy_hitters_many(summary, config, [window], params)[0]
+    if isinstance(got, SketchError):
+        raise got
+    return got
+
+
+class _Listing:
+    """What the windows that cover the same time buckets share (neighbouring instants of
+    a range, whose windows cover the same wide old buckets): their candidates, the ECM
+    readings of those, their upper bounds sorted, and the items of those the lowest of
+    the windows' levels lists, made once, in answer order. Each window lists those its own
+    level reaches. The items are shared between the answers: read them, never change them
+    (``app.answers`` copies an item before it marks it)."""
+
+    def __init__(self, window: Window):
+        self.window, self.lowest, self.error = window, np.inf, None
+
+    def reads(self) -> list:
+        """The ECM reads its items need, ``(ids, lo, hi)``: the ticks touching the window,
+        and those inside it when they differ and are not empty (their reading is then the
+        touching one's, or an exact 0)."""
+        ids, window = self.found.ids, self.window
+        if not len(ids):
+            return []
+        if window.inner == window.outer or window.inner[0] > window.inner[1]:
+            return [(ids, *window.outer)]
+        return [(ids, *window.outer), (ids, *window.inner)]
+
+    def settle(self, got: list) -> None:
+        """Its items, from the readings of its ``reads`` (or the SketchError of one)."""
+        found, window = self.found, self.window
+        self.sorted_uppers, self.items = [], []
+        if not len(found.ids):
+            return
+        for reading in got:
+            if isinstance(reading, SketchError):
+                raise reading
+        outer = got[0]
+        readings = (outer, outer) if window.inner == window.outer else (got[1] if len(got) > 1 else None, outer)
+        uppers = _window_uppers(found.ids, readings)
+        self.sorted_uppers = np.sort(uppers).tolist()
+        shown = np.flatnonzero((uppers >= self.lowest) & (uppers > 0))
+        items = _items(found.keys, readings, shown, window)
+        # answer order: estimate descending, ties in candidate order (a stable sort)
+        order = sorted(range(len(items)), key=lambda i: -items[i]["estimate"])
+        self.items = [(items[i], float(uppers[shown[i]])) for i in order]
+
+    def answer(self, level: float, count) -> HeavyHitters:
+        listed = [item for item, upper in self.items if upper >= level]
+        # what no listed key reaches: the largest upper bound below the level (a dropped
+        # candidate's; uppers are ≥ 0, so a level of 0 drops only zeros)
+        below = bisect.bisect_left(self.sorted_uppers, level)
+        dropped_max = self.sorted_uppers[below - 1] if below else 0.0
+        threshold = self.found.threshold
+        return HeavyHitters(listed, max(threshold, dropped_max), threshold == 0 or threshold < level,
+                            (count.lower, count.upper))
+
+
+def _heavy_hitters_many(summary, config, windows: list, params) -> list:
+    """``_heavy_hitters`` of each window (its answer, or the SketchError its reads raise).
+    Windows whose reads depend on the same time buckets (each part's ``range_key``: the
+    candidates' of the touching ticks, the ECM's of the touching and of the inner ones)
+    read the same numbers, so they share one :class:`_Listing`; a range classifies its
+    windows' ranges at once (``app.ranges``)."""
+    phi = params["phi"]
+    candidates, ecm = summary["key_candidates"], summary["keys"]
+    todo: list = []
+    listings: dict = {}
+    for window in windows:
+        if window.outer[0] > window.outer[1]:
+            todo.append(HeavyHitters([], 0.0, True))
+            continue
+        try:
+            covered = candidates.range_key(*window.outer)
+            count = window_estimate(summary["count"].query, window, "splittable-histogram")
+            same = window.inner == window.outer
+            inner = None if same or window.inner[0] > window.inner[1] else ecm.range_key(*window.inner)
+            key = (covered, ecm.range_key(*window.outer), inner, same)
+            listing = listings.get(key)
+            if listing is None:
+                listing = listings[key] = _Listing(window)
+            level = phi * count.lower
+            listing.lowest = min(listing.lowest, level)
+            todo.append((listing, level, count))
+        except SketchError as e:
+            todo.append(e)
+    # every listing's candidates in one call, then every ECM reading of them in one call
+    found = candidates.candidates_many([listing.window.outer for listing in listings.values()])
+    live = []
+    for listing, got in zip(listings.values(), found):
+        if isinstance(got, SketchError):
+            listing.error = got
+        else:
+            listing.found = got
+            live.append(listing)
+    reads = [listing.reads() for listing in live]
+    readings = iter(ecm.frequency_arrays_many([r for asked in reads for r in asked]))
+    for listing, asked in zip(live, reads):
+        try:
+            listing.settle([next(readings) for _ in asked])
+        except SketchError as e:
+            listing.error = e
+    return [(got[0].error or got[0].answer(got[1], got[2])) if isinstance(got, tuple) else got for got in todo]
 
 
 def _same_shape(configs: tuple[StreamConfig, StreamConfig], params: dict) -> dict:
@@ -170,7 +253,7 @@ FAMILY = ServedFamily(core.FAMILY, (
     QueryKind("frequency", _frequency, lambda c, p: _zero(c), _check_key, alert=True, monotone=True,
               read_ahead=(("keys", "buckets"),)),
     QueryKind("heavy-hitters", _heavy_hitters, lambda c, p: HeavyHitters([], 0.0, True), _check_phi,
-              monotone=True,  # each listed key's count
+              run_many=_heavy_hitters_many, monotone=True,  # each listed key's count
               read_ahead=(("count", "ranges"), ("keys", "buckets"), ("key_candidates", "buckets"))),
     QueryKind("self-join", _self_join, lambda c, p: _zero(c), alert=True, monotone=True,
               read_ahead=(("keys", "buckets"),)),

@@ -26,7 +26,7 @@ from tidemark.summary import StreamSummary
 from tidemark.ticks import Window
 
 __all__ = ["QueryError", "QueryKind", "ServedFamily", "Window", "exact_zero", "window_estimate",
-           "best_point", "bracket", "READ_AHEAD"]
+           "best_point", "bracket", "READ_AHEAD", "own_items"]
 
 # How the range path (``app.ranges``: one query at hundreds of instants) reads a part ahead
 # of the instants, in one pass, for ``QueryKind.read_ahead``.
@@ -56,6 +56,18 @@ def window_estimate(query: Callable[[int, int], Estimate], window: Window, metho
         return outer
     inner = query(*window.inner) if window.inner[0] <= window.inner[1] else exact_zero(method)
     return bracket(inner, outer)
+
+
+def own_items(body: dict) -> list:
+    """The answer's items, each (with its bound) copied into the answer, to be marked: a
+    range's answers share the items their windows read alike (``app.kinds.keyed``)."""
+    items = body.get("items")
+    if not isinstance(items, list):
+        return []
+    body["items"] = items = [
+        {**item, "bound": dict(item["bound"])} if isinstance(item, dict) and isinstance(item.get("bound"), dict)
+        else dict(item) if isinstance(item, dict) else item for item in items]
+    return items
 
 
 def best_point(lower: float, upper: float, guarantee: str) -> float:

@@ -11,7 +11,8 @@ guarantee no summary can give) raises :class:`app.answers.QueryError` before any
 answered; an instant with no answer — a refusal at that instant (a window no longer kept),
 quantiles of an empty window — simply has no sample.
 
-Tested by: tests/app/test_prometheus_api.py (query and query_range against the real API),
+Tested by: tests/app/promql/test_evaluate.py (ranges of several chunks, in process),
+tests/app/test_prometheus_api.py (query and query_range against the real API),
 tests/frontend/test_dashboard.py.
 """
 
@@ -76,15 +77,12 @@ def _item_label(item: dict) -> tuple[str, str]:
     raise QueryError("this kind's items carry no q, key or value to tell them apart")
 
 
-def _samples(body: dict):
-    """(item label or None, estimate, lower, upper) of one answer; nothing for an item
-    without an estimate (a quantile of an empty window)."""
-    if "items" not in body:
-        yield None, body["estimate"], body["bound"]["lower"], body["bound"]["upper"]
-        return
-    for item in body["items"]:
-        if item.get("estimate") is not None and item.get("bound") is not None:
-            yield _item_label(item), item["estimate"], item["bound"]["lower"], item["bound"]["upper"]
+def _numbers(item: dict):
+    """An item's ``(label, (estimate, lower, upper))``, or None when it has no estimate (a
+    quantile of an empty window)."""
+    if item.get("estimate") is None or item.get("bound") is None:
+        return None
+    return _item_label(item), (item["estimate"], item["bound"]["lower"], item["bound"]["upper"])
 
 
 def _checked(query: SeriesQuery, kind, configs: list, step_ms: int | None) -> dict:
@@ -119,7 +117,21 @@ def _text(v) -> str | None:
     return got
 
 
-def _prometheus_samples(body: dict) -> tuple:
+def _item_texts(item: dict, seen: dict) -> tuple | None:
+    """``(label, numbers, texts)`` of a list answer's item, looked up when the same item
+    object was shown before in this request (``seen``, holding each item so that its id
+    is not reused meanwhile): the answers of neighbouring instants share the items their
+    windows read alike (``app.kinds.keyed``), and items are never changed once made."""
+    got = seen.get(id(item))
+    if got is not None:
+        return got[1]
+    numbers = _numbers(item)
+    row = None if numbers is None else (numbers[0], numbers[1], tuple(_text(v) for v in numbers[1]))
+    seen[id(item)] = (item, row)
+    return row
+
+
+def _prometheus_samples(body: dict, seen: dict) -> tuple:
     """An answer's samples, ``(instant, ((item label or None, (estimate, lower, upper),
     their samples), …))``, each sample the pair ``(instant, text)`` a series lists: made
     once per kept point (``app.ranges``: tuples of numbers and strings, which the garbage
@@ -127,10 +139,23 @@ def _prometheus_samples(body: dict) -> tuple:
     (a refreshed 500-point heavy-hitter range lists 37,000 samples: made anew, their lists
     set off full collections that took 100 ms). A side an answer does not have (null: a
     federated answer missing a site keeps only the sides that hold, ``app.site_bounds``)
-    has no sample, as an instant with no answer has none."""
+    has no sample, as an instant with no answer has none. ``seen``: the request's items
+    shown so far (``_item_texts``)."""
     at = body.get("at")
-    return at, tuple((item, (e, lo, up), tuple(None if t is None else (at, t) for t in (_text(e), _text(lo), _text(up))))
-                     for item, e, lo, up in _samples(body))
+    items = body.get("items")
+    if items is None:
+        numbers = (body["estimate"], body["bound"]["lower"], body["bound"]["upper"])
+        texts = tuple(_text(v) for v in numbers)
+        return at, ((None, numbers, tuple(None if t is None else (at, t) for t in texts)),)
+    rows = []
+    for item in items:
+        got = seen.get(id(item))
+        row = got[1] if got is not None else _item_texts(item, seen)
+        if row is not None:
+            e, lo, up = row[2]
+            rows.append((row[0], row[1], (None if e is None else (at, e), None if lo is None else (at, lo),
+                                          None if up is None else (at, up))))
+    return at, tuple(rows)
 
 
 def _collect(out: dict, query: SeriesQuery, whose, base: dict, times_ms: list[int],
@@ -140,27 +165,33 @@ def _collect(out: dict, query: SeriesQuery, whose, base: dict, times_ms: list[in
     of the series ``(whose, item, bound)``; an instant the answer path refuses has none.
     Instants are answered a chunk at a time, the time budget checked between chunks."""
     wanted = [(b, i) for i, b in enumerate(("estimate", "lower", "upper")) if b in query.bounds]
-    targets: dict = {}  # (whose, item) -> [(series, index of the bound)]
+    targets: dict = {}  # item -> [(series, index of the bound)] (of ``whose``)
+    seen: dict = {}
+
+    def show(body: dict) -> tuple:  # (kept points are told apart by this name: one rendering)
+        return _prometheus_samples(body, seen)
+
     for first in range(0, len(times_ms), _CHUNK):
         if time.monotonic() > deadline:
             raise EvaluationTimeout("query timed out in expression evaluation")
         ats = [seconds(t) for t in times_ms[first : first + _CHUNK]]
-        for at, shown in zip(ats, answers_at(ats, _prometheus_samples)):
+        for at, shown in zip(ats, answers_at(ats, show)):
             if isinstance(shown, QueryError):
                 continue  # a refusal at this instant: no sample
             shown_at, rows = shown
+            # (an answer names its instant as asked: its pairs are the series' as they are)
+            as_asked = shown_at == at
             for item, _, samples in rows:
-                to = targets.get((whose, item))
+                to = targets.get(item)
                 if to is None:
-                    to = targets[(whose, item)] = []
+                    to = targets[item] = []
                     for bound, i in wanted:
                         labels = {**base, **dict([item] if item else []), "bound": bound}
-                        to.append((out.setdefault((whose, item, bound), Series(labels)).values, i))
-                for values, i in to:
+                        to.append((out.setdefault((whose, item, bound), Series(labels)).values.append, i))
+                for append, i in to:
                     sample = samples[i]
                     if sample is not None:
-                        # (an answer names its instant as asked: the pair is the series')
-                        values.append(sample if shown_at == at else (at, sample[1]))
+                        append(sample if as_asked else (at, sample[1]))
 
 
 def _versions_of(store, name: str, summary):

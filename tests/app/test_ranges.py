@@ -21,7 +21,10 @@ from app.ranges import RangeCache, answers_at, kept_point, windows_at
 from app.answers import parse_window
 from sketches.splittable_histogram import SplittableHistogram
 from sketches.base import SketchError
-from tests.strategies import cases, status, summarize
+from tests.strategies import Case, cases, status, summarize
+from tidemark.streams import StreamConfig
+
+T0 = 1_700_000_000.0
 
 KINDS = {
     "count": {}, "sum": {}, "distinct": {}, "frequency": {"key": "a"}, "self-join": {},
@@ -79,6 +82,37 @@ def test_every_point_of_a_range_is_the_instant_answer(data):
         for at, point in zip(ats, got):
             expected = _instant(kind, case, summary, params, at)
             assert _same(point, expected), (attempt, kind, at, point, expected)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.data())
+def test_heavy_hitter_points_that_share_a_listing_are_each_the_instant_answer(data):
+    """Neighbouring instants that read the same candidates and ECM readings share their
+    items (``app.kinds.keyed._Listing``) but each lists what its own level reaches: dense
+    instants over skewed streams, small and large φ, against the instant answers."""
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
+    n = data.draw(st.sampled_from([0, 30, 400, 3000]))
+    res = data.draw(st.sampled_from([1.0, 0.25]))
+    config = StreamConfig(max_window=600.0, resolution=res)
+    ts = (T0 + np.sort(rng.uniform(0, 590, n))).tolist()
+    if data.draw(st.booleans()):  # out of order
+        rng.shuffle(ts)
+    keys = [f"k{k}" for k in rng.zipf(1.3, n) % 200]
+    shards = data.draw(st.integers(1, 3))
+    case = Case(config, ts, keys, [math.nan] * n, [1.0] * n, [i % shards for i in range(n)])
+    summary = summarize(case)
+    clock = case.clock or T0
+    if summary is not None and data.draw(st.booleans()):  # answers near it are incomplete, the others not
+        lost_at = clock - data.draw(st.floats(0, 200))
+        summary.record_lost(2, 2.0, lost_at, lost_at + 1, "a failed update")
+    phi = data.draw(st.sampled_from(["0.001", "0.05", "0.2", "0.6"]))
+    window = data.draw(st.sampled_from([30.0, 120.0, 599.0]))
+    params = {"phi": phi, "window": repr(window)}
+    step = data.draw(st.sampled_from([0.1, 1.0, 7.0]))
+    ats = [clock - step * i for i in range(60)][::-1]
+    got = answers_at("heavy-hitters", "s", config, summary, status(case), params, ats)
+    for at, point in zip(ats, got):
+        assert _same(point, _instant("heavy-hitters", case, summary, params, at)), at
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck))

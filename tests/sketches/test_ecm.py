@@ -217,6 +217,32 @@ def test_ranges_with_one_key_read_the_same(p):
         assert seen.setdefault(kk, reading) == reading
 
 
+@SETTINGS
+@given(streams)
+def test_many_reads_together_are_each_read_alone(p):
+    """``frequency_arrays_many`` (every read's cells and sums in one compiled call each)
+    is ``frequency_arrays`` read by read: the same numbers, refusals and exact zeros."""
+    rng, sk, t, k, w = build(p)
+    c = sk.clock if sk.clock != NO_CLOCK else 0
+    rs = ranges(rng, sk, 12) if not sk.is_empty else [(c, c + 1), (c + 1, c)]
+    rs += [(c - sk.window, c), (c + 2, c + 1)]
+    keys = np.unique(np.concatenate([k, rng.integers(0, 2**63, 5).astype(np.uint64)]))
+    reads = [(rng.choice(keys, int(rng.integers(0, min(9, keys.size + 1))), replace=False), *r) for r in rs]
+
+    def shown(got):
+        if isinstance(got, SketchError):
+            return str(got)
+        return None if got is None else tuple(a.tolist() if isinstance(a, np.ndarray) else a for a in got)
+
+    def alone(ids, lo, hi):
+        try:
+            return sk.frequency_arrays(ids, lo, hi)
+        except SketchError as e:
+            return e
+
+    assert [shown(g) for g in sk.frequency_arrays_many(reads)] == [shown(alone(*r)) for r in reads]
+
+
 def test_lo_before_window_is_refused_and_hi_before_lo_is_zero():
     sk = ECMSketch(0.1, 0.1, 10)
     sk.update(np.arange(100), np.arange(100, dtype=np.uint64))

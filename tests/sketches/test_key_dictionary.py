@@ -92,6 +92,39 @@ def test_recall_is_deterministic(p):
 
 
 @SETTINGS
+@given(streams, st.booleans(), st.sampled_from([1.0, 0.1, 1 / 3]))
+def test_many_ranges_read_together_are_each_range_read_alone(p, shuffled, unit):
+    """``candidates_many`` (the ranges' counters added in one compiled call, merging each
+    bucket's counters in id order) is ``candidates`` of each range, refusals included; and
+    a state whose counters come in any order within a bucket (a decoded blob's may) gives
+    the brackets of the definition, counter by counter in bucket order."""
+    rng = np.random.default_rng(p["seed"])
+    t, keys, w = make_stream(rng, p["n"], p["window"], p["skew"])
+    w = w * unit * rng.uniform(0.5, 1.5, w.size)  # fractional: the order of additions shows
+    kd = feed(KeyDictionary(p["cap"], p["window"]), t, keys, w, rng)
+    if shuffled:
+        for b in range(kd._ids.shape[0]):
+            order = rng.permutation(kd._ids.shape[1])
+            kd._ids[b], kd._cnt[b] = kd._ids[b][order], kd._cnt[b][order]
+    c = max(kd.clock, 0)
+    h = c - kd.window + 1
+    ranges = [(h, c), (c, c), (h - 5, c), (c + 1, c), (c, c - 3)] + [
+        tuple(sorted(int(x) for x in rng.integers(h, c + 2, 2))) for _ in range(8)]
+    together = kd.candidates_many(ranges)
+    for (lo, hi), got in zip(ranges, together):
+        try:
+            alone = kd.candidates(lo, hi)
+        except SketchError as e:
+            assert isinstance(got, SketchError) and str(got) == str(e)
+            continue
+        assert got.ids.tolist() == alone.ids.tolist() and got.keys == alone.keys
+        assert got.lower.tolist() == alone.lower.tolist() and got.upper.tolist() == alone.upper.tolist()
+        assert got.threshold == alone.threshold
+        if not kd.is_empty and lo <= hi:
+            check_recall(kd, t, keys, w, lo, hi)
+
+
+@SETTINGS
 @given(streams, st.integers(2, 32))
 def test_merges_keep_recall(p, n_parts):
     rng = np.random.default_rng(p["seed"])
