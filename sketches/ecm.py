@@ -136,6 +136,22 @@ class TimeBucketed(Sketch):
             return None
         return (hi, *self._tb.classify(lo, hi))
 
+    @staticmethod
+    def _each(items, read, default=None) -> tuple[list, list]:
+        """``read`` of every item (a batched query's ranges): ``(out, live)``, ``out``
+        holding ``default`` or the SketchError an item's read raised, ``live`` the
+        ``(index, reading)`` of the items whose reading is not None."""
+        out, live = [default] * len(items), []
+        for i, item in enumerate(items):
+            try:
+                got = read(item)
+            except SketchError as e:
+                out[i] = e
+                continue
+            if got is not None:
+                live.append((i, got))
+        return out, live
+
     def range_key(self, lo: int, hi: int):
         """What every read of ``[lo, hi]`` depends on, hashable: the buckets inside and
         straddling it and whether it reaches the clock (``_range``'s factor ``k``); None
@@ -507,18 +523,10 @@ class ECMSketch(CellSketch):
         """:meth:`frequency_arrays` of every ``(keys, lo, hi)`` of ``reads`` (or the
         SketchError it raises), every key's cells found and every read's sums taken in one
         compiled call each: the same numbers, read by read."""
-        out: list = [None] * len(reads)
-        live = []
-        for i, (keys, lo, hi) in enumerate(reads):
-            try:
-                r = self._range(lo, hi)
-            except SketchError as e:
-                out[i] = e
-                continue
-            if r is not None:
-                live.append((i, np.asarray(keys, np.uint64), r))
-        if not live:
+        out, ranged = self._each(reads, lambda read: self._range(read[1], read[2]))
+        if not ranged:
             return out
+        live = [(i, np.asarray(reads[i][0], np.uint64), r) for i, r in ranged]
         ids = np.concatenate([keys for _, keys, _ in live])
         cells = cells_of(ids, self._tables, self._shift, self._table, self._offset, self._width)
         cell_start = np.cumsum([0] + [keys.size for _, keys, _ in live])

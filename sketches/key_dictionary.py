@@ -468,19 +468,11 @@ class KeyDictionary(TimeBucketed):
         raises), the buckets classified for all at once and the counters of every range
         added up in one compiled call."""
         empty = Candidates(np.zeros(0, np.uint64), [], np.zeros(0), np.zeros(0), 0.0)
-        out: list = [empty] * len(ranges)
-        live, masks = [], []
-        for i, (lo, hi) in enumerate(ranges):
-            try:
-                classified = self._classified(lo, hi)
-            except SketchError as e:
-                out[i] = e
-                continue
-            if classified is not None:
-                live.append(i)
-                masks.append(classified[1:])
-        if not live:
+        out, classified = self._each(ranges, lambda r: self._classified(*r), empty)
+        if not classified:
             return out
+        live = [i for i, _ in classified]
+        masks = [c[1:] for _, c in classified]
         inside = np.array([m[0] for m in masks])
         touch = inside | np.array([m[1] for m in masks])
         # each bucket's Misra-Gries error: an id absent from a touching bucket's summary may
