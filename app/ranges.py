@@ -181,7 +181,7 @@ class _ByBuckets:
     id, the candidate ids) are part of what is kept; the results are shared, never
     changed by their readers."""
 
-    _READS = ("frequency", "self_join", "frequency_arrays", "candidates")
+    _READS = ("frequency", "self_join")  # (heavy hitters batch their own reads: app.kinds.keyed)
 
     def __init__(self, part, ranges):
         self._part, self._kept = part, {}

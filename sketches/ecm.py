@@ -22,7 +22,6 @@ from sketches._ecm_kernels import (
     cell_index,
     cells_of,
     hash_tables,
-    key_readings,
     key_readings_many,
     materialize,
     read_bucket_columns,
@@ -505,19 +504,13 @@ class ECMSketch(CellSketch):
     def frequency_arrays(self, keys: np.ndarray, lo: int, hi: int):
         """``frequency`` of each of ``keys`` (uint64) in ``[lo, hi]`` as arrays
         ``(estimates, lowers, uppers, epsilon, confidence, method)``, the range classified once and
-        every cell's sums taken once: the same numbers as ``frequency``, one call.
-        None when the range holds nothing (every answer is an exact 0)."""
-        keys = np.asarray(keys, np.uint64)
-        r = self._range(lo, hi)
-        if r is None:
-            return None
-        inside, strad, low_tot, high_tot, k = r
-        cells = cells_of(keys, self._tables, self._shift, self._table, self._offset, self._width)
-        # ``frequency``'s numbers for every key in one compiled pass over its cells alone
-        g = self._rounding()
-        ests, lowers, uppers = key_readings(self._counts, np.flatnonzero(inside), np.flatnonzero(strad), cells,
-                                            self.eps_cm_eff * high_tot, 1 - g, 1 + g)
-        return ests, lowers, uppers, float(k * self.eps_sw + self.eps_cm_eff), 1.0 - self.delta, self._method
+        every cell's sums taken once: the same numbers as ``frequency``, one call
+        (:meth:`frequency_arrays_many` of one read). None when the range holds nothing
+        (every answer is an exact 0)."""
+        got = self.frequency_arrays_many([(keys, lo, hi)])[0]
+        if isinstance(got, SketchError):
+            raise got
+        return got
 
     def frequency_arrays_many(self, reads) -> list:
         """:meth:`frequency_arrays` of every ``(keys, lo, hi)`` of ``reads`` (or the
