@@ -38,7 +38,7 @@ from workers.checkpoint import check_state_format, has_commits
 from workers.chunk_rows import ChunkRows
 from workers.decoded import decoded_shards
 from workers.progress import first_batch_of_run, log_progress, read_everything_before
-from workers.shard_state import STATE_SCHEMA, apply_chunks, shard_status
+from workers.shard_state import STATE_FIELDS, STATE_SCHEMA, apply_chunks, shard_status
 
 __all__ = ["main", "start", "PlannedQuery", "stand_by", "build_spark", "LOCAL_CONF", "shard_updater",
            "republish_all"]
@@ -53,7 +53,6 @@ def _phase(what: str) -> None:
 
 
 OUTPUT_SCHEMA = "stream string, shard int, version long, events long, failed string"
-_STATE_FIELDS = [f.split()[0] for f in STATE_SCHEMA.split(", ")]
 _PUBLISHERS: dict[str, object] = {}  # one Redis client per Python worker process
 
 
@@ -87,32 +86,74 @@ def freeze_what_lasts() -> None:
 
 
 def shard_updater(redis_url: str, secret: HashSecret):
-    """The function Spark runs per (stream, shard) group on the executors."""
+    """What Spark runs per (stream, shard) group on the executors: ``update(key, rows,
+    meta, pieces)`` with the group's ``ValueState`` of its state (``STATE_SCHEMA``) and
+    ``MapState`` of its summary's pieces (``workers.stored``); it emits nothing (the state
+    and the publish are the results). ``ShardProcessor`` hands it Spark's handles."""
 
-    def update(key, pdfs, group_state):
-        _update(key, pdfs, group_state)
+    def update(key, rows, meta, pieces):
+        _update(key, rows, meta, pieces)
         freeze_what_lasts()
-        return iter(())  # nothing to emit: the state and the publish are the results
+        return iter(())
 
-    def _update(key, pdfs, group_state) -> None:
+    def _update(key, rows, meta, pieces) -> None:
+        from workers.stored import StoredSummary, changed_pieces, pieces_of
+
         stream, shard = key[0], int(key[1])
-        rows = ChunkRows.unpack(chunk for frame in pdfs for chunk in frame["chunk"])
-        previous = dict(zip(_STATE_FIELDS, group_state.get)) if group_state.exists else None
+        rows = ChunkRows.unpack(row.chunk for row in rows)
+        previous = dict(zip(STATE_FIELDS, meta.get())) if meta.exists() else None
+        stored = None
+        if previous is not None:
+            stored = StoredSummary.from_json(previous.pop("pieces"),
+                                             lambda: pieces_of(pieces.iterator()))
+            previous["blob"] = stored
         publisher = _publisher(redis_url)
         state = apply_chunks(stream, previous, rows, secret, publisher.declaration, shard,
                              decoded_shards())
         if state is None:  # its stream was deleted: the shard's bytes leave the state store
-            if group_state.exists:
-                group_state.remove()
+            meta.clear()
+            pieces.clear()
             return
         if state is previous:  # nothing of this batch counts for it (an ended generation)
             return
-        group_state.update(tuple(state[f] for f in _STATE_FIELDS))
-        if state["blob"] is not None or state["failed"]:
+        now = state.get("stored")
+        if now is not None:
+            write, gone = changed_pieces(stored, now)
+            for name, data in write:
+                pieces.updateValue((name,), (data,))
+            for name in gone:
+                pieces.removeKey((name,))
+        state["pieces"] = now.to_json() if now is not None else None
+        meta.update(tuple(state[f] for f in STATE_FIELDS))
+        if now is not None or state["failed"]:
             publisher.publish(stream, shard, shard_status(state, state.get("sizes")),
-                              state["blob"] or b"", _config_dict(state))
+                              now, _config_dict(state))
 
     return update
+
+
+def shard_processor(redis_url: str, secret: HashSecret):
+    """The ``StatefulProcessor`` of the streaming query (row-based ``transformWithState``):
+    Spark's state handles around ``shard_updater``."""
+    from pyspark.sql.streaming import StatefulProcessor
+    from pyspark.sql.types import BinaryType, StringType, StructField, StructType
+
+    piece_key = StructType([StructField("piece", StringType(), False)])
+    piece_value = StructType([StructField("data", BinaryType(), False)])
+    update = shard_updater(redis_url, secret)
+
+    class ShardProcessor(StatefulProcessor):
+        def init(self, handle):
+            self.meta = handle.getValueState("shard", STATE_SCHEMA)
+            self.pieces = handle.getMapState("pieces", piece_key, piece_value)
+
+        def handleInputRows(self, key, rows, timerValues=None):
+            return update(key, rows, self.meta, self.pieces)
+
+        def close(self):
+            pass
+
+    return ShardProcessor()
 
 
 def _config_dict(state: dict) -> dict:
@@ -128,22 +169,35 @@ def republish_all(spark, redis_url: str, checkpoint: str) -> int:
     streaming query publishes meanwhile."""
     from pyspark.errors import PySparkException
 
+    from pyspark.sql import functions as F
+
+    def state_var(name: str):
+        return spark.read.format("statestore").option("stateVarName", name).load(checkpoint)
+
     try:
-        df = spark.read.format("statestore").load(checkpoint)
+        meta = state_var("shard").selectExpr("key.stream AS stream", "key.shard AS shard", "value.*")
     except PySparkException as e:
         if "STDS_COMMITTED_BATCH_UNAVAILABLE" in str(e) or "does not exist" in str(e):
             return 0  # nothing committed yet: nothing to publish
         raise
-    rows = df.selectExpr("key.stream AS stream", "key.shard AS shard", "value.groupState.*")
+    pieces = (state_var("pieces")
+              .selectExpr("key.stream AS stream", "key.shard AS shard",
+                          "struct(user_map_key.piece AS piece, user_map_value.data AS data) AS p")
+              .groupBy("stream", "shard").agg(F.collect_list("p").alias("held")))
+    rows = meta.join(pieces, ["stream", "shard"], "left")
 
     def publish(partition):
+        from workers.stored import StoredSummary
+
         publisher = _publisher(redis_url)
         for row in partition:
             state = row.asDict()
-            if state["blob"] is not None or state["failed"]:
-                sizes = {"summary": len(state["blob"] or b"")}
+            held = {p["piece"]: bytes(p["data"]) for p in state.pop("held") or []}
+            stored = StoredSummary.from_json(state["pieces"], lambda: held)
+            if stored is not None or state["failed"]:
+                sizes = {"summary": len(stored.blob()) if stored is not None else 0}
                 publisher.publish(state["stream"], state["shard"], shard_status(state, sizes),
-                                  state["blob"] or b"", _config_dict(state))
+                                  stored, _config_dict(state))
 
     rows.foreachPartition(publish)
     return rows.count()
@@ -260,8 +314,6 @@ class PlannedQuery:
 
     def __init__(self, spark, redis_url: str, checkpoint: str, trigger: str,
                  secret: HashSecret | None, log_partitions: int | None = None):
-        from pyspark.sql.streaming.state import GroupStateTimeout
-
         from workers.source import RedisChunkSource
 
         checkpoint = checkpoint.rstrip("/")
@@ -273,8 +325,7 @@ class PlannedQuery:
                   .option("log_partitions", str(self.log_partitions)).load())
         self.writer = (
             stream.groupBy("stream", "shard")
-            .applyInPandasWithState(shard_updater(redis_url, secret), OUTPUT_SCHEMA, STATE_SCHEMA,
-                                    "Update", GroupStateTimeout.NoTimeout)
+            .transformWithState(shard_processor(redis_url, secret), OUTPUT_SCHEMA, "Update", "None")
             .writeStream.outputMode("update").format("noop")
             .option("checkpointLocation", checkpoint + "/spark")
             .trigger(processingTime=trigger)

@@ -40,6 +40,6 @@ def test_a_checkpoint_of_an_earlier_state_layout_is_refused_with_what_to_do(tmp_
     (old / "spark" / "commits" / "0").write_text("v1\n{}")
     with pytest.raises(CheckpointFormatError, match="layout 1, written by an earlier Tidemark"):
         check_state_format(str(old))
-    (old / "state-format").write_text("3\n")
-    with pytest.raises(CheckpointFormatError, match="layout 3"):
+    (old / "state-format").write_text("2\n")  # the single-row layout before pieces
+    with pytest.raises(CheckpointFormatError, match="layout 2"):
         check_state_format(str(old))

@@ -1,0 +1,120 @@
+"""A shard's summary kept as pieces (``workers.stored``), through the group function as
+Spark calls it (``workers.job.shard_updater`` with stand-ins for the two state handles;
+the real ``transformWithState`` runs in the worker tests): the state store holds exactly
+the summary's bytes, a batch writes only the pieces that changed, a kept decode reads
+nothing back, and a Python worker that never saw the shard reads its pieces and goes on
+to the very same bytes."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import redis
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from sketches.base import CorruptSketchError
+from tests.conftest import TEST_SECRET
+from tests.workers.frames import MapStateStandIn, ValueStateStandIn, spark_rows
+from tidemark import segments
+from tidemark.chunks import encode_chunk
+from tidemark.streams import StreamConfig
+from tidemark.summary import StreamSummary
+from tidemark.wire import keys
+from workers.stored import StoredSummary, changed_pieces
+
+CONFIG = StreamConfig(max_window=100.0, epsilon=0.1, value_min=0, value_max=100)
+RANDOM = {"decayed", segments.HEAD}
+
+
+def _summary_bytes(n: int) -> bytes:
+    s = StreamSummary.create(CONFIG, TEST_SECRET)
+    import pyarrow as pa
+
+    ts = np.arange(n, dtype=float)
+    s.update_table(pa.table({"ts": ts, "key": [f"k{i % 5}" for i in range(n)],
+                             "value": ts % 100, "weight": np.ones(n)}))
+    return s.to_bytes()
+
+
+def test_pieces_give_back_the_bytes_and_a_wrong_or_missing_piece_is_refused_whole():
+    blob = _summary_bytes(50)
+    stored = StoredSummary.of(blob)
+    assert stored.blob() == blob and len(stored) == len(segments.split(blob)) > 2
+    again = StoredSummary.from_json(stored.to_json(), lambda: dict(segments.split(blob)))
+    assert again.blob() == blob and again.fingerprint == stored.fingerprint
+    held = dict(segments.split(blob))
+    name = next(n for n in held if n != segments.HEAD)
+    altered = {**held, name: held[name][:-1] + bytes([held[name][-1] ^ 1])}
+    with pytest.raises(CorruptSketchError, match=name):
+        StoredSummary.from_json(stored.to_json(), lambda: altered).blob()
+    with pytest.raises(CorruptSketchError, match="missing"):
+        StoredSummary.from_json(stored.to_json(), lambda: {n: b for n, b in held.items() if n != name}).blob()
+
+
+def test_only_changed_pieces_are_written_and_dropped_ones_removed():
+    before, after = StoredSummary.of(_summary_bytes(50)), StoredSummary.of(_summary_bytes(60))
+    write, gone = changed_pieces(None, before)
+    assert [n for n, _ in write] == [n for n, _ in before.manifest] and gone == []
+    assert changed_pieces(before, before) == ([], [])
+    write, gone = changed_pieces(before, after)
+    old = dict(before.manifest)
+    assert {n for n, _ in write} == {n for n, d in after.manifest if old.get(n) != d}
+    fewer = StoredSummary([m for m in after.manifest if m[0] != "values"], pieces=after.pieces())
+    assert changed_pieces(after, fewer) == ([], ["values"])
+
+
+_batch = st.lists(st.tuples(st.floats(0, 300, allow_nan=False), st.sampled_from([None, "a", "b", "c"]),
+                            st.one_of(st.none(), st.floats(0, 100))), min_size=1, max_size=12)
+
+
+@given(batches=st.lists(_batch, min_size=1, max_size=6), forget=st.sets(st.integers(0, 5)))
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_the_state_store_holds_the_summary_a_plain_update_makes_and_writes_what_changed(
+        redis_url, batches, forget):
+    """Batches of keyed, valued and bare events, out of order and late: after each, the
+    pieces held are exactly the summary ``apply_chunks`` makes without the state store,
+    each batch wrote only the pieces whose digest changed, and a batch that runs in a
+    Python worker without the kept decode (``forget``) reads the pieces and makes the same
+    bytes."""
+    from workers.chunk_rows import ChunkRows, pack
+    from workers.decoded import DecodedShards
+    from workers.job import shard_updater
+    from workers.shard_state import STATE_FIELDS
+    from workers.shard_state import apply_chunks
+
+    name = "pieces"
+    redis.Redis.from_url(redis_url).hset(keys.STREAMS, name, CONFIG.model_dump_json())
+    update, meta, pieces = shard_updater(redis_url, TEST_SECRET), ValueStateStandIn(), MapStateStandIn()
+    plain, clock = None, -math.inf
+    for b, events in enumerate(batches):
+        ts = np.array([e[0] for e in events])
+        payload = encode_chunk(ts, [e[1] for e in events], np.array([np.nan if e[2] is None else e[2] for e in events]),
+                               np.ones(len(events)))
+        rows = spark_rows(name, f"{b + 1}-0", payload, clock)
+        plain = apply_chunks(name, plain, ChunkRows.unpack([pack(f"{b + 1}-0", clock, payload, 0, False)]),
+                             TEST_SECRET, lambda n: (CONFIG, 0))
+        clock = max(clock, float(ts.max()))
+        had = dict(StoredSummary.from_json(dict(zip(STATE_FIELDS, meta.row))["pieces"], dict).manifest) \
+            if meta.exists() else {}
+        if b in forget:
+            from workers import decoded
+
+            decoded._DECODED = DecodedShards()
+        reads, writes = pieces.reads, pieces.writes
+        assert list(update((name, 0), iter(rows), meta, pieces)) == []
+        state = dict(zip(STATE_FIELDS, meta.row))
+        stored = StoredSummary.from_json(state["pieces"], lambda: pieces.held)
+        mine, theirs = dict(segments.split(stored.blob())), dict(segments.split(plain["blob"]))
+        # byte for byte but the additive decayed sum, whose random draws are each instance's
+        # own (and the head, which records its length)
+        assert mine.keys() == theirs.keys()
+        assert {n: b for n, b in mine.items() if n not in RANDOM} == \
+            {n: b for n, b in theirs.items() if n not in RANDOM}
+        assert StreamSummary.from_bytes(stored.blob(), TEST_SECRET)["decayed"].total_weight == \
+            StreamSummary.from_bytes(plain["blob"], TEST_SECRET)["decayed"].total_weight
+        assert set(pieces.held) == {n for n, _ in stored.manifest}
+        assert pieces.writes - writes == sum(had.get(n) != d for n, d in stored.manifest)
+        assert pieces.reads - reads == (1 if b in forget and b > 0 else 0)
+        assert state["events"] == plain["events"] and state["version"] == plain["version"]
