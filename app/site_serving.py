@@ -23,7 +23,7 @@ __all__ = ["Serving", "Published", "STATUS_HEADER", "MAX_DIGESTS", "KEPT_VERSION
 STATUS_HEADER = "Tidemark-Status"  # the served version's status, JSON, beside the summary bytes
 _STATUS_FIELDS = ("sketch_version", "updated_at", "events", "late_dropped", "clock", "received",
                   "rejected", "failed_events")
-MAX_DIGESTS = 64  # segments one request may ask (a summary has about ten)
+MAX_DIGESTS = 200  # segments one request may ask (a summary has a head and its parts, paged parts in hundreds of pages)
 KEPT_VERSIONS = 4  # versions of a stream's summary kept to serve deltas and segments from
 
 try:  # deltas between versions; without it a peer gets the changed segments whole

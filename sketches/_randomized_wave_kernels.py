@@ -29,7 +29,7 @@ from numba import njit
 from numba.typed import List
 
 from sketches._codec import (
-    drop_stale_kernel_cache, get_gaps, get_varint, put_varint,
+    drop_stale_kernel_cache, get_varint, put_varint, unzigzag1, zigzag1,
 )
 
 drop_stale_kernel_cache(__file__)  # its kernels compile the codec's pieces in
@@ -405,7 +405,7 @@ def empty_buffers(levels):
     return bufs
 
 
-# Why a stored instance is refused (keys of ``read_instance``'s code; negative codes are
+# Why a stored instance is refused (keys of the readers' codes; negative codes are
 # ``sketches._codec``'s).
 INSTANCE_ERRORS = {
     1: "randomized wave entries or floors are not valid",
@@ -413,7 +413,6 @@ INSTANCE_ERRORS = {
     3: "randomized wave member index out of range",
     4: "randomized wave member bitmap has stray bits",
     5: "randomized wave member count does not match",
-    6: "randomized wave member list has an unknown form",
     7: "randomized wave floors are not nested",
     8: "randomized wave entry stored above its hash level",
     9: "randomized wave level has a bad entry count",
@@ -428,39 +427,7 @@ def _above(t, key, ft, fk):
 
 
 @njit(cache=True)
-def _read_members(buf, p, u, n):
-    """``(code, end, idx)``: the increasing indices (into the U stored pairs) of an
-    instance's ``n`` members, as gaps (form 0) or a bitmap (form 1)."""
-    idx = np.empty(n, np.int64)
-    if p >= buf.shape[0]:
-        return -1, p, idx
-    form = buf[p]
-    p += 1
-    if form == 0:
-        ok, p, idx = get_gaps(buf, p, n, u)
-        if p < 0:
-            return p, p, idx
-        return (0 if ok else 3), p, idx
-    if form == 1:
-        nb = (u + 7) // 8
-        if nb > buf.shape[0] - p:
-            return -1, p, idx
-        c = 0
-        for i in range(8 * nb):
-            if (buf[p + (i >> 3)] >> (i & 7)) & 1:
-                if i >= u:
-                    return 4, p, idx
-                if c < n:
-                    idx[c] = i
-                c += 1
-        if c != n:
-            return 5, p, idx
-        return 0, p + nb, idx
-    return 6, p, idx
-
-
-@njit(cache=True)
-def _read_floors(buf, p, levels, clock):
+def read_floors(buf, p, levels, clock):
     """``(code, end, nf, fhas, fT, fK)``: the ``nf`` floors stored at ``buf[p]`` (a count,
     each floor's tick back from the clock, then their keys), levels ``0..nf-1``."""
     fhas = np.zeros(levels, np.uint8)
@@ -489,9 +456,9 @@ def _read_floors(buf, p, levels, clock):
 
 
 @njit(cache=True)
-def _check_members(uk, ut, idx, n, nf, fhas, fT, fK, counts, C, has_clock, clock, a0, a1, b, L):
+def check_members(uk, ut, idx, n, nf, fhas, fT, fK, counts, C, has_clock, clock, a0, a1, b, L):
     """``(code, h, emask)``: the members ``idx`` checked against the floors by
-    ``read_instance``'s rules, each level's members counted into ``counts``; ``h`` their
+    the rules of a compacted wave (module notes of ``randomized_wave``), each level's members counted into ``counts``; ``h`` their
     hash levels, ``emask`` the levels each is in."""
     h = np.empty(n, np.int64)
     emask = np.empty(n, np.uint64)
@@ -537,49 +504,6 @@ def _check_members(uk, ut, idx, n, nf, fhas, fT, fK, counts, C, has_clock, clock
 
 
 @njit(cache=True)
-def read_instance(buf, p, uk, ut, levels, C, has_clock, clock, a0, a1, b, L):
-    """One stored instance at ``buf[p]``, checked whole against what a compacted wave is
-    (module notes of ``randomized_wave``): floors fall as levels rise; each entry's lowest
-    level is the first floor it beats and no higher than its hash level; every level holds
-    exactly its entries that beat its floor, C of them under a floor, at most C without;
-    level 0's latest tick is the clock.
-
-    Returns ``(code, end, idx, h, emask, counts, fhas, fT, fK)``: ``idx`` the indices of
-    its members among the U pairs ``(uk, ut)``, ``h`` their hash levels and ``emask`` the
-    levels each is in; ``code`` 0 when valid, else an ``INSTANCE_ERRORS`` key."""
-    zi = np.zeros(0, np.int64)
-    zu = np.zeros(0, np.uint64)
-    counts = np.zeros(levels, np.int64)
-    code, p, nf, fhas, fT, fK = _read_floors(buf, p, levels, clock)
-    if code:
-        return code, p, zi, zi, zu, counts, fhas, fT, fK
-    u = uk.shape[0]
-    c, p = get_varint(buf, p)
-    if p < 0:
-        return p, p, zi, zi, zu, counts, fhas, fT, fK
-    if c > np.uint64(u):
-        return 2, p, zi, zi, zu, counts, fhas, fT, fK
-    n = np.int64(c)
-    code, p, idx = _read_members(buf, p, u, n)
-    if code:
-        return code, p, zi, zi, zu, counts, fhas, fT, fK
-    code, h, emask = _check_members(uk, ut, idx, n, nf, fhas, fT, fK, counts, C, has_clock, clock,
-                                    a0, a1, b, L)
-    if code:
-        return code, p, zi, zi, zu, counts, fhas, fT, fK
-    return 0, p, idx, h, emask, counts, fhas, fT, fK
-
-
-@njit(cache=True)
-def _varint_len(x):
-    n = 1
-    while x >= np.uint64(0x80):
-        x >>= np.uint64(7)
-        n += 1
-    return n
-
-
-@njit(cache=True)
 def _merge_runs(keys, ticks, sizes):
     """The entries' order by (key, tick): the instances' runs are each sorted by key (their
     keys distinct), so they merge in linear time."""
@@ -611,74 +535,6 @@ def _merge_runs(keys, ticks, sizes):
 
 
 @njit(cache=True)
-def write_entries(keys, ticks, sizes, fT, fK, fhas, clock):
-    """The wave's payload after its fixed head (layout in ``randomized_wave``): the U
-    distinct (key, tick) pairs of all instances, sorted, then per instance its floors and
-    its members as index gaps or a bitmap, whichever is shorter. ``keys``/``ticks`` are the
-    instances' entries one after the other (``sizes`` of them each, keys increasing)."""
-    total = keys.shape[0]
-    order = _merge_runs(keys, ticks, sizes)
-    index = np.empty(total, np.int64)
-    uk = np.empty(total, np.uint64)
-    ut = np.empty(total, np.int64)
-    u = 0
-    for a in range(total):
-        e = order[a]
-        if u == 0 or keys[e] != uk[u - 1] or ticks[e] != ut[u - 1]:
-            uk[u], ut[u] = keys[e], ticks[e]
-            u += 1
-        index[e] = u - 1
-    inst = sizes.shape[0]
-    levels = fT.shape[1]
-    out = np.empty(10 + 20 * u + inst * (22 + 18 * levels + (u + 7) // 8) + 10 * total, np.uint8)
-    p = put_varint(out, 0, np.uint64(u))
-    if u:
-        p = put_varint(out, p, uk[0])
-        for a in range(1, u):
-            p = put_varint(out, p, uk[a] - uk[a - 1])
-        for a in range(u):
-            p = put_varint(out, p, np.uint64(clock - ut[a]))
-    start = 0
-    for i in range(inst):
-        f = 0
-        for l in range(levels):
-            if fhas[i, l]:
-                f += 1
-        p = put_varint(out, p, np.uint64(f))
-        for l in range(f):
-            p = put_varint(out, p, np.uint64(clock - fT[i, l]))
-        for l in range(f):
-            x = fK[i, l]
-            for q in range(8):
-                out[p] = np.uint8((x >> np.uint64(8 * q)) & np.uint64(0xFF))
-                p += 1
-        n = sizes[i]
-        idx = index[start : start + n]  # increasing, as the instance's keys are
-        start += n
-        p = put_varint(out, p, np.uint64(n))
-        glen = 0
-        prev = np.int64(-1)
-        for a in range(n):
-            glen += _varint_len(np.uint64(idx[a] - prev - 1))
-            prev = idx[a]
-        if glen <= (u + 7) // 8:
-            out[p] = 0
-            p += 1
-            prev = np.int64(-1)
-            for a in range(n):
-                p = put_varint(out, p, np.uint64(idx[a] - prev - 1))
-                prev = idx[a]
-        else:
-            out[p] = 1
-            nb = (u + 7) // 8
-            out[p + 1 : p + 1 + nb] = 0
-            for a in range(n):
-                out[p + 1 + (idx[a] >> 3)] |= np.uint8(1 << (idx[a] & 7))
-            p += 1 + nb
-    return out[:p]
-
-
-@njit(cache=True)
 def flatten_buffers(bufs):
     """``(flat, sizes)``: the level buffers one after the other (for pickling: iterating a
     typed list from Python costs a dispatch per level)."""
@@ -704,3 +560,139 @@ def buffers_from(flat, sizes):
         bufs.append(flat[p : p + sizes[l]].copy())
         p += sizes[l]
     return bufs
+
+
+# -- the paged form (format 3: randomized_wave's byte notes) ----------------------------------
+@njit(cache=True)
+def unique_pairs(keys, ticks, sizes):
+    """``(uk, ut, index)``: the distinct (key, tick) pairs of all instances, sorted, and
+    each entry's index among them (entries one instance after another, keys increasing)."""
+    total = keys.shape[0]
+    order = _merge_runs(keys, ticks, sizes)
+    index = np.empty(total, np.int64)
+    uk = np.empty(total, np.uint64)
+    ut = np.empty(total, np.int64)
+    u = 0
+    for a in range(total):
+        e = order[a]
+        if u == 0 or keys[e] != uk[u - 1] or ticks[e] != ut[u - 1]:
+            uk[u], ut[u] = keys[e], ticks[e]
+            u += 1
+        index[e] = u - 1
+    return uk[:u], ut[:u], index
+
+
+@njit(cache=True)
+def write_floors(fT, fK, fhas, sizes, clock):
+    """Per instance: varint F, F × varint (clock − floor tick), F × u64 floor key, varint n."""
+    inst, levels = fT.shape[0], fT.shape[1]
+    out = np.empty(inst * (20 + 18 * levels), np.uint8)
+    p = 0
+    for i in range(inst):
+        f = 0
+        for l in range(levels):
+            if fhas[i, l]:
+                f += 1
+        p = put_varint(out, p, np.uint64(f))
+        for l in range(f):
+            p = put_varint(out, p, np.uint64(clock - fT[i, l]))
+        for l in range(f):
+            x = fK[i, l]
+            for q in range(8):
+                out[p] = np.uint8((x >> np.uint64(8 * q)) & np.uint64(0xFF))
+                p += 1
+        p = put_varint(out, p, np.uint64(sizes[i]))
+    return out[:p]
+
+
+@njit(cache=True)
+def write_pair_pages(uk, ut, held, starts):
+    """The pairs' pages in one buffer: ``(bytes, end of each page)``. Per page: varint m,
+    first key and key gaps, the newest tick (zig-zag) and each tick's distance below it,
+    then per instance a bitmap of the page's pairs it holds (``held[instance, pair]``)."""
+    u = uk.shape[0]
+    inst = held.shape[0]
+    pages = starts.shape[0]
+    out = np.empty(pages * 20 + u * 30 + pages * inst * 2 + inst * (u + 7) // 8 + 8, np.uint8)
+    ends = np.empty(pages, np.int64)
+    p = 0
+    for j in range(pages):
+        a = starts[j]
+        b = starts[j + 1] if j + 1 < pages else u
+        p = put_varint(out, p, np.uint64(b - a))
+        p = put_varint(out, p, uk[a])
+        for x in range(a + 1, b):
+            p = put_varint(out, p, uk[x] - uk[x - 1])
+        top = ut[a]
+        for x in range(a, b):
+            top = max(top, ut[x])
+        p = put_varint(out, p, zigzag1(top))
+        for x in range(a, b):
+            p = put_varint(out, p, np.uint64(top - ut[x]))
+        nb = (b - a + 7) // 8
+        for i in range(inst):
+            out[p : p + nb] = 0
+            for x in range(a, b):
+                if held[i, x]:
+                    out[p + ((x - a) >> 3)] |= np.uint8(1 << ((x - a) & 7))
+            p += nb
+        ends[j] = p
+    return out[:p], ends
+
+
+@njit(cache=True)
+def read_pair_pages(buf, p, u, pages, inst):
+    """``(code, end, uk, ut, held, starts)`` of what :func:`write_pair_pages` wrote: code 0,
+    1 when a page or count is out of range or the pairs are out of order, 4 for stray
+    bitmap bits, negative for a short or malformed buffer."""
+    uk = np.empty(u, np.uint64)
+    ut = np.empty(u, np.int64)
+    held = np.zeros((inst, u), np.bool_)
+    starts = np.empty(pages, np.int64)
+    x = 0
+    for j in range(pages):
+        m, p = get_varint(buf, p)
+        if p < 0:
+            return p, p, uk, ut, held, starts
+        if m < np.uint64(1) or m > np.uint64(u - x):
+            return 1, p, uk, ut, held, starts
+        a, b = x, x + np.int64(m)
+        starts[j] = a
+        for y in range(a, b):
+            g, p = get_varint(buf, p)
+            if p < 0:
+                return p, p, uk, ut, held, starts
+            if y == a:
+                uk[y] = g
+            else:
+                if g > ~uk[y - 1]:
+                    return 1, p, uk, ut, held, starts
+                uk[y] = uk[y - 1] + g
+        z, p = get_varint(buf, p)
+        if p < 0:
+            return p, p, uk, ut, held, starts
+        top = unzigzag1(z)
+        for y in range(a, b):
+            back, p = get_varint(buf, p)
+            if p < 0:
+                return p, p, uk, ut, held, starts
+            if back > np.uint64(1 << 62) or top - np.int64(back) < -(1 << 62):
+                return 1, p, uk, ut, held, starts
+            ut[y] = top - np.int64(back)
+        nb = (b - a + 7) // 8
+        if inst * nb > buf.shape[0] - p:
+            return -1, p, uk, ut, held, starts
+        for i in range(inst):
+            for bit in range(8 * nb):
+                if (buf[p + (bit >> 3)] >> (bit & 7)) & 1:
+                    if bit >= b - a:
+                        return 4, p, uk, ut, held, starts
+                    held[i, a + bit] = True
+            p += nb
+        x = b
+    if x != u:
+        return 1, p, uk, ut, held, starts
+    for y in range(1, u):
+        if uk[y] < uk[y - 1] or (uk[y] == uk[y - 1] and ut[y] <= ut[y - 1]):
+            return 1, p, uk, ut, held, starts
+    return 0, p, uk, ut, held, starts

@@ -21,6 +21,8 @@ import math
 import numpy as np
 from numba import njit
 
+from sketches._codec import put_varint, zigzag1
+
 # -- values to keys ------------------------------------------------------------------------
 
 
@@ -582,3 +584,32 @@ def bracket_keys(cu, cl, est, n_lower, n_upper, n_est, nums, dens):
         if n_est > 0:
             j_est[i] = np.searchsorted(est, max(-((-num * n_est) // den), 1))
     return j_lo, j_hi, j_est
+
+
+@njit(cache=True)
+def write_pages(left, lg, off, gaps, cnts, starts):
+    """The nodes' pages (``WindowedQuantiles._payload_pieces``) in one buffer: ``(bytes,
+    end of each page)``. Per page (varints): its node count, node lefts (first zig-zag,
+    then gaps), log₂ widths, entry counts, key gaps (``key_gaps``), counts − 1."""
+    n = left.shape[0]
+    pages = starts.shape[0]
+    out = np.empty(pages * 10 + n * 30 + gaps.shape[0] * 20, np.uint8)
+    ends = np.empty(pages, np.int64)
+    p = 0
+    for j in range(pages):
+        a = starts[j]
+        b = starts[j + 1] if j + 1 < pages else n
+        p = put_varint(out, p, np.uint64(b - a))
+        p = put_varint(out, p, zigzag1(left[a]))
+        for i in range(a + 1, b):
+            p = put_varint(out, p, np.uint64(left[i] - left[i - 1]))
+        for i in range(a, b):
+            p = put_varint(out, p, np.uint64(lg[i]))
+        for i in range(a, b):
+            p = put_varint(out, p, np.uint64(off[i + 1] - off[i]))
+        for x in range(off[a], off[b]):
+            p = put_varint(out, p, gaps[x])
+        for x in range(off[a], off[b]):
+            p = put_varint(out, p, np.uint64(cnts[x] - 1))
+        ends[j] = p
+    return out[:p], ends

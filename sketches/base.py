@@ -297,9 +297,21 @@ class Sketch:
         self._merge(other)
         return self
 
+    def _payload_pieces(self) -> list[bytes]:
+        """The payload as pieces whose concatenation it is: one, unless a family keeps its
+        bytes in pages that each depend only on what they hold (``sketches._pages``), so a
+        batch that changes few pages leaves the others' bytes as they were
+        (``tidemark.segments`` stores and sends only changed pieces)."""
+        return [self._payload()]
+
+    def pieces(self) -> list[bytes]:
+        """``to_bytes()`` in pieces (``_payload_pieces``, the header on the first)."""
+        pieces = self._payload_pieces()
+        head = pack_header(self.FAMILY, sum(map(len, pieces)), fmt=self.FORMAT, flags=self.HEADER_FLAGS)
+        return [head + pieces[0]] + pieces[1:]
+
     def to_bytes(self) -> bytes:
-        payload = self._payload()
-        return pack_header(self.FAMILY, len(payload), fmt=self.FORMAT, flags=self.HEADER_FLAGS) + payload
+        return b"".join(self.pieces())
 
     @classmethod
     def from_bytes(cls, data):

@@ -14,6 +14,7 @@ import struct
 import numpy as np
 
 from sketches._bytes import Reader, Writer
+from sketches._pages import page_starts
 from sketches._ecm_kernels import (
     BUCKET_ERRORS,
     NO_CLOCK,
@@ -39,7 +40,7 @@ __all__ = ["ECMSketch", "TICK_LIMIT", "cell_index", "split_epsilon", "suggest_di
 METHOD = "ecm-sketch/dyadic-exponential-histogram"
 _PURPOSES = ("point", "inner")
 _TWO_52 = 2.0**-52
-FORMAT = 2  # byte format version of the ECM family (every class that shares its family byte)
+FORMAT = 3  # byte format version of the ECM family (every class that shares its family byte)
 _EXACT_LIMIT = 2.0**53
 
 
@@ -315,28 +316,45 @@ class CellSketch(TimeBucketed):
         return Estimate(0.0, 0.0, 0.0, "additive", 0.0, 1.0, method)
 
     # -- bytes --------------------------------------------------------------------------
-    # state block (format 2, little endian; varints are LEB128, see sketches._codec), after
+    # state block (format 3, little endian; varints are LEB128, see sketches._codec), after
     # the class's parameter block:
     #   i64 clock | u64 events | u32 merge depth | u32 leaves | u8 flags | 3 x u8 zero |
-    #   u32 B (buckets) | u32 K (cells)
-    #   buckets, in their canonical order (start, then level descending), column by column:
-    #     u8[B] level | varint zig-zag first start, B−1 varint start steps
-    #     (start = idx·2^level) | varint[B] s − start | varint[B] e − s | float column m
-    #   counts, only the non-zero cells of the row-major B × K array:
-    #     varint nnz | varint first flat index, nnz−1 varint (gap − 1) | float column values
-    # flags: bit 0 = a non-integral weight was seen.
+    #   u32 B (buckets) | u32 K (cells) | varint pages
+    #   the buckets, in their canonical order (start, then level descending), in
+    #   content-defined pages (sketches._pages: a page begins at a bucket whose dyadic
+    #   position hashes to a cut point), each page:
+    #     varint b | its buckets column by column:
+    #       u8[b] level | varint zig-zag first start, b−1 varint start steps
+    #       (start = idx·2^level) | varint[b] s − start | varint[b] e − s | float column m
+    #     | their counts, only the non-zero cells of the row-major b × K array:
+    #       varint nnz | varint first flat index, nnz−1 varint (gap − 1) | float column values
+    # flags: bit 0 = a non-integral weight was seen. A batch fills the newest bucket and
+    # folds a few old ones: those pages are rewritten, the others keep their bytes.
     _STATE = struct.Struct("<qQIIB3xII")
     _CELL_ERRORS = {1: "has a cell index out of range", 2: "has negative or non-finite counts",
                     3: "has a count out of range"}
 
-    def _state_bytes(self) -> bytes:
+    def _page_starts(self, tb: TimeBuckets) -> np.ndarray:
+        """Where the bucket list's pages begin: a bucket's identity is its dyadic position.
+        A bucket row is hundreds of cells, so pages are a few buckets."""
+        ident = tb.idx.astype(np.int64).view(np.uint64) ^ (tb.lvl.astype(np.uint64) << np.uint64(58))
+        return page_starts(ident, every=4, least=2)
+
+    def _state_pieces(self) -> list[bytes]:
         tb = self._tb
-        wr = Writer().pack(self._STATE, tb.clock, self._events, self._depth, self._leaves,
-                           int(self._fractional), len(tb), self.n_cells)
-        if len(tb):
-            write_buckets(wr, tb)
-            wr.raw(write_cells(np.ascontiguousarray(self._counts).ravel()).tobytes())
-        return wr.bytes()
+        starts = self._page_starts(tb) if len(tb) else np.zeros(0, np.int64)
+        head = Writer().pack(self._STATE, tb.clock, self._events, self._depth, self._leaves,
+                             int(self._fractional), len(tb), self.n_cells).uint(starts.size).bytes()
+        out = [head]
+        lvl = tb.lvl.astype(np.int64)
+        for a, b in zip(starts.tolist(), starts[1:].tolist() + [len(tb)]):
+            cols = write_bucket_columns(lvl[a:b], tb.idx[a:b], tb.s[a:b], tb.e[a:b], tb.m[a:b])
+            cells = write_cells(np.ascontiguousarray(self._counts[a:b]).ravel())
+            out.append(Writer().uint(b - a).raw(cols.tobytes()).raw(cells.tobytes()).bytes())
+        return out
+
+    def _state_bytes(self) -> bytes:
+        return b"".join(self._state_pieces())
 
     def _load_state(self, rd: Reader) -> None:
         """Read the state block (the parameters are already set)."""
@@ -349,22 +367,40 @@ class CellSketch(TimeBucketed):
             raise CorruptSketchError("ECM blob length does not match its bucket count")
         if leaves < 1 or (depth == 0 and leaves != 1) or leaves < depth + 1:
             raise CorruptSketchError("ECM blob has an inconsistent merge history")
-        counts = np.zeros(b * k)
+        counts = np.zeros((b, k))
         tb = TimeBuckets(self._tb.window, self._tb.ratio)
-        if b:
-            read_buckets(rd, tb, b, "ECM")
-            code, end, counts = read_cells(rd.buf, rd.pos, b * k)
+        pages = rd.uint(b)
+        if (pages == 0) != (b == 0):
+            raise CorruptSketchError("ECM blob page count does not match its bucket count")
+        cols, rows, sizes = [], [], []
+        for _ in range(pages):
+            m = rd.uint(b)
+            if m < 1:
+                raise CorruptSketchError("ECM blob has an empty page")
+            page = TimeBuckets(self._tb.window, self._tb.ratio)
+            read_buckets(rd, page, m, "ECM")
+            code, end, cells = read_cells(rd.buf, rd.pos, m * k)
             if code:
                 raise rd.fail_code(code, self._CELL_ERRORS)
             rd.pos = end
+            cols.append(page)
+            rows.append(cells.reshape(m, k))
+            sizes.append(m)
         rd.done()
-        counts = counts.reshape(b, k)
+        if sum(sizes) != b:
+            raise CorruptSketchError("ECM blob length does not match its bucket count")
+        if b:
+            for name in ("lvl", "idx", "s", "e", "m"):
+                setattr(tb, name, np.concatenate([getattr(page, name) for page in cols]))
+            counts = np.concatenate(rows)
         tb.clock = clock
         if b == 0 and clock != NO_CLOCK and abs(clock) >= TICK_LIMIT:
             raise CorruptSketchError("ECM blob clock out of range")
         why = tb.validate()
         if why:
             raise CorruptSketchError(f"ECM blob invalid: {why}")
+        if b and not np.array_equal(np.cumsum([0] + sizes[:-1]), self._page_starts(tb)):
+            raise CorruptSketchError("ECM blob has pages cut where its buckets do not cut them")
         for c in range(self._shift.shape[0]):  # every slot of a bucket sums to its mass
             o, w = int(self._offset[c]), int(self._width[c])
             row = counts[:, o:o + w].sum(axis=1)
@@ -591,10 +627,14 @@ class ECMSketch(CellSketch):
     # -- bytes --------------------------------------------------------------------------
     # Blob: 16-byte header (family ECM, flags = 0) | parameters (_PARAMS) | state block
     # (CellSketch._STATE and arrays, drawn in CellSketch).
-    def _payload(self) -> bytes:
+    def _payload_pieces(self) -> list[bytes]:
         params = self._PARAMS.pack(self.epsilon, self.delta, self.window, self.seed,
                                    _PURPOSES.index(self.purpose))
-        return params + self._state_bytes()
+        pieces = self._state_pieces()
+        return [params + pieces[0]] + pieces[1:]
+
+    def _payload(self) -> bytes:
+        return b"".join(self._payload_pieces())
 
     @classmethod
     def _read(cls, rd: Reader) -> "ECMSketch":

@@ -107,12 +107,17 @@ from sketches._randomized_wave_kernels import (
     insert_events,
     latest_ticks,
     loaded_buffers,
-    read_instance,
+    check_members,
+    read_floors,
+    read_pair_pages,
     rebuild_table,
-    write_entries,
+    unique_pairs,
+    write_floors,
+    write_pair_pages,
 )
 from sketches._bytes import HEADER_SIZE, Reader, Writer
 from sketches._codec import varint_size
+from sketches._pages import PAGE_MIN, page_starts
 from sketches.base import CorruptSketchError, Estimate, Family, Sketch, SketchError, seed_value, tick_bounds, window_size, window_ticks
 
 __all__ = ["RandomizedWave", "suggest_sizes", "per_instance_failure"]
@@ -347,7 +352,7 @@ class RandomizedWave(Sketch):
     """
 
     _OWNED = ("_waves",)
-    FAMILY, FORMAT = Family.RANDOMIZED_WAVE, 2  # format 2: compact encodings
+    FAMILY, FORMAT = Family.RANDOMIZED_WAVE, 3  # format 3: pairs in content-defined pages
     WHAT, NOUN = "randomized wave", "randomized waves"
     PARAMS = "epsilon, delta, window, seed or max_distinct"
     BATCH = ("ticks", "keys")
@@ -529,37 +534,43 @@ class RandomizedWave(Sketch):
         return sum(int(w.meta[2]) for w in self._waves)
 
     # -- bytes ---------------------------------------------------------------------------------
-    # payload (format 2; varints are LEB128, see sketches._codec):
+    # payload (format 3; varints are LEB128, see sketches._codec):
     #   f64 epsilon | f64 delta | i64 window | u64 seed | u64 max_distinct | u8 has_clock | i64 clock
-    #   varint U | the U distinct (key, tick) pairs held by any instance, sorted:
-    #     varint first key, U−1 varint key gaps | U × varint (clock − tick)
+    #   varint U (the distinct (key, tick) pairs held by any instance) | varint P (pages)
     #   per instance (k = suggest_sizes(epsilon, delta)[0] of them):
     #     varint F (levels with a floor: always 0..F−1, floors fall as levels rise)
-    #     | F × varint (clock − floor tick) | F × u64 floor key
-    #     | varint n | u8 form | members: form 0: varint first index, n−1 varint (gap − 1);
-    #                                     form 1: ⌈U/8⌉ bytes, bit i = pair i is held
+    #     | F × varint (clock − floor tick) | F × u64 floor key | varint n (its members)
+    #   the U pairs, sorted, in P content-defined pages (sketches._pages: a page begins at a
+    #   key that hashes to a cut point, never between two pairs of one key), each page:
+    #     varint m | varint first key, m−1 varint key gaps | varint zig-zag newest tick,
+    #     m × varint (newest − tick) | per instance ⌈m/8⌉ bytes, bit i = the page's pair i
+    #     is one of its members
     # A key's tick is its latest, the same in every instance that holds it, so the pairs are
     # stored once. An entry's lowest level is not stored: it is the first level whose floor
-    # it beats (or that has no floor), which a valid wave satisfies by definition.
+    # it beats (or that has no floor), which a valid wave satisfies by definition. A batch
+    # changes the pairs of the keys it saw and of those a level let go: their pages are
+    # rewritten, the others keep their bytes (Sketch.pieces).
     _HEAD = struct.Struct("<ddqQQBq")
 
     def max_nbytes(self) -> int:
         """Every level of an instance holds at most ``capacity`` entries (§4.2: a blob that
         holds more is refused), so an instance holds at most ``capacity·(top + 1)`` keys and
         the wave at most ``instances`` times that (U); each pair takes a key gap and a tick
-        age of at most 10 varint bytes, each floor 10 + 8, each instance's members at most
-        ⌈U/8⌉ (the bitmap, when the gaps would be longer)."""
+        distance of at most 10 varint bytes, each floor 10 + 8, each instance's members a
+        bit a pair; each page (at most ``U // PAGE_MIN + 1``) its count, its newest tick
+        (10) and at most a byte of each instance's bitmap beyond those bits."""
         per = self.capacity * (self.top + 1)
         u = self.instances * per
         levels = self.top + 1
-        inst = varint_size(levels) + levels * (10 + 8) + varint_size(per) + 1 + -(-u // 8)
-        return HEADER_SIZE + self._HEAD.size + varint_size(u) + u * 20 + self.instances * inst
+        inst = varint_size(levels) + levels * (10 + 8) + varint_size(per)
+        pages = u // PAGE_MIN + 1
+        return (HEADER_SIZE + self._HEAD.size + 2 * varint_size(u) + u * 20 + self.instances * (inst + -(-u // 8))
+                + pages * (varint_size(u) + 10 + self.instances))
 
-    def _payload(self) -> bytes:
+    def _pairs(self):
+        """``(uk, ut, held, fT, fK, fhas, sizes)``: the sorted distinct pairs, which instance
+        holds which, and the instances' floors and member counts."""
         self._canonicalize()
-        clock = self._clock if self._clock is not None else 0
-        wr = Writer().pack(self._HEAD, self.epsilon, self.delta, self.window, self.seed,
-                           self.max_distinct, self._clock is not None, clock)
         entries = [w.entries() for w in self._waves]
         for _, _, low in entries:
             if np.any(low < 0):
@@ -567,11 +578,35 @@ class RandomizedWave(Sketch):
         keys = np.concatenate([e[0] for e in entries])
         ticks = np.concatenate([e[1] for e in entries])
         sizes = np.array([e[0].size for e in entries], np.int64)
+        uk, ut, index = unique_pairs(keys, ticks, sizes)
+        held = np.zeros((len(entries), uk.size), bool)
+        held[np.repeat(np.arange(len(entries)), sizes), index] = True
         fT = np.stack([w.fT for w in self._waves])
         fK = np.stack([w.fK for w in self._waves])
         fhas = np.stack([w.fhas for w in self._waves])
-        wr.raw(write_entries(keys, ticks, sizes, fT, fK, fhas, clock).tobytes())
-        return wr.bytes()
+        return uk, ut, held, fT, fK, fhas, sizes
+
+    @staticmethod
+    def _page_starts(uk: np.ndarray) -> np.ndarray:
+        may_cut = np.ones(uk.size, bool)
+        may_cut[1:] = uk[1:] != uk[:-1]  # a key's pairs stay in one page
+        return page_starts(uk, may_cut)
+
+    def _payload_pieces(self) -> list[bytes]:
+        uk, ut, held, fT, fK, fhas, sizes = self._pairs()
+        clock = self._clock if self._clock is not None else 0
+        starts = self._page_starts(uk)
+        head = Writer().pack(self._HEAD, self.epsilon, self.delta, self.window, self.seed,
+                             self.max_distinct, self._clock is not None, clock)
+        head.uint(uk.size).uint(starts.size).raw(write_floors(fT, fK, fhas, sizes, clock).tobytes())
+        if not uk.size:
+            return [head.bytes()]
+        buf, ends = write_pair_pages(uk, ut, held, starts)
+        raw, edges = buf.tobytes(), [0] + ends.tolist()
+        return [head.bytes()] + [raw[a:b] for a, b in zip(edges, edges[1:])]
+
+    def _payload(self) -> bytes:
+        return b"".join(self._payload_pieces())
 
     @classmethod
     def _read(cls, rd: Reader) -> "RandomizedWave":
@@ -585,36 +620,37 @@ class RandomizedWave(Sketch):
             raise CorruptSketchError(f"randomized wave parameters rejected: {exc}") from None
         levels = sk.top + 1
         u = rd.uint(rd.left())
-        if u:
-            first = rd.uints(1)
-            gaps = rd.uints(u - 1)
-            uk = np.empty(u, np.uint64)
-            uk[0] = first[0]
-            with np.errstate(over="ignore"):
-                np.cumsum(gaps, out=uk[1:])
-                uk[1:] += first[0]
-            if u > 1 and np.any(uk[1:] < uk[:-1]):  # wrapped past 2^64
-                raise CorruptSketchError("randomized wave keys out of range")
-            back = rd.uints(u)
-            if back.max() > np.uint64(clock):
-                raise CorruptSketchError("randomized wave entries or floors are not valid")
-            ut = clock - back.astype(np.int64)
-            if u > 1 and np.any((uk[1:] == uk[:-1]) & (ut[1:] <= ut[:-1])):
-                raise CorruptSketchError("randomized wave entries are not sorted")
-        else:
-            uk, ut = np.zeros(0, np.uint64), np.zeros(0, np.int64)
-        held = np.zeros(u, bool)
-        for params in sk._params_of():
-            a0, a1, b = (np.uint64(x) for x in params)
-            code, end, idx, h, emask, counts, fhas, fT, fK = read_instance(
-                rd.buf, rd.pos, uk, ut, levels, sk.capacity, bool(has_clock), clock, a0, a1, b, sk.top)
+        pages = rd.uint(u)
+        if (pages == 0) != (u == 0):
+            raise CorruptSketchError("randomized wave page count does not match its pairs")
+        floors = []
+        for _ in sk._params_of():
+            code, end, nf, fhas, fT, fK = read_floors(rd.buf, rd.pos, levels, clock)
             if code:
                 raise rd.fail_code(code) if code < 0 else CorruptSketchError(INSTANCE_ERRORS[code])
             rd.pos = end
-            held[idx] = True
-            sk._waves.append(_Instance.loaded(params, uk[idx], ut[idx], h, emask, counts, fhas, fT, fK))
+            floors.append((nf, fhas, fT, fK, rd.uint(u)))
+        code, end, uk, ut, held, starts = read_pair_pages(rd.buf, rd.pos, u, pages, len(floors))
+        if code:
+            raise rd.fail_code(code) if code < 0 else CorruptSketchError(INSTANCE_ERRORS[code])
+        rd.pos = end
         rd.done()
-        if not held.all():
+        if u and (ut.min() < 0 or ut.max() > clock):
+            raise CorruptSketchError("randomized wave entries or floors are not valid")
+        if u and not np.array_equal(starts, cls._page_starts(uk)):
+            raise CorruptSketchError("randomized wave has pages cut where its keys do not cut them")
+        if not held.any(axis=0).all():
             raise CorruptSketchError("randomized wave stores a pair no instance holds")
+        for params, (nf, fhas, fT, fK, n), members in zip(sk._params_of(), floors, held):
+            a0, a1, b = (np.uint64(x) for x in params)
+            idx = np.flatnonzero(members)
+            if idx.size != n:
+                raise CorruptSketchError(INSTANCE_ERRORS[5])
+            counts = np.zeros(levels, np.int64)
+            code, h, emask = check_members(uk, ut, idx, n, nf, fhas, fT, fK, counts, sk.capacity,
+                                           bool(has_clock), clock, a0, a1, b, sk.top)
+            if code:
+                raise CorruptSketchError(INSTANCE_ERRORS[code])
+            sk._waves.append(_Instance.loaded(params, uk[idx], ut[idx], h, emask, counts, fhas, fT, fK))
         sk._clock = int(clock) if has_clock else None
         return sk

@@ -109,16 +109,20 @@ about ln(n)/ε' collapsed nodes behind them on an orderly stream (measured in
 ``bench/bench_quantiles.py``); at worst one node per dyadic range meeting the window
 (under 4·Wp), a bound of ticks, not of events (B–T Theorem 2 bounds buckets by events).
 
-Byte layout (format 2, after the common 16-byte header, family WINDOWED_QUANTILES)::
+Byte layout (format 3, after the common 16-byte header, family WINDOWED_QUANTILES)::
 
-    f64 epsilon | i64 window | f64 value_accuracy | i64 clock | u32 nodes
-    varints (sketches._codec): node lefts (first zig-zag, then gaps)
+    f64 epsilon | i64 window | f64 value_accuracy | i64 clock | u32 nodes | varint pages
+    per page (varints, sketches._codec): its node count
+                             | node lefts (first zig-zag, then gaps)
                              | node log₂ widths | node entry counts
                              | per entry: first key of a node zig-zag, then key gap − 1
                              | per entry: count − 1
 
-``from_bytes`` checks every field, the pre-order, the alignment and the collapse invariant,
-and refuses the whole blob otherwise.
+The pages are content-defined (``sketches._pages``: a page begins at a node whose range
+hashes to a cut point), so a batch that adds one-tick nodes at the clock, collapses a few
+blocks and drops the oldest rewrites those pages only (``Sketch.pieces``). ``from_bytes``
+checks every field, the pre-order, the alignment, the collapse invariant and that the
+pages are cut where the nodes say, and refuses the whole blob otherwise.
 """
 
 from __future__ import annotations
@@ -134,6 +138,7 @@ import numpy as np
 
 from sketches import _windowed_quantile_kernels as K
 from sketches._bytes import Reader, Writer
+from sketches._pages import page_starts
 from sketches.base import CorruptSketchError, Family, Sketch, SketchError, epsilon_and_window, integer_ticks, window_range
 from sketches.splittable_histogram import suggest_alpha
 
@@ -309,7 +314,7 @@ class WindowedQuantiles(Sketch):
     True
     """
 
-    FAMILY, FORMAT = Family.WINDOWED_QUANTILES, 2  # format 2: varint nodes and entries
+    FAMILY, FORMAT = Family.WINDOWED_QUANTILES, 3  # format 3: nodes in content-defined pages
     WHAT, NOUN = "windowed quantile sketch", "windowed quantile sketches"
     PARAMS = "epsilon, window or value_accuracy"
     SHOWN = ("epsilon", "window", "value_accuracy", "nodes", "entries", "clock_tick")
@@ -713,13 +718,30 @@ class WindowedQuantiles(Sketch):
         ticks that epsilon does not set."""
         return None
 
+    def _page_starts(self, left: np.ndarray, lg: np.ndarray) -> np.ndarray:
+        """Where the node list's pages begin (``sketches._pages``): a node's identity is
+        its range; nodes of one ``left`` stay in one page, so a page's name (its first
+        ``left``) is its own."""
+        may_cut = np.ones(left.size, bool)
+        may_cut[1:] = left[1:] != left[:-1]
+        return page_starts(left.view(np.uint64) ^ (lg.astype(np.uint64) << np.uint64(58)), may_cut)
+
+    def _payload_pieces(self) -> list[bytes]:
+        """The header, then the nodes in pages: each page its node count, then its nodes'
+        columns (first ticks, ranges, entry counts, value keys, counts) written from the
+        page's own nodes only, so a page no batch touched keeps its bytes."""
+        left, lg, off = self._left, self._lg, self._off
+        starts = self._page_starts(left, lg)
+        head = Writer().pack(self._HEAD, self.epsilon, self.window, self.value_accuracy,
+                             self._clock, left.size).uint(starts.size).bytes()
+        if not left.size:
+            return [head]
+        buf, ends = K.write_pages(left, lg, off, K.key_gaps(self._keys, off), self._cnts, starts)
+        raw, edges = buf.tobytes(), [0] + ends.tolist()
+        return [head] + [raw[a:b] for a, b in zip(edges, edges[1:])]
+
     def _payload(self) -> bytes:
-        w = Writer().pack(self._HEAD, self.epsilon, self.window, self.value_accuracy,
-                          self._clock, self._left.size)
-        if self._left.size:
-            w.sorted_ints(self._left).uints(self._lg.view(np.uint64)).uints(np.diff(self._off).view(np.uint64))
-            w.uints(K.key_gaps(self._keys, self._off)).uints((self._cnts - 1).view(np.uint64))
-        return w.bytes()
+        return b"".join(self._payload_pieces())
 
     @classmethod
     def _read(cls, r: Reader) -> "WindowedQuantiles":
@@ -728,24 +750,21 @@ class WindowedQuantiles(Sketch):
             sk = cls(epsilon, window, accuracy)
         except SketchError as e:
             raise CorruptSketchError(f"windowed quantile parameters out of range: {e}") from None
+        pages = r.uint()
         if n == 0:
-            if clock != EMPTY_CLOCK:
-                raise r.fail("has a clock but no events")
+            if clock != EMPTY_CLOCK or pages:
+                raise r.fail("has a clock or pages but no events")
             return sk
-        if not -TICK_LIMIT < clock < TICK_LIMIT or 3 * n > r.left():
+        if not -TICK_LIMIT < clock < TICK_LIMIT or not 1 <= pages <= n or 3 * n > r.left():
             raise r.fail("has a header out of range")
-        left = r.sorted_ints(n)
-        lg = r.uints(n)
-        sizes = r.uints(n)
-        if lg.max() > sk.log_w or sizes.min() < 1 or int(sizes.max()) > r.left():
-            raise r.fail("has a node out of range")
+        cols = [_read_page(r, sk, n) for _ in range(pages)]
+        left, lg, sizes, gaps, raw = (np.concatenate([c[i] for c in cols]) for i in range(5))
+        starts = np.cumsum([0] + [c[0].size for c in cols[:-1]])
+        if left.size != n or np.any(left[1:] < left[:-1]):
+            raise r.fail("has pages out of order")
         lg = lg.astype(np.int64)
         off = np.concatenate(([0], np.cumsum(sizes.astype(np.int64))))
-        ne = int(off[-1])
-        if 2 * ne > r.left():
-            raise r.fail("truncated")
-        keys, ok = K.keys_from_gaps(r.uints(ne), off, sk._max_key)
-        raw = r.uints(ne)
+        keys, ok = K.keys_from_gaps(gaps, off, sk._max_key)
         if not ok:
             raise r.fail("has a value key out of range")
         if raw.max() >= np.uint64(MAX_EVENTS):
@@ -758,8 +777,24 @@ class WindowedQuantiles(Sketch):
         if (np.any(left & ((np.int64(1) << lg) - 1)) or np.any(same & (lg[1:] >= lg[:-1]))
                 or left[-1] > clock or right.min() < live or int(wt.sum()) >= MAX_EVENTS):
             raise r.fail("has nodes out of order, misaligned or outside the window")
+        if not np.array_equal(starts, sk._page_starts(left, lg)):
+            raise r.fail("has pages cut where its nodes do not cut them")
         sk._clock = int(clock)
         if not K.invariant_holds(left, lg, wt, sk._exact_from(), sk._num_accepted, SHIFT):
             raise r.fail("breaks the collapse invariant (its rank error would exceed epsilon)")
         sk._set(left, lg, off.astype(np.int64), keys, cnts, wt)
         return sk
+
+
+def _read_page(r: Reader, sk: WindowedQuantiles, n: int) -> tuple:
+    """One page's columns (``WindowedQuantiles._payload_pieces``), bounds-checked."""
+    m = r.uint(n)
+    if m < 1 or 3 * m > r.left():
+        raise r.fail("has a page out of range")
+    left, lg, sizes = r.sorted_ints(m), r.uints(m), r.uints(m)
+    if lg.max() > sk.log_w or sizes.min() < 1 or int(sizes.max()) > r.left():
+        raise r.fail("has a node out of range")
+    ne = int(sizes.sum())
+    if 2 * ne > r.left():
+        raise r.fail("truncated")
+    return left, lg, sizes, r.uints(ne), r.uints(ne)

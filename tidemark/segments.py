@@ -1,7 +1,8 @@
 """A shard summary's published form: content-addressed segments and a manifest.
 
 A summary blob (``tidemark/summary.py``: header and meta, then one blob per part) is cut
-at its part boundaries into segments, each stored once under the digest of its bytes in
+at its part boundaries, and a paged part at its pages (``Sketch.pieces``: pages whose
+bytes depend only on what they hold, named ``part@1``, ``part@2``, ...), into segments, each stored once under the digest of its bytes in
 the stream's segment hash (``keys.shard_segments``). The shard's status names them in
 order (``status["segments"] = [[part, digest], ...]``, the head first as ``"_head"``):
 their concatenation is the blob, byte for byte. A part a batch did not touch keeps its
@@ -47,8 +48,9 @@ def split(blob: bytes) -> list[tuple[str, bytes]]:
     offset = head.parts_at
     out = [(HEAD, bytes(blob[:offset]))]
     for name, length in head.layout:
-        out.append((name, bytes(blob[offset : offset + length])))
-        offset += length
+        for j, size in enumerate(head.cuts.get(name, [length])):
+            out.append((f"{name}@{j}" if j else name, bytes(blob[offset : offset + size])))
+            offset += size
     return out
 
 

@@ -197,12 +197,15 @@ class StreamSummary:
     def encode(self) -> tuple[bytes, dict[str, int]]:
         """The blob and ``sizes()`` from one serialization of each part (the worker needs
         both every batch; serializing twice was a third of a small shard's update)."""
-        blobs = [(name, part.to_bytes()) for name, part in self.parts.items()]
+        pieces = {name: part.pieces() for name, part in self.parts.items()}
+        blobs = [(name, p[0] if len(p) == 1 else b"".join(p)) for name, p in pieces.items()]
+        cuts = {name: [len(b) for b in p] for name, p in pieces.items() if len(p) > 1}
         meta = json.dumps({
             "config": self.config.model_dump(),
             "secret": self.secret.fingerprint,
             "clock": self.clock_seconds,
             "parts": [[name, len(blob)] for name, blob in blobs],
+            **({"cuts": cuts} if cuts else {}),
             **({"lost": self.lost} if self.lost else {}),
         }).encode()
         payload = _META.pack(len(meta)) + meta + b"".join(blob for _, blob in blobs)
@@ -249,12 +252,14 @@ class StreamSummary:
 @dataclass(frozen=True)
 class SummaryHead:
     """What a summary blob's head says: its meta (settings, secret fingerprint, clock,
-    parts, what was lost), where the first part begins, and each part's name and length
-    in order."""
+    parts, what was lost), where the first part begins, each part's name and length in
+    order, and a paged part's piece lengths (``cuts``: part -> [length, ...],
+    ``Sketch.pieces``)."""
 
     meta: dict
     parts_at: int
     layout: list
+    cuts: dict
 
 
 def read_head(data) -> SummaryHead:
@@ -275,7 +280,19 @@ def read_head(data) -> SummaryHead:
     start = HEADER_SIZE + _META.size + n
     if any(length < 0 for _, length in layout) or start + sum(l for _, l in layout) != len(data):
         raise CorruptSketchError("stream summary part lengths do not match its size")
-    return SummaryHead(meta, start, layout)
+    return SummaryHead(meta, start, layout, _read_cuts(meta.get("cuts", {}), dict(layout)))
+
+
+def _read_cuts(raw, lengths: dict) -> dict:
+    """A paged part's piece lengths (``Sketch.pieces``), checked: they add up to the part's."""
+    try:
+        cuts = {str(name): [int(length) for length in pieces] for name, pieces in raw.items()}
+    except (ValueError, TypeError, AttributeError) as e:
+        raise CorruptSketchError(f"stream summary piece layout unreadable: {e}") from None
+    for name, pieces in cuts.items():
+        if name not in lengths or not pieces or min(pieces) < 0 or sum(pieces) != lengths[name]:
+            raise CorruptSketchError(f"stream summary pieces of {name!r} do not match the part")
+    return cuts
 
 
 def warm_up(classes: Collection[str] | None = None) -> tuple[StreamConfig, "StreamSummary"]:

@@ -119,10 +119,10 @@ def shard_updater(redis_url: str, secret: HashSecret):
         now = state.get("stored")
         if now is not None:
             write, gone = changed_pieces(stored, now)
-            for name, data in write:
-                pieces.updateValue((name,), (data,))
-            for name in gone:
-                pieces.removeKey((name,))
+            for digest, data in write:
+                pieces.updateValue((digest,), (data,))
+            for digest in gone:
+                pieces.removeKey((digest,))
         state["pieces"] = now.to_json() if now is not None else None
         meta.update(tuple(state[f] for f in STATE_FIELDS))
         if now is not None or state["failed"]:
@@ -138,7 +138,7 @@ def shard_processor(redis_url: str, secret: HashSecret):
     from pyspark.sql.streaming import StatefulProcessor
     from pyspark.sql.types import BinaryType, StringType, StructField, StructType
 
-    piece_key = StructType([StructField("piece", StringType(), False)])
+    piece_key = StructType([StructField("digest", StringType(), False)])
     piece_value = StructType([StructField("data", BinaryType(), False)])
     update = shard_updater(redis_url, secret)
 
@@ -182,7 +182,7 @@ def republish_all(spark, redis_url: str, checkpoint: str) -> int:
         raise
     pieces = (state_var("pieces")
               .selectExpr("key.stream AS stream", "key.shard AS shard",
-                          "struct(user_map_key.piece AS piece, user_map_value.data AS data) AS p")
+                          "struct(user_map_key.digest AS digest, user_map_value.data AS data) AS p")
               .groupBy("stream", "shard").agg(F.collect_list("p").alias("held")))
     rows = meta.join(pieces, ["stream", "shard"], "left")
 
@@ -192,7 +192,7 @@ def republish_all(spark, redis_url: str, checkpoint: str) -> int:
         publisher = _publisher(redis_url)
         for row in partition:
             state = row.asDict()
-            held = {p["piece"]: bytes(p["data"]) for p in state.pop("held") or []}
+            held = {p["digest"]: bytes(p["data"]) for p in state.pop("held") or []}
             stored = StoredSummary.from_json(state["pieces"], lambda: held)
             if stored is not None or state["failed"]:
                 sizes = {"summary": len(stored.blob()) if stored is not None else 0}

@@ -68,8 +68,7 @@ class Publisher:
         if status.generation is None:
             status = dataclasses.replace(status, generation=self.current_generation(name, config))
         if isinstance(blob, StoredSummary):  # cut and named already (the worker's state)
-            pieces = blob.pieces()
-            parts = [(piece, pieces[piece]) for piece, _ in blob.manifest]
+            parts = blob.parts()
             status = dataclasses.replace(status, segments=[list(m) for m in blob.manifest])
         else:
             parts = segments.split(blob) if blob else []

@@ -1,12 +1,13 @@
 """A shard summary as Spark's state store keeps it: the pieces its publish is made of.
 
 The worker keeps each (stream, shard) group's summary in a ``MapState`` of pieces (the
-published segments of ``tidemark.segments``: the head, then one piece per part), named by
-a manifest of ``[piece, digest]`` in the group's ``ValueState`` (``workers.job``). So a
-batch writes to the state store only the pieces whose bytes changed, the same ones the
-publish sends, and reads them back only when this Python worker does not already hold the
-decoded summary of exactly that manifest (``workers.decoded``): a busy shard's summary
-does not cross from the JVM to Python every batch.
+published segments of ``tidemark.segments``: the head, then each part, a paged part page
+by page), keyed by their digest and named in order by a manifest of ``[piece, digest]``
+in the group's ``ValueState`` (``workers.job``). So a batch writes to the state store only
+the pieces whose bytes are new, the same ones the publish sends, and reads them back only
+when this Python worker does not already hold the decoded summary of exactly that
+manifest (``workers.decoded``): a busy shard's summary does not cross from the JVM to
+Python every batch.
 
 Tested by: tests/workers/test_stored.py
 """
@@ -23,7 +24,7 @@ __all__ = ["StoredSummary", "fingerprint", "changed_pieces", "pieces_of"]
 
 
 class StoredSummary:
-    """A summary's pieces by manifest; ``read`` fetches ``{piece: bytes}`` on demand (the
+    """A summary's pieces by manifest; ``read`` fetches ``{digest: bytes}`` on demand (the
     state store), or the pieces are at hand (a summary just encoded)."""
 
     def __init__(self, manifest: list, read: Callable[[], dict] | None = None,
@@ -34,8 +35,8 @@ class StoredSummary:
     @classmethod
     def of(cls, blob: bytes) -> "StoredSummary":
         """``blob`` cut into its pieces (``tidemark.segments.split``), each named by digest."""
-        parts = segments.split(blob)
-        return cls([(name, segments.digest(b)) for name, b in parts], pieces=dict(parts))
+        parts = [(name, segments.digest(b), b) for name, b in segments.split(blob)]
+        return cls([(name, d) for name, d, _ in parts], pieces={d: b for _, d, b in parts})
 
     @classmethod
     def from_json(cls, text: str | None, read: Callable[[], dict]) -> "StoredSummary | None":
@@ -50,9 +51,15 @@ class StoredSummary:
         return tuple(d for _, d in self.manifest)
 
     def pieces(self) -> dict[str, bytes]:
+        """``{digest: bytes}``."""
         if self._pieces is None:
             self._pieces = self._read()
         return self._pieces
+
+    def parts(self) -> list[tuple[str, bytes]]:
+        """``[(piece, bytes), ...]`` in order (what ``tidemark.segments.split`` gives)."""
+        pieces = self.pieces()
+        return [(name, pieces[d]) for name, d in self.manifest]
 
     def blob(self) -> bytes:
         """The summary's bytes; ``CorruptSketchError`` when a piece is missing or is not
@@ -60,7 +67,7 @@ class StoredSummary:
         pieces = self.pieces()
         out = []
         for name, d in self.manifest:
-            data = pieces.get(name)
+            data = pieces.get(d)
             if data is None or segments.digest(data) != d:
                 raise CorruptSketchError(f"state piece {name!r} is missing or not the one its manifest names")
             out.append(data)
@@ -75,15 +82,16 @@ def fingerprint(blob: "bytes | StoredSummary") -> tuple:
 
 
 def changed_pieces(before: StoredSummary | None, after: StoredSummary) -> tuple[list[tuple[str, bytes]], list[str]]:
-    """What the state store must write to go from ``before`` to ``after``: ``(pieces to
-    write, piece names to remove)``; a piece whose digest is unchanged is not written."""
-    had = dict(before.manifest) if before is not None else {}
-    now = after.pieces()
-    write = [(name, now[name]) for name, d in after.manifest if had.get(name) != d]
-    names = {name for name, _ in after.manifest}
-    return write, [name for name in had if name not in names]
+    """What the state store must do to go from ``before`` to ``after``: ``(pieces to write
+    as (digest, bytes), digests to remove)``; a piece whose bytes it holds is not written
+    again (two equal pieces are one entry)."""
+    had = set(before.fingerprint) if before is not None else set()
+    now = set(after.fingerprint)
+    new = [d for d in dict.fromkeys(after.fingerprint) if d not in had]
+    pieces = after.pieces() if new else {}
+    return [(d, pieces[d]) for d in new], sorted(had - now)
 
 
 def pieces_of(rows: Iterable[tuple]) -> dict[str, bytes]:
-    """``{piece: bytes}`` from a MapState's ``iterator()`` rows ``((name,), (bytes,))``."""
+    """``{digest: bytes}`` from a MapState's ``iterator()`` rows ``((digest,), (bytes,))``."""
     return {key[0]: bytes(value[0]) for key, value in rows}

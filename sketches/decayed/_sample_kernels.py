@@ -16,6 +16,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from sketches._codec import put_floats, put_varint
+
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
 _M2 = np.uint64(0x94D049BB133111EB)
@@ -203,3 +205,34 @@ def coefficients(levels, weights, theta_unit, k, top):
         if m >= ptr:
             cnt += 1
     return y
+
+
+@njit(cache=True)
+def write_pages(t, r, v, w, lev, starts):
+    """The events' pages (``DecayedAdditiveSketch._payload_pieces``) in one buffer:
+    ``(bytes, end of each page)``. Per page: its count, first tick and tick gaps
+    (varints), tiebreaks (u64 little endian), the value and weight float columns, levels."""
+    n = t.shape[0]
+    pages = starts.shape[0]
+    out = np.empty(pages * 40 + n * 44, np.uint8)
+    ends = np.empty(pages, np.int64)
+    p = 0
+    for j in range(pages):
+        a = starts[j]
+        b = starts[j + 1] if j + 1 < pages else n
+        p = put_varint(out, p, np.uint64(b - a))
+        p = put_varint(out, p, np.uint64(t[a]))
+        for i in range(a + 1, b):
+            p = put_varint(out, p, np.uint64(t[i - 1] - t[i]))
+        for i in range(a, b):
+            x = r[i]
+            for q in range(8):
+                out[p] = np.uint8((x >> np.uint64(8 * q)) & np.uint64(0xFF))
+                p += 1
+        p = put_floats(out, p, v[a:b])
+        p = put_floats(out, p, w[a:b])
+        for i in range(a, b):
+            out[p] = lev[i]
+            p += 1
+        ends[j] = p
+    return out[:p], ends

@@ -81,7 +81,8 @@ import struct
 import numpy as np
 
 from sketches._bytes import HEADER_SIZE, Reader, Writer
-from sketches._codec import max_float_column_size
+from sketches._pages import PAGE_MIN, mix64, page_starts
+from sketches._codec import max_float_column_size, varint_size
 from sketches.base import CorruptSketchError, Estimate, Family, IncompatibleSketchError, Sketch, SketchError
 from sketches.base import integer_ticks, seed_value, unit_interval
 from sketches.decayed._sample_kernels import (
@@ -91,6 +92,7 @@ from sketches.decayed._sample_kernels import (
     is_descending,
     merge_compact,
     prefilter,
+    write_pages,
 )
 from sketches.decayed._view import View
 from sketches.decayed.decay import as_decay
@@ -224,7 +226,7 @@ class DecayedAdditiveSketch(Sketch):
     (True, 'additive', 0.99)
     """
 
-    FAMILY, FORMAT = Family.DECAYED_ADDITIVE, 2  # format 2: compact encodings
+    FAMILY, FORMAT = Family.DECAYED_ADDITIVE, 3  # format 3: events in content-defined pages
     WHAT, NOUN = "decayed additive sketch", "decayed additive sketches"
     PARAMS = "parameters or seed"
     BATCH = ("ticks", "values", "weights")
@@ -545,31 +547,46 @@ class DecayedAdditiveSketch(Sketch):
 
 
     # -- bytes ---------------------------------------------------------------------------------
-    # payload (format 2, little endian; varints are LEB128, see sketches._codec):
+    # payload (format 3, little endian; varints are LEB128, see sketches._codec):
     #   f64 epsilon | f64 delta | f64 value_min | f64 value_max | u64 seed | f64 max_total
     #   u8 has_stream | u64 stream | u64 counter | f64 total_weight | u64 events
-    #   i64 uncovered_tick (-1 = none) | u32 n
-    #   the n events in strictly descending (tick, tiebreak) order, column by column:
-    #   varint first tick, n−1 varint tick gaps | n × u64 tiebreak | float column value |
-    #   float column weight | n × u8 level
+    #   i64 uncovered_tick (-1 = none) | u32 n | varint pages
+    #   the n events in strictly descending (tick, tiebreak) order, in content-defined
+    #   pages (sketches._pages: a page begins at an event whose (tick, tiebreak) hashes to
+    #   a cut point), each page column by column:
+    #   varint m | varint first tick, m−1 varint tick gaps | m × u64 tiebreak |
+    #   float column value | float column weight | m × u8 level
     #   (a float column is one constant, scaled integers or raw f64, whichever is exact)
+    # A batch adds events at the newest end and drops each level's oldest: those pages are
+    # rewritten, the others keep their bytes (Sketch.pieces).
 
     def max_nbytes(self) -> int:
         """At most ``k`` events a level are kept, ``(TOP + 1)·k`` in all (the reader refuses
-        more), each written in at most 10 (tick) + 8 + 8 + 8 + 1 bytes, plus the two float
+        more), each written in at most 10 (tick) + 8 + 8 + 8 + 1 bytes, plus per page (at
+        most ``n // PAGE_MIN + 1`` of them, ``sketches._pages``) its count and two float
         columns' heads."""
         n = (TOP + 1) * self.k
-        return HEADER_SIZE + _HEAD.size + _STATE.size + n * 35 + 2 * max_float_column_size(0)
+        pages = n // PAGE_MIN + 1
+        return (HEADER_SIZE + _HEAD.size + _STATE.size + 10 + n * 35
+                + pages * (varint_size(n) + 2 * max_float_column_size(0)))
+
+    def _page_starts(self, t: np.ndarray, r: np.ndarray) -> np.ndarray:
+        return page_starts(mix64(t.view(np.uint64)) ^ r)
+
+    def _payload_pieces(self) -> list[bytes]:
+        t, r = self._t, self._r
+        starts = self._page_starts(t, r) if self.stored else np.zeros(0, np.int64)
+        head = Writer().raw(_HEAD.pack(*self._params()))
+        head.pack(_STATE, self._stream is not None, self._stream or 0, self._counter, self._total,
+                  self._inserted, self._ovf, self.stored).uint(starts.size)
+        if not starts.size:
+            return [head.bytes()]
+        buf, ends = write_pages(t, r, self._v, self._w, self._lev, starts)
+        raw, edges = buf.tobytes(), [0] + ends.tolist()
+        return [head.bytes()] + [raw[a:b] for a, b in zip(edges, edges[1:])]
 
     def _payload(self) -> bytes:
-        wr = Writer().raw(_HEAD.pack(*self._params()))
-        wr.pack(_STATE, self._stream is not None, self._stream or 0, self._counter, self._total,
-                self._inserted, self._ovf, self.stored)
-        if self.stored:
-            t = self._t
-            wr.uint(int(t[0])).uints(np.negative(np.diff(t)).view(np.uint64))
-            wr.array(self._r, "<u8").floats(self._v).floats(self._w).array(self._lev, "u1")
-        return wr.bytes()
+        return b"".join(self._payload_pieces())
 
     @classmethod
     def _read(cls, rd: Reader) -> "DecayedAdditiveSketch":
@@ -585,18 +602,14 @@ class DecayedAdditiveSketch(Sketch):
             raise CorruptSketchError("decayed additive sketch totals out of range")
         if n > (TOP + 1) * sk.k or n > inserted or 10 * n > rd.left():
             raise CorruptSketchError("decayed additive sketch has a bad event count")
+        pages = rd.uint()
+        if not (1 <= pages <= n if n else pages == 0):
+            raise CorruptSketchError("decayed additive sketch has a bad page count")
+        cols = [_read_page(rd, n) for _ in range(pages)]
         if n:
-            first = rd.uint(_TICK_LIMIT - 1)
-            gaps = rd.uints(n - 1)
-            if gaps.size and int(gaps.sum(dtype=np.float64)) > first:
-                raise CorruptSketchError("decayed additive sketch events are not valid")
-            t = np.empty(n, np.int64)
-            t[0] = first
-            t[1:] = first - np.cumsum(gaps.astype(np.int64))
-            r = rd.array("<u8", n)
-            v = rd.floats(n)
-            w = rd.floats(n)
-            lev = rd.array("u1", n)
+            t, r, v, w, lev = (np.concatenate([c[i] for c in cols]) for i in range(5))
+            if t.size != n:
+                raise CorruptSketchError("decayed additive sketch has a bad event count")
         else:
             t, r, v, w, lev = (np.zeros(0, dt) for dt in (np.int64, np.uint64, np.float64, np.float64, np.uint8))
         rd.done()
@@ -605,6 +618,8 @@ class DecayedAdditiveSketch(Sketch):
                   or not np.all(np.isfinite(w)) or w.min() <= 0 or lev.max() > TOP
                   or w.sum() > total * (1 + 1e-9) + 1e-300):
             raise CorruptSketchError("decayed additive sketch events are not valid")
+        if n and not np.array_equal(np.cumsum([0] + [c[0].size for c in cols[:-1]]), sk._page_starts(t, r)):
+            raise CorruptSketchError("decayed additive sketch has pages cut where its events do not cut them")
         sk._stream = int(stream) if has else None
         sk._counter, sk._total, sk._inserted, sk._ovf = int(counter), float(total), int(inserted), int(ovf)
         sk._absorb(t, r, v, w, lev)
@@ -614,6 +629,21 @@ class DecayedAdditiveSketch(Sketch):
             # an uncovered event lies below k top-level samples
             raise CorruptSketchError("decayed additive sketch uncovered tick is not below a full top level")
         return sk
+
+
+def _read_page(rd: Reader, n: int) -> tuple:
+    """One page of events (``DecayedAdditiveSketch._payload_pieces``), bounds-checked."""
+    m = rd.uint(n)
+    if m < 1 or 10 * m > rd.left():
+        raise CorruptSketchError("decayed additive sketch has a bad page")
+    first = rd.uint(_TICK_LIMIT - 1)
+    gaps = rd.uints(m - 1)
+    if gaps.size and int(gaps.sum(dtype=np.float64)) > first:
+        raise CorruptSketchError("decayed additive sketch events are not valid")
+    t = np.empty(m, np.int64)
+    t[0] = first
+    t[1:] = first - np.cumsum(gaps.astype(np.int64))
+    return t, rd.array("<u8", m), rd.floats(m), rd.floats(m), rd.array("u1", m)
 
 
 _HEAD = struct.Struct("<ddddQd")

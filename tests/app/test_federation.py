@@ -26,6 +26,7 @@ import numpy as np
 import pytest
 import zstandard
 
+from app.site_serving import MAX_DIGESTS
 from tests.conftest import API_KEYS, KEYS, TEST_SECRET, ApiServer, auth, wait_for_api
 from tests.in_process import run
 from tidemark.redis_server import EmbeddedRedis, free_port
@@ -266,8 +267,13 @@ def test_the_summary_endpoint_serves_versions_and_only_what_changed(world):
         assert manifest["fingerprint"] == TEST_SECRET.fingerprint and manifest["settings"] == CONFIG.public()
         assert c.get(f"/v1/streams/{name}/summary/manifest", headers={"If-None-Match": etag}).status_code == 304
         digests = [d for _, d, _ in manifest["segments"]]
-        s = c.get(f"/v1/streams/{name}/summary/segments", params={"digests": ",".join(digests)})
-        assert s.content == r.content  # the segments, in order, are the summary
+        assert len(digests) > 40  # paged parts: a summary is many segments, asked a batch at a time
+        got = b"".join(c.get(f"/v1/streams/{name}/summary/segments",
+                             params={"digests": ",".join(digests[i : i + 40])}).content
+                       for i in range(0, len(digests), 40))
+        assert got == r.content  # the segments, in order, are the summary
+        too_many = ",".join((digests * (MAX_DIGESTS // len(digests) + 2))[: MAX_DIGESTS + 1])
+        assert c.get(f"/v1/streams/{name}/summary/segments", params={"digests": too_many}).status_code == 422
         assert c.get(f"/v1/streams/{name}/summary/segments", params={"digests": "0" * 32}).status_code == 410
         assert c.get(f"/v1/streams/{name}/summary/segments", params={"digests": "nope"}).status_code == 422
     with world["home"].client("read") as c:

@@ -1,11 +1,11 @@
 """The compiled writers and readers of the sketch blobs against the Python code they
 replaced: the same bytes, the same round trips, the same refusals, never a crash.
 
-The published segments are compared by digest and old blobs must still read, so the
-compiled encoders must write exactly the bytes of the former Python ones. Those are kept
-here, verbatim but for names, as the reference (``_ref_*``): float columns, splittable
-histogram intervals, time buckets, ECM cells, the key dictionary's and the randomized
-wave's payloads.
+The published segments are compared by digest, so the compiled encoders must write
+exactly the bytes of a plain Python writer of the same layout. Those are kept here as the
+reference (``_ref_*``): float columns, splittable histogram intervals, time buckets, ECM
+cells, the key dictionary's and the randomized wave's payloads (the ECM's and the wave's in
+their content-defined pages since format 3, ``sketches._pages``).
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ from hypothesis import strategies as st
 
 from sketches._codec import Writer, get_floats, varints, zigzag
 from sketches._ecm_kernels import read_bucket_columns, read_cells
-from sketches._randomized_wave_kernels import read_instance
+from sketches._pages import page_starts
+from sketches._randomized_wave_kernels import read_pair_pages
 from sketches._splittable_kernels import read_interval
 from sketches.base import CorruptSketchError
 from sketches.ecm import ECMSketch
@@ -106,14 +107,21 @@ def _ref_buckets(wr, tb) -> None:
 
 
 def _ref_ecm(sk: ECMSketch) -> bytes:
+    """Format 3: the buckets in content-defined pages (``sketches._pages``), each page its
+    bucket count, its buckets' columns and its rows' non-zero cells."""
     tb = sk._tb
+    starts = sk._page_starts(tb).tolist() if len(tb) else []
     wr = _RefWriter().pack(sk._STATE, tb.clock, sk._events, sk._depth, sk._leaves, int(sk._fractional),
-                           len(tb), sk.n_cells)
-    if len(tb):
-        _ref_buckets(wr, tb)
-        flat = np.flatnonzero(sk._counts)
+                           len(tb), sk.n_cells).uint(len(starts))
+    for a, b in zip(starts, starts[1:] + [len(tb)]):
+        page = type(tb)(tb.window, tb.ratio)
+        page.lvl, page.idx, page.s, page.e, page.m = (getattr(tb, c)[a:b] for c in ("lvl", "idx", "s", "e", "m"))
+        wr.uint(b - a)
+        _ref_buckets(wr, page)
+        rows = sk._counts[a:b]
+        flat = np.flatnonzero(rows)
         wr.uint(flat.size)
-        wr.uints((np.diff(flat, prepend=-1) - 1).view(np.uint64)).floats(sk._counts.ravel()[flat])
+        wr.uints((np.diff(flat, prepend=-1) - 1).view(np.uint64)).floats(rows.ravel()[flat])
     return wr.bytes()
 
 
@@ -152,23 +160,26 @@ def _ref_wave(sk: RandomizedWave) -> bytes:
     index = np.empty(k_s.size, np.int64)
     index[order] = np.cumsum(new) - 1
     uk, ut = k_s[new], t_s[new]
-    wr.uint(uk.size)
-    if uk.size:
-        wr.uint(int(uk[0])).uints(np.diff(uk)).uints((clock - ut).view(np.uint64))
+    may_cut = np.concatenate([[True], uk[1:] != uk[:-1]]) if uk.size else np.zeros(0, bool)
+    starts = page_starts(uk, may_cut).tolist() if uk.size else []
+    wr.uint(uk.size).uint(len(starts))
     start = 0
+    members = []
     for w, (k, _, _) in zip(sk._waves, entries):
         f = int(np.count_nonzero(w.fhas))
         wr.uint(f).uints((clock - w.fT[:f]).view(np.uint64)).array(w.fK[:f], "<u8")
         idx = index[start : start + k.size]
         start += k.size
         wr.uint(idx.size)
-        gaps = varints(np.diff(idx, prepend=-1) - 1) if idx.size else b""
-        if len(gaps) <= (uk.size + 7) // 8:
-            wr.raw(b"\x00").raw(gaps)
-        else:
-            bits = np.zeros(uk.size, bool)
-            bits[idx] = True
-            wr.raw(b"\x01").raw(np.packbits(bits, bitorder="little").tobytes())
+        members.append(set(idx.tolist()))
+    for a, b in zip(starts, starts[1:] + [uk.size]):
+        top = int(ut[a:b].max())
+        wr.uint(b - a).uint(int(uk[a])).uints(np.diff(uk[a:b]))
+        wr.uints(zigzag(np.array([top]))).uints((top - ut[a:b]).view(np.uint64))
+        for held in members:
+            bits = np.zeros(8 * ((b - a + 7) // 8), bool)
+            bits[: b - a] = [i in held for i in range(a, b)]
+            wr.raw(np.packbits(bits, bitorder="little").tobytes())
     return wr.bytes()
 
 
@@ -354,13 +365,11 @@ def test_compiled_readers_never_crash_on_garbage():
         code, end, _ = read_cells(buf, 0, b * ecm.n_cells)
         assert code != 0 or 0 < end <= buf.size
     wave = s.parts["distinct"]
-    w = wave._waves[0]
-    uk = np.sort(rng.integers(0, 2**63, 50, dtype=np.uint64))
-    ut = rng.integers(0, 1000, 50)
-    for buf in _garbage(rng, wave.to_bytes()[-200:]):
-        code, end, *_ = read_instance(buf, 0, uk, ut, wave.top + 1, wave.capacity, True, 1000,
-                                      w.a0, w.a1, w.b, wave.top)
+    pages = wave.pieces()[1:]
+    for buf in _garbage(rng, b"".join(pages)[-200:]):
+        code, end, *_ = read_pair_pages(buf, 0, 50, 3, wave.instances)
         assert code != 0 or 0 < end <= buf.size
+    assert read_pair_pages(np.zeros(4, np.uint8), 0, 2**20, 2**10, 3)[0] != 0
     assert seen == {True, False}
 
 
@@ -390,13 +399,17 @@ def test_a_changed_codec_drops_the_cached_kernels_that_compile_it(tmp_path):
 _WARM_CHECK = """
 import numpy as np
 from sketches import _codec, _ecm_kernels, _randomized_wave_kernels, _splittable_kernels, key_dictionary
+from sketches.decayed import _sample_kernels
 from tests.sketches.test_compiled_codec import _typical
 from tidemark.summary import StreamSummary, warm_up
 
 warm_up()
 kernels = [_codec.put_floats, _codec.get_floats, _splittable_kernels.write_interval,
-           _splittable_kernels.read_interval, _randomized_wave_kernels.read_instance,
-           _randomized_wave_kernels.empty_buffers, _randomized_wave_kernels.write_entries,
+           _splittable_kernels.read_interval, _randomized_wave_kernels.read_floors,
+           _randomized_wave_kernels.check_members, _randomized_wave_kernels.read_pair_pages,
+           _randomized_wave_kernels.write_pair_pages, _randomized_wave_kernels.write_floors,
+           _randomized_wave_kernels.unique_pairs, _sample_kernels.write_pages,
+           _randomized_wave_kernels.empty_buffers,
            _randomized_wave_kernels.flatten_buffers, _randomized_wave_kernels.buffers_from,
            _ecm_kernels.write_bucket_columns,
            _ecm_kernels.read_bucket_columns, _ecm_kernels.check_buckets, _ecm_kernels.write_cells,

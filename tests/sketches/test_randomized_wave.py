@@ -447,26 +447,31 @@ def _model(sk):
 
 
 def _encode(sk, uk, ut, insts, clock=None) -> bytes:
-    """A blob in ``to_bytes``' layout from a (possibly broken) model."""
-    from sketches._codec import Writer
+    """A blob in ``to_bytes``' layout (format 3: pairs in content-defined pages) from a
+    (possibly broken) model; a member index past the pairs becomes a stray bitmap bit."""
+    from sketches._codec import Writer, zigzag
 
     clock = sk.clock if clock is None else clock
+    ka = np.array(uk, np.uint64)
+    starts = RandomizedWave._page_starts(ka).tolist() if uk else []
     wr = Writer().raw(sk.to_bytes()[HEADER_SIZE : HEADER_SIZE + RandomizedWave._HEAD.size - 8])
-    wr.raw(struct.pack("<q", clock)).uint(len(uk))
-    if uk:
-        ka = np.array(uk, np.uint64)
-        wr.uint(int(ka[0])).uints(ka[1:] - ka[:-1]).uints(np.array([clock - t for t in ut], np.int64).view(np.uint64))
-    for fT, fK, idx, form in insts:
+    wr.raw(struct.pack("<q", clock)).uint(len(uk)).uint(len(starts))
+    for fT, fK, idx, _ in insts:
         wr.uint(len(fT)).uints(np.array([clock - t for t in fT], np.int64).view(np.uint64)).array(np.asarray(fK), "<u8")
         wr.uint(len(idx))
-        if form == 0:
-            wr.raw(b"\x00").uints(np.diff(np.array(idx, np.int64), prepend=-1) - 1)
-        else:
-            bits = np.zeros(8 * ((len(uk) + 7) // 8), bool)
-            bits[idx] = True
-            wr.raw(b"\x01").raw(np.packbits(bits, bitorder="little").tobytes())
+    for a, b in zip(starts, starts[1:] + [len(uk)]):
+        top = max(ut[a:b])
+        wr.uint(b - a).uint(int(ka[a])).uints(ka[a + 1 : b] - ka[a : b - 1])
+        wr.uints(zigzag(np.array([top]))).uints(np.array([top - t for t in ut[a:b]], np.int64).view(np.uint64))
+        nb = (b - a + 7) // 8
+        for _, _, idx, _ in insts:
+            bits = np.zeros(8 * nb, bool)
+            for i in idx:
+                if a <= i < b or (b == len(uk) and b <= i < a + 8 * nb):
+                    bits[i - a] = True
+            wr.raw(np.packbits(bits, bitorder="little").tobytes())
     payload = wr.bytes()
-    return pack_header(Family.RANDOMIZED_WAVE, len(payload), fmt=2) + payload
+    return pack_header(Family.RANDOMIZED_WAVE, len(payload), fmt=3) + payload
 
 
 def test_corrupt_fields_are_refused():
@@ -474,9 +479,7 @@ def test_corrupt_fields_are_refused():
     head = HEADER_SIZE
     sk = RandomizedWave.from_bytes(blob)
     uk, ut, insts = _model(sk)
-    for form in (0, 1):  # both member forms read back to the same wave
-        alt = [[fT, fK, idx, form] for fT, fK, idx, _ in insts]
-        assert RandomizedWave.from_bytes(_encode(sk, uk, ut, alt)).to_bytes() == blob
+    assert _encode(sk, uk, ut, insts) == blob  # the model writes the very layout
     fT, fK, idx, _ = insts[0]
     assert len(fT) >= 1 and len(idx) >= 2
 
@@ -502,8 +505,7 @@ def test_corrupt_fields_are_refused():
         _encode(sk, uk, ut, inst0(fT=np.zeros(len(fT), np.int64), fK=np.zeros(len(fT), np.uint64))),
         _encode(sk, uk, ut, inst0(fT=fT[:-1], fK=fK[:-1])),  # a floor left out
         _encode(sk, uk, ut, inst0(idx=idx[:-1])),  # a held key dropped from a level
-        _encode(sk, uk, ut, inst0(idx=idx + [len(uk)])),  # member index out of range
-        _encode(sk, uk, ut, inst0(idx=idx + [len(uk)], form=1)),  # stray bitmap bit
+        _encode(sk, uk, ut, inst0(idx=idx + [len(uk)])),  # a member past the pairs (a stray bit)
     ]
     for i, bad in enumerate(cases):
         with pytest.raises(CorruptSketchError):

@@ -38,31 +38,37 @@ def _summary_bytes(n: int) -> bytes:
     return s.to_bytes()
 
 
+def _by_digest(blob: bytes) -> dict:
+    return {segments.digest(b): b for _, b in segments.split(blob)}
+
+
 def test_pieces_give_back_the_bytes_and_a_wrong_or_missing_piece_is_refused_whole():
     blob = _summary_bytes(50)
     stored = StoredSummary.of(blob)
     assert stored.blob() == blob and len(stored) == len(segments.split(blob)) > 2
-    again = StoredSummary.from_json(stored.to_json(), lambda: dict(segments.split(blob)))
+    again = StoredSummary.from_json(stored.to_json(), lambda: _by_digest(blob))
     assert again.blob() == blob and again.fingerprint == stored.fingerprint
-    held = dict(segments.split(blob))
-    name = next(n for n in held if n != segments.HEAD)
-    altered = {**held, name: held[name][:-1] + bytes([held[name][-1] ^ 1])}
+    assert again.parts() == segments.split(blob)
+    held = _by_digest(blob)
+    name, d = stored.manifest[1]
+    altered = {**held, d: held[d][:-1] + bytes([held[d][-1] ^ 1])}
     with pytest.raises(CorruptSketchError, match=name):
         StoredSummary.from_json(stored.to_json(), lambda: altered).blob()
     with pytest.raises(CorruptSketchError, match="missing"):
-        StoredSummary.from_json(stored.to_json(), lambda: {n: b for n, b in held.items() if n != name}).blob()
+        StoredSummary.from_json(stored.to_json(), lambda: {k: b for k, b in held.items() if k != d}).blob()
 
 
-def test_only_changed_pieces_are_written_and_dropped_ones_removed():
+def test_only_new_pieces_are_written_and_unnamed_ones_removed():
     before, after = StoredSummary.of(_summary_bytes(50)), StoredSummary.of(_summary_bytes(60))
     write, gone = changed_pieces(None, before)
-    assert [n for n, _ in write] == [n for n, _ in before.manifest] and gone == []
+    assert [d for d, _ in write] == list(dict.fromkeys(before.fingerprint)) and gone == []
     assert changed_pieces(before, before) == ([], [])
     write, gone = changed_pieces(before, after)
-    old = dict(before.manifest)
-    assert {n for n, _ in write} == {n for n, d in after.manifest if old.get(n) != d}
-    fewer = StoredSummary([m for m in after.manifest if m[0] != "values"], pieces=after.pieces())
-    assert changed_pieces(after, fewer) == ([], ["values"])
+    assert {d for d, _ in write} == set(after.fingerprint) - set(before.fingerprint)
+    assert set(gone) == set(before.fingerprint) - set(after.fingerprint)
+    fewer = StoredSummary(after.manifest[:-1], pieces=after.pieces())
+    assert changed_pieces(after, fewer) == ([], [after.manifest[-1][1]] if after.fingerprint.count(
+        after.manifest[-1][1]) == 1 else [])
 
 
 _batch = st.lists(st.tuples(st.floats(0, 300, allow_nan=False), st.sampled_from([None, "a", "b", "c"]),
@@ -96,8 +102,8 @@ def test_the_state_store_holds_the_summary_a_plain_update_makes_and_writes_what_
         plain = apply_chunks(name, plain, ChunkRows.unpack([pack(f"{b + 1}-0", clock, payload, 0, False)]),
                              TEST_SECRET, lambda n: (CONFIG, 0))
         clock = max(clock, float(ts.max()))
-        had = dict(StoredSummary.from_json(dict(zip(STATE_FIELDS, meta.row))["pieces"], dict).manifest) \
-            if meta.exists() else {}
+        had = set(StoredSummary.from_json(dict(zip(STATE_FIELDS, meta.row))["pieces"], dict).fingerprint) \
+            if meta.exists() else set()
         if b in forget:
             from workers import decoded
 
@@ -109,12 +115,11 @@ def test_the_state_store_holds_the_summary_a_plain_update_makes_and_writes_what_
         mine, theirs = dict(segments.split(stored.blob())), dict(segments.split(plain["blob"]))
         # byte for byte but the additive decayed sum, whose random draws are each instance's
         # own (and the head, which records its length)
-        assert mine.keys() == theirs.keys()
-        assert {n: b for n, b in mine.items() if n not in RANDOM} == \
-            {n: b for n, b in theirs.items() if n not in RANDOM}
+        assert {n: b for n, b in mine.items() if n.split("@")[0] not in RANDOM} == \
+            {n: b for n, b in theirs.items() if n.split("@")[0] not in RANDOM}
         assert StreamSummary.from_bytes(stored.blob(), TEST_SECRET)["decayed"].total_weight == \
             StreamSummary.from_bytes(plain["blob"], TEST_SECRET)["decayed"].total_weight
-        assert set(pieces.held) == {n for n, _ in stored.manifest}
-        assert pieces.writes - writes == sum(had.get(n) != d for n, d in stored.manifest)
+        assert set(pieces.held) == set(stored.fingerprint)
+        assert pieces.writes - writes == len(set(stored.fingerprint) - had)
         assert pieces.reads - reads == (1 if b in forget and b > 0 else 0)
         assert state["events"] == plain["events"] and state["version"] == plain["version"]

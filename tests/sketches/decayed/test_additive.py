@@ -337,12 +337,15 @@ def _reencode(sk, **cols) -> bytes:
     n = c["t"].size
     raw = sk.to_bytes()[HEADER_SIZE:]
     state = 48 + 1 + 8 + 8 + 8 + 8 + 8 + 4
-    wr = Writer().raw(raw[: state - 4]).raw(struct.pack("<I", n))
     t = np.asarray(c["t"], np.int64)
-    wr.uint(int(t[0])).uints((t[:-1] - t[1:]).view(np.uint64))
-    wr.array(c["r"], "<u8").floats(c["v"]).floats(c["w"]).array(c["lev"], "u1")
+    r = np.asarray(c["r"], np.uint64)
+    starts = sk._page_starts(t, r).tolist()  # content-defined pages, as to_bytes cuts them
+    wr = Writer().raw(raw[: state - 4]).raw(struct.pack("<I", n)).uint(len(starts))
+    for a, b in zip(starts, starts[1:] + [n]):
+        wr.uint(b - a).uint(int(t[a])).uints((t[a : b - 1] - t[a + 1 : b]).view(np.uint64))
+        wr.array(r[a:b], "<u8").floats(c["v"][a:b]).floats(c["w"][a:b]).array(c["lev"][a:b], "u1")
     payload = wr.bytes()
-    return pack_header(Family.DECAYED_ADDITIVE, len(payload), fmt=2) + payload
+    return pack_header(Family.DECAYED_ADDITIVE, len(payload), fmt=3) + payload
 
 
 def test_corrupt_fields_are_refused():
