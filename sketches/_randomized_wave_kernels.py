@@ -565,8 +565,8 @@ def buffers_from(flat, sizes):
 # -- the paged form (format 3: randomized_wave's byte notes) ----------------------------------
 @njit(cache=True)
 def unique_pairs(keys, ticks, sizes):
-    """``(uk, ut, index)``: the distinct (key, tick) pairs of all instances, sorted, and
-    each entry's index among them (entries one instance after another, keys increasing)."""
+    """``(uk, ut, held)``: the distinct (key, tick) pairs of all instances, sorted, and
+    which instance holds which (entries one instance after another, keys increasing)."""
     total = keys.shape[0]
     order = _merge_runs(keys, ticks, sizes)
     index = np.empty(total, np.int64)
@@ -579,7 +579,13 @@ def unique_pairs(keys, ticks, sizes):
             uk[u], ut[u] = keys[e], ticks[e]
             u += 1
         index[e] = u - 1
-    return uk[:u], ut[:u], index
+    held = np.zeros((sizes.shape[0], u), np.bool_)
+    start = 0
+    for i in range(sizes.shape[0]):
+        for e in range(start, start + sizes[i]):
+            held[i, index[e]] = True
+        start += sizes[i]
+    return uk[:u], ut[:u], held
 
 
 @njit(cache=True)

@@ -578,9 +578,7 @@ class RandomizedWave(Sketch):
         keys = np.concatenate([e[0] for e in entries])
         ticks = np.concatenate([e[1] for e in entries])
         sizes = np.array([e[0].size for e in entries], np.int64)
-        uk, ut, index = unique_pairs(keys, ticks, sizes)
-        held = np.zeros((len(entries), uk.size), bool)
-        held[np.repeat(np.arange(len(entries)), sizes), index] = True
+        uk, ut, held = unique_pairs(keys, ticks, sizes)
         fT = np.stack([w.fT for w in self._waves])
         fK = np.stack([w.fK for w in self._waves])
         fhas = np.stack([w.fhas for w in self._waves])

@@ -26,11 +26,11 @@ from __future__ import annotations
 import hashlib
 
 from sketches.base import CorruptSketchError
-from tidemark.summary import read_head
+from tidemark.summary import HEAD_SEGMENT, read_head
 
 __all__ = ["split", "join", "digest"]
 
-HEAD, WHOLE = "_head", "_whole"
+HEAD, WHOLE = HEAD_SEGMENT, "_whole"
 
 
 def digest(data: bytes) -> str:

@@ -54,6 +54,7 @@ __all__ = ["StreamSummary", "Columns", "PARTS", "PartSpec", "spec_of", "part_nam
 
 
 _META = struct.Struct("<I")
+HEAD_SEGMENT = "_head"  # the head's name among a blob's segments (``tidemark.segments``)
 
 
 def _add_lost(a: dict | None, b: dict | None) -> dict | None:
@@ -197,20 +198,29 @@ class StreamSummary:
     def encode(self) -> tuple[bytes, dict[str, int]]:
         """The blob and ``sizes()`` from one serialization of each part (the worker needs
         both every batch; serializing twice was a third of a small shard's update)."""
+        pieces, sizes = self.encode_segments()
+        return b"".join(b for _, b in pieces), sizes
+
+    def encode_segments(self) -> tuple[list[tuple[str, bytes]], dict[str, int]]:
+        """The blob already cut as ``tidemark.segments.split`` cuts it (``[("_head", ...),
+        (part, ...), (part@1, ...), ...]``; joined, they are ``to_bytes()``) and ``sizes()``:
+        what the worker stores and publishes, without joining the blob to cut it again."""
         pieces = {name: part.pieces() for name, part in self.parts.items()}
-        blobs = [(name, p[0] if len(p) == 1 else b"".join(p)) for name, p in pieces.items()]
+        lengths = {name: sum(map(len, p)) for name, p in pieces.items()}
         cuts = {name: [len(b) for b in p] for name, p in pieces.items() if len(p) > 1}
         meta = json.dumps({
             "config": self.config.model_dump(),
             "secret": self.secret.fingerprint,
             "clock": self.clock_seconds,
-            "parts": [[name, len(blob)] for name, blob in blobs],
+            "parts": [[name, n] for name, n in lengths.items()],
             **({"cuts": cuts} if cuts else {}),
             **({"lost": self.lost} if self.lost else {}),
         }).encode()
-        payload = _META.pack(len(meta)) + meta + b"".join(blob for _, blob in blobs)
-        return (pack_header(Family.STREAM_SUMMARY, len(payload), fmt=2) + payload,
-                {name: len(blob) for name, blob in blobs})
+        size = _META.size + len(meta) + sum(lengths.values())
+        out = [(HEAD_SEGMENT, pack_header(Family.STREAM_SUMMARY, size, fmt=2) + _META.pack(len(meta)) + meta)]
+        for name, p in pieces.items():
+            out += [(f"{name}@{j}" if j else name, b) for j, b in enumerate(p)]
+        return out, lengths
 
     @classmethod
     def from_bytes(cls, data: bytes, secret: HashSecret) -> "StreamSummary":

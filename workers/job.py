@@ -97,7 +97,7 @@ def shard_updater(redis_url: str, secret: HashSecret):
         return iter(())
 
     def _update(key, rows, meta, pieces) -> None:
-        from workers.stored import StoredSummary, changed_pieces, pieces_of
+        from workers.stored import StoredSummary, pieces_of, plan_write
 
         stream, shard = key[0], int(key[1])
         rows = ChunkRows.unpack(row.chunk for row in rows)
@@ -116,13 +116,16 @@ def shard_updater(redis_url: str, secret: HashSecret):
             return
         if state is previous:  # nothing of this batch counts for it (an ended generation)
             return
+        if previous is not None and abs(state["generation"] or 0) != abs(previous["generation"] or 0):
+            pieces.clear()  # a new declaration of the name started afresh: nothing old stays
+            stored = None
         now = state.get("stored")
-        if now is not None:
-            write, gone = changed_pieces(stored, now)
-            for digest, data in write:
-                pieces.updateValue((digest,), (data,))
-            for digest in gone:
-                pieces.removeKey((digest,))
+        if now is not None:  # one call for the batch's new pieces (workers.stored, bundles)
+            write, gone = plan_write(stored, now, f"v{state['version']}")
+            for bundle, data in write:
+                pieces.updateValue((bundle,), (data,))
+            for bundle in gone:
+                pieces.removeKey((bundle,))
         state["pieces"] = now.to_json() if now is not None else None
         meta.update(tuple(state[f] for f in STATE_FIELDS))
         if now is not None or state["failed"]:
@@ -138,7 +141,7 @@ def shard_processor(redis_url: str, secret: HashSecret):
     from pyspark.sql.streaming import StatefulProcessor
     from pyspark.sql.types import BinaryType, StringType, StructField, StructType
 
-    piece_key = StructType([StructField("digest", StringType(), False)])
+    piece_key = StructType([StructField("bundle", StringType(), False)])
     piece_value = StructType([StructField("data", BinaryType(), False)])
     update = shard_updater(redis_url, secret)
 
@@ -181,18 +184,17 @@ def republish_all(spark, redis_url: str, checkpoint: str) -> int:
             return 0  # nothing committed yet: nothing to publish
         raise
     pieces = (state_var("pieces")
-              .selectExpr("key.stream AS stream", "key.shard AS shard",
-                          "struct(user_map_key.digest AS digest, user_map_value.data AS data) AS p")
+              .selectExpr("key.stream AS stream", "key.shard AS shard", "user_map_value.data AS p")
               .groupBy("stream", "shard").agg(F.collect_list("p").alias("held")))
     rows = meta.join(pieces, ["stream", "shard"], "left")
 
     def publish(partition):
-        from workers.stored import StoredSummary
+        from workers.stored import StoredSummary, pieces_of
 
         publisher = _publisher(redis_url)
         for row in partition:
             state = row.asDict()
-            held = {p["digest"]: bytes(p["data"]) for p in state.pop("held") or []}
+            held = pieces_of((None, (bundle,)) for bundle in state.pop("held") or [])
             stored = StoredSummary.from_json(state["pieces"], lambda: held)
             if stored is not None or state["failed"]:
                 sizes = {"summary": len(stored.blob()) if stored is not None else 0}

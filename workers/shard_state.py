@@ -152,7 +152,7 @@ def apply_chunks(stream: str, previous: dict | None, rows: ChunkRows, secret: Ha
     state.update(blob=result.blob, events=state["events"] + result.events,
                  late_dropped=state["late_dropped"] + result.late_dropped, clock=result.clock,
                  failed="", sizes=result.sizes, touched=result.touched,
-                 stored=StoredSummary.of(result.blob))
+                 stored=StoredSummary.from_segments(result.segments))
     if decoded is not None:
         decoded.keep(stream, shard, state["generation"] or 0, state["version"], state["stored"],
                      result.summary)

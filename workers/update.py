@@ -42,6 +42,7 @@ class Chunk:
 @dataclass
 class ShardUpdate:
     blob: bytes  # the shard's new summary
+    segments: list  # the same bytes cut into its published segments [(name, bytes), ...]
     events: int  # events inserted by this batch
     late_dropped: int  # events of this batch too old to matter on arrival
     clock: float | None  # largest event time inserted into this shard so far
@@ -75,5 +76,6 @@ def update_shard(previous: bytes | StreamSummary | None, config: StreamConfig, s
         summary.update_table(table)
         events = table.num_rows
         touched = repr(float(pc.min(table.column("ts")).as_py()))
-    blob, sizes = summary.encode()
-    return ShardUpdate(blob, events, late, summary.clock_seconds, sizes, summary, touched)
+    segments, sizes = summary.encode_segments()
+    blob = b"".join(b for _, b in segments)
+    return ShardUpdate(blob, segments, events, late, summary.clock_seconds, sizes, summary, touched)

@@ -94,8 +94,9 @@ def spark_rows(stream, entry, payload, clock_before, generation=0, tombstone=Fal
 
 
 def summary_of(meta, pieces):
-    from workers.job import STATE_FIELDS
-    from workers.stored import StoredSummary
+    from workers.shard_state import STATE_FIELDS
+    from workers.stored import StoredSummary, pieces_of
 
     manifest = dict(zip(STATE_FIELDS, meta.row))["pieces"]
-    return StreamSummary.from_bytes(StoredSummary.from_json(manifest, lambda: pieces.held).blob(), TEST_SECRET)
+    held = pieces_of(((k,), (v,)) for k, v in pieces.held.items())
+    return StreamSummary.from_bytes(StoredSummary.from_json(manifest, lambda: held).blob(), TEST_SECRET)
