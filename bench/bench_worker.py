@@ -10,7 +10,12 @@ every ``request / (rate / streams)`` seconds at its own phase, appended through 
 own append script (``app.ingest.Ingest.append``, back-pressure caps lifted).
 
     python bench/bench_worker.py [--streams 1000] [--rate 60000] [--request 500] [--seconds 30]
-        [--spark-conf '{"key": "value"}']
+        [--spark-conf '{"key": "value"}'] [--fill 3600] [--heavy]
+
+``--fill S`` first gives every stream ``S`` seconds of in-order history at its rate (5,000-event
+chunks) and waits until it is counted, so the timed batches run with the window filled (the
+steady state); ``--heavy`` streams also carry values and a polynomial decay (every part of a
+summary), and the RocksDB bytes written per batch (``rocksdbTotalBytesWritten``) are reported.
 """
 
 from __future__ import annotations
@@ -45,7 +50,12 @@ CONFIG = StreamConfig(max_window="1h", epsilon=0.05, delta=0.05)
 KEYS = [f"k{k}" for k in range(1000)]
 
 
-def run(spark, streams: int, rate: float, size: int, seconds: float, warm: float = 10.0) -> dict:
+HEAVY = StreamConfig(max_window="1h", epsilon=0.05, delta=0.05, value_min=0, value_max=10_000,
+                     decays=[{"kind": "polynomial", "alpha": 1.5}])
+
+
+def run(spark, streams: int, rate: float, size: int, seconds: float, warm: float = 10.0,
+        fill: float = 0.0, config: StreamConfig = CONFIG) -> dict:
     rng = np.random.default_rng(0)
     tmp = tempfile.mkdtemp(prefix="tm-bench-worker-")
     try:
@@ -53,21 +63,32 @@ def run(spark, streams: int, rate: float, size: int, seconds: float, warm: float
             store = Store(server.url, SECRET, max_pending_chunks=10**9, max_pending_events=10**12,
                           max_wait=1e9)
             names = [f"s{i:05d}" for i in range(streams)]
-            store.redis.hset(keys.STREAMS, mapping={n: CONFIG.model_dump_json() for n in names})
-            store.redis.set(keys.SHARDS_MAX, CONFIG.shards)
+            store.redis.hset(keys.STREAMS, mapping={n: config.model_dump_json() for n in names})
+            store.redis.set(keys.SHARDS_MAX, config.shards)
             query, driver = start(spark, server.url, f"{tmp}/checkpoint", "1 second", SECRET, 2)
             totals = dict.fromkeys(names, 0)
 
-            def post(name: str) -> None:
-                ts = time.time() + np.sort(rng.random(size)) * 0.01
-                chunk = encode_chunk(ts, [KEYS[i] for i in rng.integers(0, len(KEYS), size)],
-                                     np.full(size, np.nan), np.ones(size))
-                store.ingest.append(name, chunk, size, 0, float(ts.max()), {"accepted": size})
-                totals[name] += size
+            def post(name: str, ts=None) -> None:
+                ts = time.time() + np.sort(rng.random(size)) * 0.01 if ts is None else ts
+                n = ts.size
+                values = rng.lognormal(6.0, 1.2, n).clip(0, 10_000) if config.value_max else np.full(n, np.nan)
+                chunk = encode_chunk(ts, [KEYS[i] for i in rng.integers(0, len(KEYS), n)], values, np.ones(n))
+                store.ingest.append(name, chunk, n, 0, float(ts.max()), {"accepted": n})
+                totals[name] += n
 
             post(names[0])  # the first batch starts Spark's Python workers: not measured
             while visible_of(store.redis, names[:1])[names[0]] < size:
                 time.sleep(0.2)
+            if fill:  # steady state: each stream's window filled first, in order
+                per = rate / streams
+                start_at, step = time.time() - fill, 5_000 / per  # 5,000-event chunks
+                for lo in np.arange(0.0, fill, step):
+                    span = min(fill - lo, step)
+                    for name in names:
+                        n = max(1, int(per * span))
+                        post(name, start_at + lo + np.sort(rng.random(n)) * span)
+                while any(v < totals[n] for n, v in visible_of(store.redis, names).items()):
+                    time.sleep(1.0)
             period = size / (rate / streams)
             sample = names[:: max(1, streams // 40)]
             accepted = {n: [] for n in sample}
@@ -105,7 +126,13 @@ def run(spark, streams: int, rate: float, size: int, seconds: float, warm: float
             stop.set()
             progress = [p for p in query.recentProgress if b0 < p["batchId"] <= b1]
             durations = [p["durationMs"]["triggerExecution"] / 1000 for p in progress]
-            groups = sum(p["stateOperators"][0]["numRowsUpdated"] for p in progress)
+            # group updates: one output row each since transformWithState (whose state row
+            # counts follow the state variables written); before, the updated state rows
+            groups = sum(p["sink"].get("numOutputRows") or p["stateOperators"][0]["numRowsUpdated"]
+                         for p in progress)
+            state_bytes = [p["stateOperators"][0].get("customMetrics", {}).get("rocksdbTotalBytesWritten")
+                           for p in progress]
+            state_bytes = [b for b in state_bytes if b is not None]
             fresh = freshness({n: [(at, total) for at, total in answers if w0 <= at <= w1 - 5]
                                for n, answers in accepted.items()}, seen)
             wall = w1 - w0
@@ -120,6 +147,7 @@ def run(spark, streams: int, rate: float, size: int, seconds: float, warm: float
                     "python_ms_per_group": 1000 * python / max(1, groups),
                     "fresh_p50": float(np.percentile(fresh, 50)) if fresh else float("nan"),
                     "fresh_p95": float(np.percentile(fresh, 95)) if fresh else float("nan"),
+                    "state_kb_per_batch": float(np.median(state_bytes)) / 1e3 if state_bytes else float("nan"),
                     "load_avg": os.getloadavg()[0]}
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -132,20 +160,26 @@ def main() -> None:
     ap.add_argument("--request", type=int, default=500, help="events per chunk")
     ap.add_argument("--seconds", type=float, default=30)
     ap.add_argument("--spark-conf", default="{}", help="a JSON object of Spark settings")
+    ap.add_argument("--fill", type=float, default=0.0,
+                    help="seconds of in-order history each stream gets first (steady state: 3600 fills the window)")
+    ap.add_argument("--heavy", action="store_true",
+                    help="streams with values and a polynomial decay (every part), not keys alone")
     args = ap.parse_args()
     from tidemark.summary import warm_up
 
     warm_up()
     spark = build_spark("local[2]", 2, "tidemark-bench-worker", conf=json.loads(args.spark_conf))
     spark.sparkContext.setLogLevel("ERROR")
-    r = run(spark, args.streams, args.rate, args.request, args.seconds)
+    r = run(spark, args.streams, args.rate, args.request, args.seconds, fill=args.fill,
+            config=HEAVY if args.heavy else CONFIG)
     print("| streams | events/s | events / chunk | batch p50 / max | group updates / batch | "
-          "cores: JVM / Python | CPU ms / group update: JVM / Python | freshness p50 / p95 | load avg |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          "cores: JVM / Python | CPU ms / group update: JVM / Python | freshness p50 / p95 | RocksDB KB written / batch | load avg |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     print(f"| {r['streams']:,} | {r['rate']:,.0f} | {r['request']} | {r['batch_p50']:.2f} / {r['batch_max']:.2f} s | "
           f"{r['groups_per_batch']:.0f} | {r['jvm_cores']:.2f} / {r['python_cores']:.2f} | "
           f"{r['jvm_ms_per_group']:.1f} / {r['python_ms_per_group']:.1f} | "
-          f"{r['fresh_p50']:.2f} / {r['fresh_p95']:.2f} s | {r['load_avg']:.1f} |", flush=True)
+          f"{r['fresh_p50']:.2f} / {r['fresh_p95']:.2f} s | {r['state_kb_per_batch']:.0f} | {r['load_avg']:.1f} |",
+          flush=True)
     spark.stop()
 
 

@@ -88,24 +88,29 @@ def freeze_what_lasts() -> None:
 def shard_updater(redis_url: str, secret: HashSecret):
     """What Spark runs per (stream, shard) group on the executors: ``update(key, rows,
     meta, pieces)`` with the group's ``ValueState`` of its state (``STATE_SCHEMA``) and
-    ``MapState`` of its summary's pieces (``workers.stored``); it emits nothing (the state
-    and the publish are the results). ``ShardProcessor`` hands it Spark's handles."""
+    ``MapState`` of its summary's pieces (``workers.stored``); it emits one row a group
+    whose state changed (the state and the publish are the results; the row counts it).
+    ``ShardProcessor`` hands it Spark's handles."""
 
     def update(key, rows, meta, pieces):
-        _update(key, rows, meta, pieces)
+        out = _update(key, rows, meta, pieces)
         freeze_what_lasts()
-        return iter(())
+        return iter(out)
 
-    def _update(key, rows, meta, pieces) -> None:
-        from workers.stored import StoredSummary, pieces_of, plan_write
+    def _update(key, rows, meta, pieces) -> list:
+        """The group's row of ``OUTPUT_SCHEMA`` when its state changed (the sink's
+        ``numOutputRows`` counts group updates for ``workers.progress``), else none."""
+        from workers.stored import StoredSummary, held_pieces, plan_write
 
         stream, shard = key[0], int(key[1])
         rows = ChunkRows.unpack(row.chunk for row in rows)
-        previous = dict(zip(STATE_FIELDS, meta.get())) if meta.exists() else None
+        row = meta.get()  # (None when the group has no state: one round trip, not two)
+        previous = dict(zip(STATE_FIELDS, row)) if row is not None else None
         stored = None
         if previous is not None:
+            inline = previous.pop("inline")
             stored = StoredSummary.from_json(previous.pop("pieces"),
-                                             lambda: pieces_of(pieces.iterator()))
+                                             lambda: held_pieces(stored, inline, pieces.iterator))
             previous["blob"] = stored
         publisher = _publisher(redis_url)
         state = apply_chunks(stream, previous, rows, secret, publisher.declaration, shard,
@@ -113,15 +118,15 @@ def shard_updater(redis_url: str, secret: HashSecret):
         if state is None:  # its stream was deleted: the shard's bytes leave the state store
             meta.clear()
             pieces.clear()
-            return
+            return [_row(stream, shard, -1, 0, "deleted")]
         if state is previous:  # nothing of this batch counts for it (an ended generation)
-            return
+            return []
         if previous is not None and abs(state["generation"] or 0) != abs(previous["generation"] or 0):
             pieces.clear()  # a new declaration of the name started afresh: nothing old stays
             stored = None
-        now = state.get("stored")
-        if now is not None:  # one call for the batch's new pieces (workers.stored, bundles)
-            write, gone = plan_write(stored, now, f"v{state['version']}")
+        now, state["inline"] = state.get("stored"), None
+        if now is not None:  # in the row, or one call for the batch's new pieces (workers.stored)
+            state["inline"], write, gone = plan_write(stored, now, f"v{state['version']}")
             for bundle, data in write:
                 pieces.updateValue((bundle,), (data,))
             for bundle in gone:
@@ -131,8 +136,16 @@ def shard_updater(redis_url: str, secret: HashSecret):
         if now is not None or state["failed"]:
             publisher.publish(stream, shard, shard_status(state, state.get("sizes")),
                               now, _config_dict(state))
+        return [_row(stream, shard, state["version"], state["events"], state["failed"] or None)]
 
     return update
+
+
+def _row(stream: str, shard: int, version: int, events: int, failed: str | None):
+    """A group's output row (``OUTPUT_SCHEMA``)."""
+    from pyspark.sql import Row
+
+    return Row(stream=stream, shard=shard, version=version, events=events, failed=failed)
 
 
 def shard_processor(redis_url: str, secret: HashSecret):
@@ -189,12 +202,14 @@ def republish_all(spark, redis_url: str, checkpoint: str) -> int:
     rows = meta.join(pieces, ["stream", "shard"], "left")
 
     def publish(partition):
-        from workers.stored import StoredSummary, pieces_of
+        from workers.stored import StoredSummary, pieces_of, unpack_bundle
 
         publisher = _publisher(redis_url)
         for row in partition:
             state = row.asDict()
             held = pieces_of((None, (bundle,)) for bundle in state.pop("held") or [])
+            if state["inline"] is not None:
+                held.update(unpack_bundle(state["inline"]))
             stored = StoredSummary.from_json(state["pieces"], lambda: held)
             if stored is not None or state["failed"]:
                 sizes = {"summary": len(stored.blob()) if stored is not None else 0}

@@ -27,10 +27,11 @@ __all__ = ["STATE_SCHEMA", "STATE_FIELDS", "published_generation", "shard_status
 
 log = logging.getLogger("tidemark.worker")
 
-# A group's state but for its summary's bytes (the ``ValueState``; ``pieces`` is the
-# manifest of the summary's pieces, which a ``MapState`` holds: ``workers.stored``).
+# A group's state row (the ``ValueState``): ``pieces`` is the manifest of the summary's
+# pieces, which a ``MapState`` of bundles holds, or ``inline`` when the summary is small
+# (``workers.stored``).
 STATE_SCHEMA = ("config string, events long, late_dropped long, clock double, version long, "
-                "failed string, failed_events long, generation long, pieces string")
+                "failed string, failed_events long, generation long, pieces string, inline binary")
 STATE_FIELDS = [f.split()[0] for f in STATE_SCHEMA.split(", ")]
 
 

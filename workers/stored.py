@@ -14,6 +14,12 @@ back only when this Python worker does not already hold the decoded summary of e
 that manifest (``workers.decoded``): a busy shard's summary no longer crosses from the
 JVM to Python and back whole every batch.
 
+**Small summaries ride in the row.** A summary of at most ``INLINE_BYTES`` (a stream with a
+few minutes of history, most streams of a many-streams load) is kept whole, as one bundle,
+in the state row's ``inline`` column and the map holds nothing: a batch then costs one
+state read and one state write, as the single-row layout did; the map's bundles begin
+when the summary grows past it.
+
 **Compaction.** A bundle stays while any of its pieces is current, so old bundles can hold
 bytes no manifest names. When the bundles held exceed twice the summary's bytes (and
 ``SLACK``), the batch writes every current piece as one new bundle and drops all the
@@ -33,9 +39,11 @@ from typing import Callable, Iterable
 from sketches.base import CorruptSketchError
 from tidemark import segments
 
-__all__ = ["StoredSummary", "fingerprint", "plan_write", "pieces_of", "pack_bundle", "SLACK"]
+__all__ = ["StoredSummary", "fingerprint", "plan_write", "plan_bundles", "pieces_of", "pack_bundle",
+           "unpack_bundle", "held_pieces", "SLACK", "INLINE", "INLINE_BYTES"]
 
 SLACK = 256 << 10  # bytes of dead pieces a shard may hold beyond its summary before compacting
+INLINE_BYTES = 128 << 10  # a summary this small rides in the state row: one state call, not two
 _ENTRY = struct.Struct("<16sI")  # a bundle entry: the digest's 16 bytes, the piece's length
 
 
@@ -103,6 +111,11 @@ class StoredSummary:
             out.append(data)
         return b"".join(out)
 
+    def pieces_of_size(self, digests) -> int:
+        """Bytes of the pieces ``digests`` (at hand, or read)."""
+        pieces = self.pieces()
+        return sum(len(pieces[d]) for d in digests)
+
     def __len__(self) -> int:
         return len(self.manifest)
 
@@ -111,12 +124,37 @@ def fingerprint(blob: "bytes | StoredSummary") -> tuple:
     return blob.fingerprint if isinstance(blob, StoredSummary) else StoredSummary.of(blob).fingerprint
 
 
+INLINE = "inline"  # the bundle that is the state row's own ``inline`` column
+
+
 def plan_write(before: StoredSummary | None, after: StoredSummary, bundle: str,
-               slack: int = SLACK) -> tuple[list[tuple[str, bytes]], list[str]]:
+               slack: int = SLACK, inline_limit: int | None = None
+               ) -> tuple[bytes | None, list[tuple[str, bytes]], list[str]]:
+    """``(inline, bundles to write, bundle keys to remove)`` for ``after``: a summary of at
+    most ``inline_limit`` (``INLINE_BYTES``) bytes rides whole in the state row (``inline``:
+    no map call at all, as small as the row it replaces), a larger one in bundles
+    (``plan_bundles``)."""
+    inline_limit = INLINE_BYTES if inline_limit is None else inline_limit
+    current = list(dict.fromkeys(after.fingerprint))
+    held = dict(before.bundles) if before is not None else {}
+    if after.pieces_of_size(current) <= inline_limit:
+        pieces = after.pieces()
+        after.where, after.bundles = dict.fromkeys(current, INLINE), {}
+        return pack_bundle([(d, pieces[d]) for d in current]), [], sorted(held)
+    if before is not None and INLINE in before.where.values():  # grown past the limit: to the map
+        before = StoredSummary(before.manifest, where={d: b for d, b in before.where.items() if b != INLINE},
+                               bundles=held)
+    write, gone = plan_bundles(before, after, bundle, slack)
+    return None, write, gone
+
+
+def plan_bundles(before: StoredSummary | None, after: StoredSummary, bundle: str,
+                 slack: int = SLACK) -> tuple[list[tuple[str, bytes]], list[str]]:
     """What the state store must do to go from ``before`` to ``after``: ``(bundles to write
-    as (key, bytes), bundle keys to remove)``, at most one written, named ``bundle``; sets
-    ``after.where`` and ``after.bundles`` (module notes: a bundle of the new pieces, or,
-    past the slack, one of every piece)."""
+    as (key, bytes), bundle keys to remove)``, at most one written (module notes: a bundle
+    of the new pieces, or, past the slack, one of every piece), under the key of a bundle
+    nothing names any more if there is one (an overwrite is one state call, a removal and
+    an addition two), else ``bundle``; sets ``after.where`` and ``after.bundles``."""
     where = dict(before.where) if before is not None else {}
     sizes = dict(before.bundles) if before is not None else {}
     current = list(dict.fromkeys(after.fingerprint))
@@ -128,6 +166,9 @@ def plan_write(before: StoredSummary | None, after: StoredSummary, bundle: str,
         held = sum(sizes[b] for b in live) + sum(len(pieces[d]) for d in new)
         if held > 2 * sum(len(pieces[d]) for d in current) + slack:  # compaction (module notes)
             new, live = current, set()
+        dead = sorted(b for b in sizes if b not in live)
+        if dead:  # overwrite a dead bundle rather than remove it and add another: one call
+            bundle = dead[0]
         write.append((bundle, pack_bundle([(d, pieces[d]) for d in new])))
         sizes[bundle] = len(write[0][1])
         where.update((d, bundle) for d in new)
@@ -158,6 +199,15 @@ def unpack_bundle(data: bytes) -> dict[str, bytes]:
     if offset != len(data):
         raise CorruptSketchError("state bundle lengths do not match its size")
     return out
+
+
+def held_pieces(stored: StoredSummary, inline: bytes | None, map_rows: Callable[[], Iterable]) -> dict[str, bytes]:
+    """``{digest: bytes}`` of a state row: its inline bundle, and the map's bundles (read
+    through ``map_rows``, the MapState's ``iterator``) only when the manifest names any."""
+    held = unpack_bundle(inline) if inline is not None else {}
+    if any(b != INLINE for b in stored.where.values()):
+        held.update(pieces_of(map_rows()))
+    return held
 
 
 def pieces_of(rows: Iterable[tuple]) -> dict[str, bytes]:

@@ -64,7 +64,7 @@ class MapStateStandIn:
     """... and for the map of the summary's pieces; counts what it was asked to read and write."""
 
     def __init__(self):
-        self.held, self.reads, self.writes = {}, 0, 0
+        self.held, self.reads, self.writes, self.written = {}, 0, 0, []
 
     def iterator(self):
         self.reads += 1
@@ -73,6 +73,7 @@ class MapStateStandIn:
     def updateValue(self, key, value):
         self.writes += 1
         self.held[key[0]] = value[0]
+        self.written.append(key[0])
 
     def removeKey(self, key):
         del self.held[key[0]]
@@ -94,9 +95,14 @@ def spark_rows(stream, entry, payload, clock_before, generation=0, tombstone=Fal
 
 
 def summary_of(meta, pieces):
-    from workers.shard_state import STATE_FIELDS
-    from workers.stored import StoredSummary, pieces_of
+    return StreamSummary.from_bytes(stored_of(meta, pieces).blob(), TEST_SECRET)
 
-    manifest = dict(zip(STATE_FIELDS, meta.row))["pieces"]
-    held = pieces_of(((k,), (v,)) for k, v in pieces.held.items())
-    return StreamSummary.from_bytes(StoredSummary.from_json(manifest, lambda: held).blob(), TEST_SECRET)
+
+def stored_of(meta, pieces):
+    """The ``StoredSummary`` a state row and its map hold (read as the worker reads them)."""
+    from workers.shard_state import STATE_FIELDS
+    from workers.stored import StoredSummary, held_pieces
+
+    row = dict(zip(STATE_FIELDS, meta.row))
+    stored = StoredSummary.from_json(row["pieces"], lambda: held_pieces(stored, row["inline"], pieces.iterator))
+    return stored
