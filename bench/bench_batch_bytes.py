@@ -12,9 +12,10 @@ timed, each as the worker pays it in Python: the update, the encode, the cut int
 published segments (``tidemark.segments.split``) and their digests. Reported per batch:
 
 * **new bytes**: the segments whose digest the previous version did not hold — what the
-  state store's map writes and the publish sends (content-addressed, ``workers.stored``);
-* **manifest**: the JSON naming every segment (the status the publish writes and the
-  group's state row), which follows the number of segments;
+  publish sends (content-addressed, ``tidemark/segments.py``) and a state store keyed by
+  segment would write;
+* **manifest**: the JSON naming every segment (the status the publish writes), which
+  follows the number of segments;
 * the share of the summary those are, by part, and the CPU milliseconds (p50).
 
 ``--compare TREE`` runs the same measurement with TREE's code first (this script, that

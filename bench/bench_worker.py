@@ -126,8 +126,8 @@ def run(spark, streams: int, rate: float, size: int, seconds: float, warm: float
             stop.set()
             progress = [p for p in query.recentProgress if b0 < p["batchId"] <= b1]
             durations = [p["durationMs"]["triggerExecution"] / 1000 for p in progress]
-            # group updates: one output row each since transformWithState (whose state row
-            # counts follow the state variables written); before, the updated state rows
+            # group updates: the updated state rows (or, for a stateful function that emits a
+            # row per group, its output rows)
             groups = sum(p["sink"].get("numOutputRows") or p["stateOperators"][0]["numRowsUpdated"]
                          for p in progress)
             state_bytes = [p["stateOperators"][0].get("customMetrics", {}).get("rocksdbTotalBytesWritten")

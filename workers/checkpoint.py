@@ -26,9 +26,11 @@ def has_commits(spark_checkpoint: str) -> bool:
 
 
 # The layout of the shard state kept in Spark's state store (``STATE_SCHEMA``): 2 since
-# generations (stream deletion) joined it, 3 since the summary is kept as pieces in a
-# ``transformWithState`` map (``workers.stored``). Spark refuses a state of another schema
-# with an error that names none of this, so a checkpoint says which layout it holds.
+# generations (stream deletion) joined it, 3 since the summaries' sketches write their
+# bytes in content-defined pages (sketch formats 3, ``sketches/_pages.py``), which a blob
+# of layout 2 does not hold. Spark refuses a state of another schema with an error that
+# names none of this, and the sketches a blob of another format, so a checkpoint says
+# which layout it holds.
 STATE_FORMAT = "3"
 _STATE_FORMAT_FILE = "state-format"
 

@@ -14,8 +14,7 @@ class DecodedShards:
 
     Valid because the state store holds exactly the bytes the worker wrote: a summary kept
     for version v of generation g is used only when the state handed in is version v of
-    generation g with the same bytes (the digests of its pieces, ``workers.stored``: the
-    state names them, so a hit reads no bytes from the state store), so
+    generation g with the same blob (length and CRC-32 checked, cheap beside a decode), so
     a stream deleted and declared again never reuses a decode of its old generation
     (``tidemark.generations``). It is taken out before it is
     updated in place, so a failed update or a replayed batch (which hands in an older
@@ -26,30 +25,33 @@ class DecodedShards:
 
     def __init__(self, entries: int = 256):
         self.entries = entries
-        self._kept: dict[tuple[str, int], tuple[int, int, tuple, object]] = {}
+        self._kept: dict[tuple[str, int], tuple[int, int, int, int, object]] = {}
         self.hits = self.misses = 0
 
-    def take(self, stream: str, shard: int, generation: int, version: int, blob):
-        """The decoded summary of exactly ``blob`` (bytes or a ``StoredSummary``) at
-        ``version`` of ``generation``, else ``blob``."""
-        from workers.stored import fingerprint
+    @staticmethod
+    def _check(blob: bytes) -> tuple[int, int]:
+        import zlib
 
+        return len(blob), zlib.crc32(blob)
+
+    def take(self, stream: str, shard: int, generation: int, version: int, blob: bytes | None):
+        """The decoded summary of exactly ``blob`` at ``version`` of ``generation``, else
+        ``blob``."""
         kept = self._kept.pop((stream, shard), None)
         if (blob is not None and kept is not None and kept[0:2] == (generation, version)
-                and kept[2] == fingerprint(blob)):
+                and kept[2:4] == self._check(blob)):
             self.hits += 1
-            return kept[3]
+            return kept[4]
         self.misses += 1
         return blob
 
-    def keep(self, stream: str, shard: int, generation: int, version: int, blob, summary) -> None:
-        from workers.stored import fingerprint
-
+    def keep(self, stream: str, shard: int, generation: int, version: int, blob: bytes,
+             summary) -> None:
         if summary is None:
             return
         while len(self._kept) >= self.entries:
             self._kept.pop(next(iter(self._kept)))
-        self._kept[(stream, shard)] = (generation, version, fingerprint(blob), summary)
+        self._kept[(stream, shard)] = (generation, version, *self._check(blob), summary)
 
     def forget(self, stream: str, shard: int) -> None:
         """The shard's state is gone (its stream was deleted)."""

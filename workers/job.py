@@ -38,7 +38,7 @@ from workers.checkpoint import check_state_format, has_commits
 from workers.chunk_rows import ChunkRows
 from workers.decoded import decoded_shards
 from workers.progress import first_batch_of_run, log_progress, read_everything_before
-from workers.shard_state import STATE_FIELDS, STATE_SCHEMA, apply_chunks, shard_status
+from workers.shard_state import STATE_SCHEMA, apply_chunks, shard_status
 
 __all__ = ["main", "start", "PlannedQuery", "stand_by", "build_spark", "LOCAL_CONF", "shard_updater",
            "republish_all"]
@@ -53,6 +53,7 @@ def _phase(what: str) -> None:
 
 
 OUTPUT_SCHEMA = "stream string, shard int, version long, events long, failed string"
+_STATE_FIELDS = [f.split()[0] for f in STATE_SCHEMA.split(", ")]
 _PUBLISHERS: dict[str, object] = {}  # one Redis client per Python worker process
 
 
@@ -86,90 +87,32 @@ def freeze_what_lasts() -> None:
 
 
 def shard_updater(redis_url: str, secret: HashSecret):
-    """What Spark runs per (stream, shard) group on the executors: ``update(key, rows,
-    meta, pieces)`` with the group's ``ValueState`` of its state (``STATE_SCHEMA``) and
-    ``MapState`` of its summary's pieces (``workers.stored``); it emits one row a group
-    whose state changed (the state and the publish are the results; the row counts it).
-    ``ShardProcessor`` hands it Spark's handles."""
+    """The function Spark runs per (stream, shard) group on the executors."""
 
-    def update(key, rows, meta, pieces):
-        out = _update(key, rows, meta, pieces)
+    def update(key, pdfs, group_state):
+        _update(key, pdfs, group_state)
         freeze_what_lasts()
-        return iter(out)
+        return iter(())  # nothing to emit: the state and the publish are the results
 
-    def _update(key, rows, meta, pieces) -> list:
-        """The group's row of ``OUTPUT_SCHEMA`` when its state changed (the sink's
-        ``numOutputRows`` counts group updates for ``workers.progress``), else none."""
-        from workers.stored import StoredSummary, held_pieces, plan_write
-
+    def _update(key, pdfs, group_state) -> None:
         stream, shard = key[0], int(key[1])
-        rows = ChunkRows.unpack(row.chunk for row in rows)
-        row = meta.get()  # (None when the group has no state: one round trip, not two)
-        previous = dict(zip(STATE_FIELDS, row)) if row is not None else None
-        stored = None
-        if previous is not None:
-            inline = previous.pop("inline")
-            stored = StoredSummary.from_json(previous.pop("pieces"),
-                                             lambda: held_pieces(stored, inline, pieces.iterator))
-            previous["blob"] = stored
+        rows = ChunkRows.unpack(chunk for frame in pdfs for chunk in frame["chunk"])
+        previous = dict(zip(_STATE_FIELDS, group_state.get)) if group_state.exists else None
         publisher = _publisher(redis_url)
         state = apply_chunks(stream, previous, rows, secret, publisher.declaration, shard,
                              decoded_shards())
         if state is None:  # its stream was deleted: the shard's bytes leave the state store
-            meta.clear()
-            pieces.clear()
-            return [_row(stream, shard, -1, 0, "deleted")]
+            if group_state.exists:
+                group_state.remove()
+            return
         if state is previous:  # nothing of this batch counts for it (an ended generation)
-            return []
-        if previous is not None and abs(state["generation"] or 0) != abs(previous["generation"] or 0):
-            pieces.clear()  # a new declaration of the name started afresh: nothing old stays
-            stored = None
-        now, state["inline"] = state.get("stored"), None
-        if now is not None:  # in the row, or one call for the batch's new pieces (workers.stored)
-            state["inline"], write, gone = plan_write(stored, now, f"v{state['version']}")
-            for bundle, data in write:
-                pieces.updateValue((bundle,), (data,))
-            for bundle in gone:
-                pieces.removeKey((bundle,))
-        state["pieces"] = now.to_json() if now is not None else None
-        meta.update(tuple(state[f] for f in STATE_FIELDS))
-        if now is not None or state["failed"]:
+            return
+        group_state.update(tuple(state[f] for f in _STATE_FIELDS))
+        if state["blob"] is not None or state["failed"]:
             publisher.publish(stream, shard, shard_status(state, state.get("sizes")),
-                              now, _config_dict(state))
-        return [_row(stream, shard, state["version"], state["events"], state["failed"] or None)]
+                              state["blob"] or b"", _config_dict(state), state.get("segments"))
 
     return update
-
-
-def _row(stream: str, shard: int, version: int, events: int, failed: str | None):
-    """A group's output row (``OUTPUT_SCHEMA``)."""
-    from pyspark.sql import Row
-
-    return Row(stream=stream, shard=shard, version=version, events=events, failed=failed)
-
-
-def shard_processor(redis_url: str, secret: HashSecret):
-    """The ``StatefulProcessor`` of the streaming query (row-based ``transformWithState``):
-    Spark's state handles around ``shard_updater``."""
-    from pyspark.sql.streaming import StatefulProcessor
-    from pyspark.sql.types import BinaryType, StringType, StructField, StructType
-
-    piece_key = StructType([StructField("bundle", StringType(), False)])
-    piece_value = StructType([StructField("data", BinaryType(), False)])
-    update = shard_updater(redis_url, secret)
-
-    class ShardProcessor(StatefulProcessor):
-        def init(self, handle):
-            self.meta = handle.getValueState("shard", STATE_SCHEMA)
-            self.pieces = handle.getMapState("pieces", piece_key, piece_value)
-
-        def handleInputRows(self, key, rows, timerValues=None):
-            return update(key, rows, self.meta, self.pieces)
-
-        def close(self):
-            pass
-
-    return ShardProcessor()
 
 
 def _config_dict(state: dict) -> dict:
@@ -185,36 +128,22 @@ def republish_all(spark, redis_url: str, checkpoint: str) -> int:
     streaming query publishes meanwhile."""
     from pyspark.errors import PySparkException
 
-    from pyspark.sql import functions as F
-
-    def state_var(name: str):
-        return spark.read.format("statestore").option("stateVarName", name).load(checkpoint)
-
     try:
-        meta = state_var("shard").selectExpr("key.stream AS stream", "key.shard AS shard", "value.*")
+        df = spark.read.format("statestore").load(checkpoint)
     except PySparkException as e:
         if "STDS_COMMITTED_BATCH_UNAVAILABLE" in str(e) or "does not exist" in str(e):
             return 0  # nothing committed yet: nothing to publish
         raise
-    pieces = (state_var("pieces")
-              .selectExpr("key.stream AS stream", "key.shard AS shard", "user_map_value.data AS p")
-              .groupBy("stream", "shard").agg(F.collect_list("p").alias("held")))
-    rows = meta.join(pieces, ["stream", "shard"], "left")
+    rows = df.selectExpr("key.stream AS stream", "key.shard AS shard", "value.groupState.*")
 
     def publish(partition):
-        from workers.stored import StoredSummary, pieces_of, unpack_bundle
-
         publisher = _publisher(redis_url)
         for row in partition:
             state = row.asDict()
-            held = pieces_of((None, (bundle,)) for bundle in state.pop("held") or [])
-            if state["inline"] is not None:
-                held.update(unpack_bundle(state["inline"]))
-            stored = StoredSummary.from_json(state["pieces"], lambda: held)
-            if stored is not None or state["failed"]:
-                sizes = {"summary": len(stored.blob()) if stored is not None else 0}
+            if state["blob"] is not None or state["failed"]:
+                sizes = {"summary": len(state["blob"] or b"")}
                 publisher.publish(state["stream"], state["shard"], shard_status(state, sizes),
-                                  stored, _config_dict(state))
+                                  state["blob"] or b"", _config_dict(state))
 
     rows.foreachPartition(publish)
     return rows.count()
@@ -331,6 +260,8 @@ class PlannedQuery:
 
     def __init__(self, spark, redis_url: str, checkpoint: str, trigger: str,
                  secret: HashSecret | None, log_partitions: int | None = None):
+        from pyspark.sql.streaming.state import GroupStateTimeout
+
         from workers.source import RedisChunkSource
 
         checkpoint = checkpoint.rstrip("/")
@@ -342,7 +273,8 @@ class PlannedQuery:
                   .option("log_partitions", str(self.log_partitions)).load())
         self.writer = (
             stream.groupBy("stream", "shard")
-            .transformWithState(shard_processor(redis_url, secret), OUTPUT_SCHEMA, "Update", "None")
+            .applyInPandasWithState(shard_updater(redis_url, secret), OUTPUT_SCHEMA, STATE_SCHEMA,
+                                    "Update", GroupStateTimeout.NoTimeout)
             .writeStream.outputMode("update").format("noop")
             .option("checkpointLocation", checkpoint + "/spark")
             .trigger(processingTime=trigger)

@@ -101,13 +101,12 @@ def log_progress(recent: list, first_batch: int | None = None) -> dict | None:
 
 
 def _group_updates(progress: dict, chunks: int) -> int:
-    """The batch's group updates: the rows the stateful function emitted, one a group whose
-    state changed (``workers.job.shard_updater``; the state operator's own row counts follow
-    the state variables and map entries written, not the groups), at most the chunks; else
-    its chunks."""
+    """The batch's group updates: the state operator's updated and removed rows (a group
+    whose update failed keeps its state, so at most the chunks), else its chunks."""
     try:
-        groups = int(progress["sink"]["numOutputRows"])
-    except (KeyError, TypeError, ValueError):
+        op = progress["stateOperators"][0]
+        groups = int(op.get("numRowsUpdated", 0)) + int(op.get("numRowsRemoved", 0))
+    except (KeyError, IndexError, TypeError, ValueError):
         return chunks
     return min(chunks, groups) if groups > 0 else chunks
 

@@ -23,7 +23,6 @@ from tidemark.wire import keys, scripts
 from tidemark.wire.records import ShardStatus, read_config
 from tidemark.streams import StreamConfig
 from workers.redis_client import worker_redis
-from workers.stored import StoredSummary
 
 __all__ = ["Publisher", "ShardStatus"]
 
@@ -56,8 +55,8 @@ class Publisher:
         """The stream's current generation (declared with ``config`` if it is not)."""
         return int(self._ensure(keys=[keys.STREAMS, keys.GENERATIONS], args=[name, json.dumps(config)]))
 
-    def publish(self, name: str, shard: int, status: ShardStatus | dict, blob,
-                config: dict) -> bool:
+    def publish(self, name: str, shard: int, status: ShardStatus | dict, blob: bytes,
+                config: dict, cut: list[tuple[str, bytes]] | None = None) -> bool:
         """True when Redis took it (False: it already had this version or a newer one of
         the generation, or the generation is not the stream's current one). A status
         without a generation is published as of the current one (declaring the stream with
@@ -67,12 +66,9 @@ class Publisher:
             status = ShardStatus(**status)
         if status.generation is None:
             status = dataclasses.replace(status, generation=self.current_generation(name, config))
-        if isinstance(blob, StoredSummary):  # cut and named already (the worker's state)
-            parts = blob.parts()
-            status = dataclasses.replace(status, segments=[list(m) for m in blob.manifest])
-        else:
-            parts = segments.split(blob) if blob else []
-            status = dataclasses.replace(status, segments=[[name, segments.digest(b)] for name, b in parts])
+        # ``cut``: the blob already cut into its segments (``StreamSummary.encode_segments``)
+        parts = cut if cut is not None else (segments.split(blob) if blob else [])
+        status = dataclasses.replace(status, segments=[[name, segments.digest(b)] for name, b in parts])
         stored = self._published.pop((name, shard), None)
         if stored is None:
             stored = self._stored_digests(name, shard)

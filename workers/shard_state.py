@@ -22,17 +22,13 @@ from tidemark.wire.records import ShardStatus, id_tuple, read_config
 from workers.chunk_rows import ChunkRows
 from workers.decoded import DecodedShards
 
-__all__ = ["STATE_SCHEMA", "STATE_FIELDS", "published_generation", "shard_status", "sort_out_generations",
+__all__ = ["STATE_SCHEMA", "published_generation", "shard_status", "sort_out_generations",
            "apply_chunks"]
 
 log = logging.getLogger("tidemark.worker")
 
-# A group's state row (the ``ValueState``): ``pieces`` is the manifest of the summary's
-# pieces, which a ``MapState`` of bundles holds, or ``inline`` when the summary is small
-# (``workers.stored``).
-STATE_SCHEMA = ("config string, events long, late_dropped long, clock double, version long, "
-                "failed string, failed_events long, generation long, pieces string, inline binary")
-STATE_FIELDS = [f.split()[0] for f in STATE_SCHEMA.split(", ")]
+STATE_SCHEMA = ("blob binary, config string, events long, late_dropped long, clock double, "
+                "version long, failed string, failed_events long, generation long")
 
 
 def _now() -> str:
@@ -96,7 +92,6 @@ def apply_chunks(stream: str, previous: dict | None, rows: ChunkRows, secret: Ha
     process's summaries kept between batches): the ``previous`` object itself when nothing
     of the batch counts for it, None when the shard holds no state any more (its stream was
     deleted)."""
-    from workers.stored import StoredSummary
     from workers.update import Chunk, update_shard
 
     kept, rows, generation = sort_out_generations(previous, rows)
@@ -123,11 +118,9 @@ def apply_chunks(stream: str, previous: dict | None, rows: ChunkRows, secret: Ha
     entries, payloads, clocks = rows.entry, rows.payload, rows.clock_before
     order = sorted(range(len(entries)), key=lambda i: id_tuple(entries[i]))
     chunks = [Chunk(bytes(payloads[i]), float(clocks[i])) for i in order]
-    before = state["blob"]  # bytes, or a StoredSummary: its pieces read only if needed
+    before = state["blob"]
     if decoded is not None:
-        before = decoded.take(stream, shard, state["generation"] or 0, state["version"], before)
-    if isinstance(before, StoredSummary):
-        before = before.blob()
+        before = decoded.take(stream, shard, state["generation"] or 0, state["version"], state["blob"])
     state["version"] += 1
     try:
         config = read_config(state["config"])
@@ -144,18 +137,16 @@ def apply_chunks(stream: str, previous: dict | None, rows: ChunkRows, secret: Ha
         state["failed"] = (f"{why}; {lost['events']} event(s) with ts in [{lost['ts_min']!r}, "
                            f"{lost['ts_max']!r}] not counted" if lost["events"] else why)[:500]
         state["failed_events"] += lost["events"]
-        state["blob"] = blob
-        state["stored"] = StoredSummary.of(blob) if isinstance(blob, bytes) else blob
+        state["blob"], state["segments"] = blob, None  # (the publish cuts the blob itself)
         # Lost events make answers over their times incomplete: from their first time on.
         state["touched"] = repr(lost["ts_min"]) if lost["events"] else None
         log.error("stream %s: update failed, its other shards and streams go on: %s", stream, e)
         return state
     state.update(blob=result.blob, events=state["events"] + result.events,
                  late_dropped=state["late_dropped"] + result.late_dropped, clock=result.clock,
-                 failed="", sizes=result.sizes, touched=result.touched,
-                 stored=StoredSummary.from_segments(result.segments))
+                 failed="", sizes=result.sizes, touched=result.touched, segments=result.segments)
     if decoded is not None:
-        decoded.keep(stream, shard, state["generation"] or 0, state["version"], state["stored"],
+        decoded.keep(stream, shard, state["generation"] or 0, state["version"], result.blob,
                      result.summary)
     return state
 
@@ -187,12 +178,10 @@ def _record_lost(state: dict, chunks: list, secret: HashSecret, why: str) -> tup
     if not lost["events"] or state["config"] is None:
         return lost, blob
     try:
-        if not isinstance(blob, (bytes, type(None))):
-            blob = blob.blob()  # a StoredSummary: its bytes from the state store
         config = read_config(state["config"])
         summary = (StreamSummary.from_bytes(blob, secret) if blob is not None
                    else StreamSummary.create(config, secret))
         summary.record_lost(lost["events"], lost["weight"], lost["ts_min"], lost["ts_max"], why)
         return lost, summary.to_bytes()
     except Exception:  # noqa: BLE001 — the state itself is unreadable: the status says why
-        return lost, state["blob"]
+        return lost, blob

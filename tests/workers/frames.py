@@ -8,9 +8,7 @@ import math
 
 import numpy as np
 
-from tests.conftest import TEST_SECRET
 from tidemark.chunks import encode_chunk
-from tidemark.summary import StreamSummary
 from workers.chunk_rows import ChunkRows
 from workers.update import Chunk
 from workers.shard_state import apply_chunks as _apply_chunks
@@ -38,71 +36,3 @@ def chunks_of(requests: list[list[float]]) -> list[Chunk]:
                                       np.ones(len(arr))), clock))
         clock = max(clock, float(arr.max()))
     return out
-
-
-class ValueStateStandIn:
-    """What ``transformWithState`` hands the processor for the group's state row (the
-    handle's methods the updater calls; Spark's own is exercised by the worker tests)."""
-
-    def __init__(self):
-        self.row = None
-
-    def exists(self):
-        return self.row is not None
-
-    def get(self):
-        return self.row
-
-    def update(self, row):
-        self.row = tuple(row)
-
-    def clear(self):
-        self.row = None
-
-
-class MapStateStandIn:
-    """... and for the map of the summary's pieces; counts what it was asked to read and write."""
-
-    def __init__(self):
-        self.held, self.reads, self.writes, self.written = {}, 0, 0, []
-
-    def iterator(self):
-        self.reads += 1
-        return iter([((k,), (v,)) for k, v in self.held.items()])
-
-    def updateValue(self, key, value):
-        self.writes += 1
-        self.held[key[0]] = value[0]
-        self.written.append(key[0])
-
-    def removeKey(self, key):
-        del self.held[key[0]]
-
-    def clear(self):
-        self.held.clear()
-
-
-def spark_rows(stream, entry, payload, clock_before, generation=0, tombstone=False):
-    """One chunk row as the source hands it to the processor (``SCHEMA``)."""
-    from pyspark.sql import Row
-
-    from workers.chunk_rows import pack
-    from workers.source import SCHEMA
-
-    row = Row(stream=stream, shard=0, chunk=pack(entry, clock_before, payload, generation, tombstone))
-    assert list(row.asDict()) == SCHEMA.names
-    return [row]
-
-
-def summary_of(meta, pieces):
-    return StreamSummary.from_bytes(stored_of(meta, pieces).blob(), TEST_SECRET)
-
-
-def stored_of(meta, pieces):
-    """The ``StoredSummary`` a state row and its map hold (read as the worker reads them)."""
-    from workers.shard_state import STATE_FIELDS
-    from workers.stored import StoredSummary, held_pieces
-
-    row = dict(zip(STATE_FIELDS, meta.row))
-    stored = StoredSummary.from_json(row["pieces"], lambda: held_pieces(stored, row["inline"], pieces.iterator))
-    return stored

@@ -195,8 +195,8 @@ def test_delete_under_load_and_redeclare_with_kill_9_between(tmp_path, request):
     # The state store holds nothing of the deleted stream, and of the re-declared one
     # only its current generation (the tombstones made the stateful function remove them).
     spark = request.getfixturevalue("spark")  # only now: one JVM less while the worker runs
-    rows = (spark.read.format("statestore").option("stateVarName", "shard").load(checkpoint + "/spark")
-            .selectExpr("key.stream AS stream", "value.generation AS generation")
+    rows = (spark.read.format("statestore").load(checkpoint + "/spark")
+            .selectExpr("key.stream AS stream", "value.groupState.generation AS generation")
             .collect())
     held = {(r.stream, r.generation) for r in rows}
     assert {s for s, _ in held} >= set(KEPT)

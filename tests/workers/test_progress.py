@@ -28,7 +28,7 @@ def test_the_fit_counts_group_updates_not_chunks():
         return {"batchId": batch, "durationMs": {"triggerExecution": ms},
                 "sources": [{"startOffset": json.dumps({"log": start}) if start else None,
                              "endOffset": json.dumps({"log": end})}],
-                "sink": {"numOutputRows": groups}}
+                "stateOperators": [{"numRowsUpdated": groups, "numRowsRemoved": 0}]}
     logs = [[["0-0", 0, 0]], [["1-0", 1_000, 10]], [["2-0", 3_000, 30]], [["3-0", 7_000, 70]],
             [["4-0", 8_000, 80]]]
     # 10 streams: 10, 20, 40, 10 chunks, always 10 group updates of 50 ms, 0.3 s fixed.

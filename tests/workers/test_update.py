@@ -16,7 +16,7 @@ from tidemark.streams import StreamConfig
 from tidemark.summary import StreamSummary
 from workers.update import Chunk, late_mask, update_shard
 
-from tests.workers.frames import MapStateStandIn, ValueStateStandIn, chunks_of, spark_rows, summary_of  # noqa: E402
+from tests.workers.frames import chunks_of  # noqa: E402
 
 CONFIG = StreamConfig(max_window=100.0, epsilon=0.1)
 
@@ -251,6 +251,40 @@ def test_lost_events_no_record_places_in_time_make_every_answer_incomplete():
     assert "incomplete" not in answer("count", "s", config, None, {**status, "failed_events": 0}, {})
 
 
+class _GroupState:
+    """What ``applyInPandasWithState`` hands the group function: the state row, if any."""
+
+    def __init__(self, row=None):
+        self.row = row
+
+    @property
+    def exists(self):
+        return self.row is not None
+
+    @property
+    def get(self):
+        return self.row
+
+    def update(self, row):
+        self.row = row
+
+    def remove(self):
+        self.row = None
+
+
+def _spark_frame(stream, entry, payload, clock_before, generation=0, tombstone=False):
+    """One chunk row as the source hands it to the group function (``SCHEMA``)."""
+    import pandas as pd
+
+    from workers.chunk_rows import pack
+    from workers.source import SCHEMA
+
+    frame = pd.DataFrame({"stream": [stream], "shard": [0],
+                          "chunk": [pack(entry, clock_before, payload, generation, tombstone)]})
+    assert list(frame.columns) == SCHEMA.names
+    return frame
+
+
 def test_the_kept_summaries_survive_from_task_to_task_as_spark_ships_the_function(redis_url):
     """Spark ships the group function to every task by value (cloudpickle), and with it a
     copy of whatever module-level object it names: the process's kept summaries must be
@@ -265,16 +299,15 @@ def test_the_kept_summaries_survive_from_task_to_task_as_spark_ships_the_functio
     name = "kept-across-tasks"
     redis.Redis.from_url(redis_url).hset(keys.STREAMS, name, CONFIG.model_dump_json())
     shipped = cloudpickle.dumps(shard_updater(redis_url, TEST_SECRET))
-    meta, pieces = ValueStateStandIn(), MapStateStandIn()
+    state = _GroupState()
     kept = decoded_shards()
     hits = kept.hits
     for b in range(3):  # three batches, each a new task with a freshly unpickled function
         chunk = chunks_of([[float(10 * b + i) for i in range(5)]])[0]
-        rows = spark_rows(name, f"{b + 1}-0", chunk.payload, float(10 * b - 1) if b else -math.inf)
-        assert [r.events for r in cloudpickle.loads(shipped)((name, 0), iter(rows), meta, pieces)] == [5 * (b + 1)]
+        frame = _spark_frame(name, f"{b + 1}-0", chunk.payload, float(10 * b - 1) if b else -math.inf)
+        assert list(cloudpickle.loads(shipped)((name, 0), iter([frame]), state)) == []
     assert kept.hits - hits == 2  # decoded once, then kept from task to task
-    assert pieces.reads == 0  # a kept summary reads nothing back from the state store
-    assert summary_of(meta, pieces)["count"].clock is not None
+    assert StreamSummary.from_bytes(state.row[0], TEST_SECRET)["count"].clock is not None
 
 
 def test_a_python_worker_freezes_what_its_first_update_leaves_so_each_task_end_collection_is_cheap(
@@ -292,13 +325,13 @@ def test_a_python_worker_freezes_what_its_first_update_leaves_so_each_task_end_c
     monkeypatch.setattr(job, "_FROZEN", [])
     name = "frozen-after-first-update"
     redis.Redis.from_url(redis_url).hset(keys.STREAMS, name, CONFIG.model_dump_json())
-    update, meta, pieces = job.shard_updater(redis_url, TEST_SECRET), ValueStateStandIn(), MapStateStandIn()
+    update, state = job.shard_updater(redis_url, TEST_SECRET), _GroupState()
     gc.unfreeze()
     try:
         for b in range(2):
             chunk = chunks_of([[float(10 * b + i) for i in range(5)]])[0]
-            rows = spark_rows(name, f"{b + 1}-0", chunk.payload, float(10 * b - 1) if b else -math.inf)
-            list(update((name, 0), iter(rows), meta, pieces))
+            frame = _spark_frame(name, f"{b + 1}-0", chunk.payload, float(10 * b - 1) if b else -math.inf)
+            list(update((name, 0), iter([frame]), state))
             if b == 0:
                 frozen = gc.get_freeze_count()
                 assert frozen > 1000  # the imports' objects, not only this update's
