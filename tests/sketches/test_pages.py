@@ -40,7 +40,7 @@ def test_a_page_begins_exactly_where_a_records_identity_says(ids, every, least):
 def test_pages_hold_about_the_records_they_should():
     starts = page_starts(np.arange(100_000, dtype=np.uint64) * np.uint64(7919))
     # candidates every PAGE_RECORDS on average, those within PAGE_MIN of the one before
-    # skipped (1 − (1 − 1/32)^15 ≈ 38 % of them): about 51 records a page
+    # skipped (1 − (1 − 1/64)^31 ≈ 39 % of them): about 105 records a page
     assert PAGE_RECORDS < 100_000 / starts.size < 2 * PAGE_RECORDS
 
 
