@@ -367,7 +367,7 @@ class CellSketch(TimeBucketed):
             raise CorruptSketchError("ECM blob length does not match its bucket count")
         if leaves < 1 or (depth == 0 and leaves != 1) or leaves < depth + 1:
             raise CorruptSketchError("ECM blob has an inconsistent merge history")
-        counts = np.zeros((b, k))
+        counts = np.zeros((0, k))  # (the pages' rows; nothing allocated on the header's word)
         tb = TimeBuckets(self._tb.window, self._tb.ratio)
         pages = rd.uint(b)
         if (pages == 0) != (b == 0):

@@ -720,8 +720,8 @@ class WindowedQuantiles(Sketch):
 
     def _page_starts(self, left: np.ndarray, lg: np.ndarray) -> np.ndarray:
         """Where the node list's pages begin (``sketches._pages``): a node's identity is
-        its range; nodes of one ``left`` stay in one page, so a page's name (its first
-        ``left``) is its own."""
+        its range; nodes of one ``left`` (a range and those it encloses that share its
+        start) stay in one page."""
         may_cut = np.ones(left.size, bool)
         may_cut[1:] = left[1:] != left[:-1]
         return page_starts(left.view(np.uint64) ^ (lg.astype(np.uint64) << np.uint64(58)), may_cut)

@@ -2,8 +2,9 @@
 
 A summary blob (``tidemark/summary.py``: header and meta, then one blob per part) is cut
 at its part boundaries, and a paged part at its pages (``Sketch.pieces``: pages whose
-bytes depend only on what they hold, named ``part@1``, ``part@2``, ...), into segments, each stored once under the digest of its bytes in
-the stream's segment hash (``keys.shard_segments``). The shard's status names them in
+bytes depend only on what they hold, named ``part@1``, ``part@2``, ...), into segments,
+each stored once under the digest of its bytes in the stream's segment hash
+(``keys.shard_segments``). The shard's status names them in
 order (``status["segments"] = [[part, digest], ...]``, the head first as ``"_head"``):
 their concatenation is the blob, byte for byte. A part a batch did not touch keeps its
 bytes and so its digest, so a publish writes, and a reader fetches, only the segments

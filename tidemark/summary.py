@@ -11,9 +11,11 @@ Byte layout (after the common 16-byte sketch header, family STREAM_SUMMARY)::
     u32 meta length | meta JSON | part blob 0 | part blob 1 | ...
 
 ``meta`` = {"config": StreamConfig, "secret" (fingerprint of the hash secret), "clock"
-(largest event time, seconds, or null), "parts": [[name, length], ...], and "lost" when an
-update failed (below)}; the part lengths must add up to the rest. Only parts that were built
-are stored.
+(largest event time, seconds, or null), "parts": [[name, length], ...], "cuts" when a part
+writes its bytes in pages ({name: [length of each piece, ...]}: ``Sketch.pieces``, where
+``tidemark.segments`` cuts the blob), and "lost" when an update failed (below)}; the part
+lengths must add up to the rest, a paged part's pieces to its length. Only parts that were
+built are stored.
 
 **Lost events.** Ingest's limits and the sketches' capacities agree (``tidemark/limits.py``),
 so no accepted event should ever fail an update. Should one still fail (a bug, a corrupt
