@@ -127,7 +127,10 @@ def _pids_answering(base: str, connections: int = 16) -> set[int]:
                     link = os.readlink(fd)
                 except OSError:
                     continue
-                if link.startswith("socket:") and _peer_port(pid, link[8:-1]) in local:
+                # the server's side of one of ours: its local port is the server's and its
+                # peer port one of ours (a peer port alone can be any other process's
+                # connection that happens to use the same number, as in one clean run)
+                if link.startswith("socket:") and _ports(pid, link[8:-1]) in {(port, p) for p in local}:
                     owners.add(pid)
         return owners
     finally:
@@ -139,8 +142,8 @@ def _all_pids() -> list[int]:
     return [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit()]
 
 
-def _peer_port(pid: int, inode: str) -> int | None:
-    """The remote port of the TCP socket ``inode`` seen from ``pid``."""
+def _ports(pid: int, inode: str) -> tuple[int, int] | None:
+    """The (local, remote) ports of the TCP socket ``inode`` seen from ``pid``."""
     for table in ("tcp", "tcp6"):
         try:
             lines = Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]
@@ -149,7 +152,7 @@ def _peer_port(pid: int, inode: str) -> int | None:
         for line in lines:
             fields = line.split()
             if fields[9] == inode:
-                return int(fields[2].rsplit(":", 1)[1], 16)
+                return int(fields[1].rsplit(":", 1)[1], 16), int(fields[2].rsplit(":", 1)[1], 16)
     return None
 
 
