@@ -15,7 +15,7 @@ own append script (``app.ingest.Ingest.append``, back-pressure caps lifted).
 ``--fill S`` first gives every stream ``S`` seconds of in-order history at its rate (5,000-event
 chunks) and waits until it is counted, so the timed batches run with the window filled (the
 steady state); ``--heavy`` streams also carry values and a polynomial decay (every part of a
-summary), and the RocksDB bytes written per batch (``rocksdbTotalBytesWritten``) are reported.
+summary). The RocksDB bytes written per batch (``rocksdbTotalBytesWritten``) are reported too.
 """
 
 from __future__ import annotations
@@ -126,10 +126,7 @@ def run(spark, streams: int, rate: float, size: int, seconds: float, warm: float
             stop.set()
             progress = [p for p in query.recentProgress if b0 < p["batchId"] <= b1]
             durations = [p["durationMs"]["triggerExecution"] / 1000 for p in progress]
-            # group updates: the updated state rows (or, for a stateful function that emits a
-            # row per group, its output rows)
-            groups = sum(p["sink"].get("numOutputRows") or p["stateOperators"][0]["numRowsUpdated"]
-                         for p in progress)
+            groups = sum(p["stateOperators"][0]["numRowsUpdated"] for p in progress)
             state_bytes = [p["stateOperators"][0].get("customMetrics", {}).get("rocksdbTotalBytesWritten")
                            for p in progress]
             state_bytes = [b for b in state_bytes if b is not None]

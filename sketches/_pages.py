@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["page_starts", "mix64", "PAGE_RECORDS", "PAGE_MIN"]
+__all__ = ["page_starts", "page_bytes", "mix64", "PAGE_RECORDS", "PAGE_MIN"]
 
 PAGE_RECORDS = 64  # records per page on average (a cut candidate every 64)
 PAGE_MIN = 32  # records per page at least (but the last)
@@ -62,3 +62,10 @@ def page_starts(ident: np.ndarray, may_cut: np.ndarray | None = None, every: int
     candidates = np.flatnonzero(cut).astype(np.int64)
     gaps = np.diff(candidates, prepend=0)
     return np.concatenate(([0], candidates[(gaps >= least) & (candidates > 0)]))
+
+
+def page_bytes(buf: np.ndarray, ends: np.ndarray) -> list[bytes]:
+    """The pages a family's compiled writer put one after another in ``buf`` (a uint8
+    array), cut at ``ends`` (each page's end)."""
+    raw, edges = buf.tobytes(), [0] + ends.tolist()
+    return [raw[a:b] for a, b in zip(edges, edges[1:])]

@@ -117,7 +117,7 @@ from sketches._randomized_wave_kernels import (
 )
 from sketches._bytes import HEADER_SIZE, Reader, Writer
 from sketches._codec import varint_size
-from sketches._pages import PAGE_MIN, page_starts
+from sketches._pages import PAGE_MIN, page_bytes, page_starts
 from sketches.base import CorruptSketchError, Estimate, Family, Sketch, SketchError, seed_value, tick_bounds, window_size, window_ticks
 
 __all__ = ["RandomizedWave", "suggest_sizes", "per_instance_failure"]
@@ -600,8 +600,7 @@ class RandomizedWave(Sketch):
         if not uk.size:
             return [head.bytes()]
         buf, ends = write_pair_pages(uk, ut, held, starts)
-        raw, edges = buf.tobytes(), [0] + ends.tolist()
-        return [head.bytes()] + [raw[a:b] for a, b in zip(edges, edges[1:])]
+        return [head.bytes()] + page_bytes(buf, ends)
 
     def _payload(self) -> bytes:
         return b"".join(self._payload_pieces())

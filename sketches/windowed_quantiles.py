@@ -138,7 +138,7 @@ import numpy as np
 
 from sketches import _windowed_quantile_kernels as K
 from sketches._bytes import Reader, Writer
-from sketches._pages import page_starts
+from sketches._pages import page_bytes, page_starts
 from sketches.base import CorruptSketchError, Family, Sketch, SketchError, epsilon_and_window, integer_ticks, window_range
 from sketches.splittable_histogram import suggest_alpha
 
@@ -737,8 +737,7 @@ class WindowedQuantiles(Sketch):
         if not left.size:
             return [head]
         buf, ends = K.write_pages(left, lg, off, K.key_gaps(self._keys, off), self._cnts, starts)
-        raw, edges = buf.tobytes(), [0] + ends.tolist()
-        return [head] + [raw[a:b] for a, b in zip(edges, edges[1:])]
+        return [head] + page_bytes(buf, ends)
 
     def _payload(self) -> bytes:
         return b"".join(self._payload_pieces())

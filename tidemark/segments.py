@@ -27,7 +27,7 @@ from __future__ import annotations
 import hashlib
 
 from sketches.base import CorruptSketchError
-from tidemark.summary import HEAD_SEGMENT, read_head
+from tidemark.summary import HEAD_SEGMENT, read_head, segment_name
 
 __all__ = ["split", "join", "digest"]
 
@@ -50,7 +50,7 @@ def split(blob: bytes) -> list[tuple[str, bytes]]:
     out = [(HEAD, bytes(blob[:offset]))]
     for name, length in head.layout:
         for j, size in enumerate(head.cuts.get(name, [length])):
-            out.append((f"{name}@{j}" if j else name, bytes(blob[offset : offset + size])))
+            out.append((segment_name(name, j), bytes(blob[offset : offset + size])))
             offset += size
     return out
 

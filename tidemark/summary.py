@@ -52,11 +52,17 @@ from tidemark.ticks import ticks_of
 from tidemark.wire.records import read_config
 
 __all__ = ["StreamSummary", "Columns", "PARTS", "PartSpec", "spec_of", "part_names", "relative_decays",
-           "candidate_k", "SummaryHead", "read_head"]
+           "candidate_k", "SummaryHead", "read_head", "HEAD_SEGMENT", "segment_name"]
 
 
 _META = struct.Struct("<I")
 HEAD_SEGMENT = "_head"  # the head's name among a blob's segments (``tidemark.segments``)
+
+
+def segment_name(part: str, page: int) -> str:
+    """A part's ``page``-th piece among a blob's segments: the part's name, then ``part@1``,
+    ``part@2``, ... (``tidemark.segments.split`` and ``encode_segments`` name them so)."""
+    return f"{part}@{page}" if page else part
 
 
 def _add_lost(a: dict | None, b: dict | None) -> dict | None:
@@ -221,7 +227,7 @@ class StreamSummary:
         size = _META.size + len(meta) + sum(lengths.values())
         out = [(HEAD_SEGMENT, pack_header(Family.STREAM_SUMMARY, size, fmt=2) + _META.pack(len(meta)) + meta)]
         for name, p in pieces.items():
-            out += [(f"{name}@{j}" if j else name, b) for j, b in enumerate(p)]
+            out += [(segment_name(name, j), b) for j, b in enumerate(p)]
         return out, lengths
 
     @classmethod

@@ -81,7 +81,7 @@ import struct
 import numpy as np
 
 from sketches._bytes import HEADER_SIZE, Reader, Writer
-from sketches._pages import PAGE_MIN, mix64, page_starts
+from sketches._pages import PAGE_MIN, mix64, page_bytes, page_starts
 from sketches._codec import max_float_column_size, varint_size
 from sketches.base import CorruptSketchError, Estimate, Family, IncompatibleSketchError, Sketch, SketchError
 from sketches.base import integer_ticks, seed_value, unit_interval
@@ -582,8 +582,7 @@ class DecayedAdditiveSketch(Sketch):
         if not starts.size:
             return [head.bytes()]
         buf, ends = write_pages(t, r, self._v, self._w, self._lev, starts)
-        raw, edges = buf.tobytes(), [0] + ends.tolist()
-        return [head.bytes()] + [raw[a:b] for a, b in zip(edges, edges[1:])]
+        return [head.bytes()] + page_bytes(buf, ends)
 
     def _payload(self) -> bytes:
         return b"".join(self._payload_pieces())
