@@ -364,34 +364,59 @@ def loaded_buffers(emask, s):
 
 
 @njit(cache=True)
-def export_entries(ekey, eT, emask, eh, hwm):
-    """Live entries sorted by key, with the lowest level each is in; -1 if not contiguous."""
-    n = 0
-    for e in range(hwm):
-        if emask[e] != _U0:
-            n += 1
-    idx = np.empty(n, np.int64)
+def export_entries(ekey, eT, emask, eh, hwm, okeys, oslots):
+    """Live entries sorted by key, with the lowest level each is in (-1 if not contiguous),
+    and their slots: ``(keys, ticks, lows, slots)``.
+
+    ``okeys``/``oslots`` are a previous export's keys and slots (empty for none). A slot
+    that still holds the key it held then keeps its place in that order (keys are distinct
+    in a pool, so the kept ones stay sorted); only the slots filled since are sorted and
+    merged in, so an export costs the pool plus what changed, not a sort of the pool."""
+    mark = np.zeros(hwm, np.bool_)
+    kept = np.empty(oslots.size, np.int64)
     c = 0
-    for e in range(hwm):
-        if emask[e] != _U0:
-            idx[c] = e
+    for j in range(oslots.size):
+        e = oslots[j]
+        if e < hwm and emask[e] != _U0 and ekey[e] == okeys[j] and not mark[e]:
+            mark[e] = True
+            kept[c] = e
             c += 1
-    keys = ekey[idx]
-    order = np.argsort(keys)
-    idx = idx[order]
+    m = 0
+    for e in range(hwm):
+        if emask[e] != _U0 and not mark[e]:
+            m += 1
+    fresh = np.empty(m, np.int64)
+    m = 0
+    for e in range(hwm):
+        if emask[e] != _U0 and not mark[e]:
+            fresh[m] = e
+            m += 1
+    fresh = fresh[np.argsort(ekey[fresh])]
+    n = c + m
+    idx = np.empty(n, np.int64)
+    a, b = 0, 0
+    for j in range(n):
+        if b >= m or (a < c and ekey[kept[a]] < ekey[fresh[b]]):
+            idx[j] = kept[a]
+            a += 1
+        else:
+            idx[j] = fresh[b]
+            b += 1
+    keys = np.empty(n, np.uint64)
     out_t = np.empty(n, np.int64)
     out_l = np.empty(n, np.int64)
     for j in range(n):
         e = idx[j]
-        m = emask[e]
+        bits = emask[e]
         low = 0
-        while (m >> np.uint64(low)) & _U1 == _U0:
+        while (bits >> np.uint64(low)) & _U1 == _U0:
             low += 1
         full = ((_U1 << np.uint64(eh[e] + 1)) - _U1) if eh[e] < 63 else ~_U0
         want = full & ~((_U1 << np.uint64(low)) - _U1)
-        out_l[j] = low if m == want else -1
+        out_l[j] = low if bits == want else -1
         out_t[j] = eT[e]
-    return keys[order], out_t, out_l
+        keys[j] = ekey[e]
+    return keys, out_t, out_l, idx
 
 
 # -- bytes -----------------------------------------------------------------------------------

@@ -198,7 +198,7 @@ class _Instance:
     """One independent wave: its hash, pool of entries and per-level state."""
 
     __slots__ = ("a0", "a1", "b", "ekey", "eT", "emask", "eh", "free", "meta", "table",
-                 "s", "fT", "fK", "fhas", "bufs")
+                 "s", "fT", "fK", "fhas", "bufs", "okeys", "oslots")
 
     def __init__(self, params: np.ndarray, levels: int):
         self.a0, self.a1, self.b = (np.uint64(x) for x in params)
@@ -214,6 +214,7 @@ class _Instance:
         self.fK = np.zeros(levels, np.uint64)
         self.fhas = np.zeros(levels, np.uint8)
         self.bufs = empty_buffers(levels)
+        self.okeys, self.oslots = _NO_KEYS, _NO_SLOTS  # the last export's order (``entries``)
 
     @classmethod
     def loaded(cls, params: np.ndarray, keys, ticks, h, emask, counts, fhas, fT, fK) -> "_Instance":
@@ -231,6 +232,7 @@ class _Instance:
         w.table = None
         w.s, w.fhas, w.fT, w.fK = counts, fhas, fT, fK
         w.bufs = loaded_buffers(emask, counts)
+        w.okeys, w.oslots = _NO_KEYS, _NO_SLOTS
         return w
 
     def _build_table(self) -> None:
@@ -267,7 +269,13 @@ class _Instance:
                               self.table, self.s, self.fT, self.fK, self.fhas, self.bufs)
 
     def entries(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        return export_entries(self.ekey, self.eT, self.emask, self.eh, int(self.meta[0]))
+        """``(keys, ticks, lowest levels)`` of the live entries, sorted by key. The order is
+        kept for the next call, which sorts only the entries filled since (the worker
+        encodes a shard every batch: sorting the whole pool was most of its encode)."""
+        keys, ticks, lows, self.oslots = export_entries(
+            self.ekey, self.eT, self.emask, self.eh, int(self.meta[0]), self.okeys, self.oslots)
+        self.okeys = keys
+        return keys, ticks, lows
 
     def covering_level(self, lo: int) -> int:
         """Lowest level whose floor tick is < lo (it holds every key with T >= lo), or -1."""
@@ -294,6 +302,9 @@ class _Instance:
             setattr(new, name, val.copy() if isinstance(val, np.ndarray) else val)
         new.bufs = buffers_from(*flatten_buffers(self.bufs))
         return new
+
+
+_NO_KEYS, _NO_SLOTS = np.zeros(0, np.uint64), np.zeros(0, np.int64)
 
 
 @functools.lru_cache(maxsize=1024)

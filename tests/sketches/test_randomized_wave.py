@@ -573,3 +573,27 @@ def test_a_read_wave_takes_events_merges_and_pickles_as_one_kept_in_memory(strea
     unbuilt = pickle.loads(pickle.dumps(RandomizedWave.from_bytes(b.to_bytes())))
     unbuilt.update(ticks[:half], keys[:half])
     assert unbuilt.to_bytes() == kept.to_bytes()
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(streams(max_n=1500), st.integers(1, 40), st.booleans())
+def test_an_export_kept_from_the_last_one_is_a_fresh_sort(stream, batches, merge_in):
+    """``_Instance.entries`` keeps its key order between calls and sorts only slots filled
+    since: over many small batches (slots freed by compaction and filled again with other
+    keys), each with an encode, and merges in between, the bytes are those of the same
+    wave with its kept order thrown away."""
+    import copy
+
+    ticks, keys, s = stream
+    rng = np.random.default_rng(s)
+    wave = RandomizedWave(**SMALL, seed=s)
+    for part in np.array_split(rng.permutation(ticks.size), batches):
+        wave.update(ticks[part], keys[part])
+        if merge_in and rng.random() < 0.3:
+            other = RandomizedWave(**SMALL, seed=s)
+            other.update(ticks[part] + 1, keys[part] ^ np.uint64(1))
+            wave.merge(other)
+        forgot = copy.deepcopy(wave)
+        for w in forgot._waves:
+            w.okeys, w.oslots = w.okeys[:0], w.oslots[:0]
+        assert wave.to_bytes() == forgot.to_bytes()

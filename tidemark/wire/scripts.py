@@ -160,6 +160,13 @@ end
 local status = cjson.decode(ARGV[3])
 local sent = {}
 for i = 8, #ARGV, 2 do sent[ARGV[i]] = true end
+-- A segment this shard's current manifest names is stored (only this script removes
+-- segments, and never a named one), unless the stream's segments were lost whole (a key
+-- deleted by hand): then every one is looked up. So a publish looks up only what it
+-- neither sent nor had, not every segment of its summary.
+if old and old['generation'] == tonumber(ARGV[7]) and redis.call('EXISTS', KEYS[2]) == 1 then
+  for _, seg in ipairs(old['segments'] or {}) do sent[seg[2]] = true end
+end
 for _, seg in ipairs(status['segments'] or {}) do
   if not sent[seg[2]] and redis.call('HEXISTS', KEYS[2], seg[2]) == 0 then return -1 end
 end
