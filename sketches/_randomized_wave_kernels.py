@@ -18,6 +18,12 @@ level is trimmed back to its ``C`` best scores (:func:`compact_level`) only when
 ``2C`` entries, or before a query or a serialisation. Why this is exact is proved in
 ``sketches/randomized_wave.py``.
 
+A trim keeps its result sorted by score (:func:`trim_level`), so the next one sorts only
+what arrived since and merges: ``srt[l]`` leading entries of level ``l`` are sorted as of
+stamp ``stamp[l]``; ``stamp[-1]`` counts trims, and ``echg[e]`` is the stamp after which
+entry ``e``'s tick last rose (a sorted entry whose tick rose since is out of place, and is
+taken out and sorted again with the new ones). A merge leaves no level sorted.
+
 Tested by: tests/sketches/test_randomized_wave.py (levels_of, hashes_of),
 tests/sketches/test_compiled_codec.py.
 """
@@ -150,7 +156,7 @@ def rebuild_table(table, ekey, emask, hwm):
 
 
 @njit(cache=True)
-def grown_pool(ekey, eT, emask, eh, free, hwm, nfree, size):
+def grown_pool(ekey, eT, emask, eh, echg, free, hwm, nfree, size):
     """The pool's arrays widened to ``size`` slots (the first ``hwm`` entries and ``nfree``
     free slots kept, the rest zero) and a key table built for them, in one call: a pool is
     grown at the first insertion after every read."""
@@ -158,18 +164,20 @@ def grown_pool(ekey, eT, emask, eh, free, hwm, nfree, size):
     eT2 = np.zeros(size, np.int64)
     emask2 = np.zeros(size, np.uint64)
     eh2 = np.zeros(size, np.int64)
+    echg2 = np.zeros(size, np.int64)
     free2 = np.zeros(size, np.int64)
     ekey2[:hwm] = ekey[:hwm]
     eT2[:hwm] = eT[:hwm]
     emask2[:hwm] = emask[:hwm]
     eh2[:hwm] = eh[:hwm]
+    echg2[:hwm] = echg[:hwm]
     free2[:nfree] = free[:nfree]
     slots = 2
     while slots < 2 * size:  # 1 << (2·size − 1).bit_length(): load factor <= 1/2
         slots *= 2
     table = np.full(slots, -1, np.int64)
     rebuild_table(table, ekey2, emask2, hwm)
-    return ekey2, eT2, emask2, eh2, free2, table
+    return ekey2, eT2, emask2, eh2, echg2, free2, table
 
 
 @njit(cache=True, inline="always")
@@ -260,6 +268,87 @@ def compact_level(l, C, ekey, eT, emask, free, meta, table, s, fT, fK, fhas, buf
 
 
 @njit(cache=True)
+def _by_score(idx, eT, ekey):
+    """``idx`` sorted by score (tick, then key: keys of a level are distinct)."""
+    idx = idx[np.argsort(ekey[idx], kind="mergesort")]
+    return idx[np.argsort(eT[idx], kind="mergesort")]
+
+
+@njit(cache=True, inline="always")
+def _below(a, b, eT, ekey):
+    return eT[a] < eT[b] or (eT[a] == eT[b] and ekey[a] < ekey[b])
+
+
+@njit(cache=True)
+def trim_level(l, C, ekey, eT, emask, free, meta, table, s, fT, fK, fhas, bufs, srt, stamp, echg):
+    """:func:`compact_level`'s result, paying for what changed since the level's last trim.
+
+    The level's sorted prefix (``srt[l]`` entries, module notes) less the entries whose
+    tick rose since is still in score order; the rest (entries appended since, and those)
+    are checked against the floor (only a merge puts entries at or below it there: it
+    leaves nothing sorted), sorted, and merged with it from the bottom: the lowest scores
+    go until C are left, and the floor rises to the best score pushed out, exactly as a
+    full trim decides. The C kept are left sorted for the next trim."""
+    shift = _shift_for(table.size)
+    tmask = table.size - 1
+    bit = _U1 << np.uint64(l)
+    buf = bufs[l]
+    n, p, at = s[l], srt[l], stamp[l]
+    kept = np.empty(p, np.int64)
+    moved = np.empty(n, np.int64)
+    nk, nm = 0, 0
+    for j in range(p):
+        e = buf[j]
+        if echg[e] > at:
+            moved[nm] = e
+            nm += 1
+        else:
+            kept[nk] = e
+            nk += 1
+    below = 0
+    for j in range(p, n):
+        e = buf[j]
+        if _beats(eT[e], ekey[e], l, fT, fK, fhas):
+            moved[nm] = e
+            nm += 1
+        else:  # left from a merge that raised the floor: goes, the floor stays
+            below += 1
+            emask[e] &= ~bit
+            if emask[e] == _U0:
+                _drop_entry(e, ekey, free, meta, table, shift, tmask)
+    moved = _by_score(moved[:nm], eT, ekey)
+    drop = nk + nm - C
+    a, b = 0, 0
+    if drop > 0:
+        last = -1
+        for _ in range(drop):
+            if b >= nm or (a < nk and _below(kept[a], moved[b], eT, ekey)):
+                last = kept[a]
+                a += 1
+            else:
+                last = moved[b]
+                b += 1
+            emask[last] &= ~bit
+            if emask[last] == _U0:
+                _drop_entry(last, ekey, free, meta, table, shift, tmask)
+        if _beats(eT[last], ekey[last], l, fT, fK, fhas):
+            fT[l], fK[l], fhas[l] = eT[last], ekey[last], 1
+    c = 0
+    while a < nk or b < nm:
+        if b >= nm or (a < nk and _below(kept[a], moved[b], eT, ekey)):
+            buf[c] = kept[a]
+            a += 1
+        else:
+            buf[c] = moved[b]
+            b += 1
+        c += 1
+    s[l] = c
+    srt[l] = c
+    stamp[-1] += 1
+    stamp[l] = stamp[-1]
+
+
+@njit(cache=True)
 def _append(bufs, s, l, e, C):
     buf = bufs[l]
     if s[l] == buf.size:  # grow lazily: a level never holds more than 2C
@@ -273,7 +362,7 @@ def _append(bufs, s, l, e, C):
 
 @njit(cache=True)
 def insert_events(ticks, keys, a0, a1, b, C, L, ekey, eT, emask, eh, free, meta, table,
-                  s, fT, fK, fhas, bufs):
+                  s, fT, fK, fhas, bufs, srt, stamp, echg):
     """Insert (tick, key) events in any order; the pool must have room for ``keys.size``."""
     shift = _shift_for(table.size)
     tmask = table.size - 1
@@ -287,6 +376,7 @@ def insert_events(ticks, keys, a0, a1, b, C, L, ekey, eT, emask, eh, free, meta,
             if t <= eT[e]:
                 continue  # the key's latest tick is unchanged: so is every level
             eT[e] = t
+            echg[e] = stamp[-1] + 1  # out of place in the levels sorted before now
             h = eh[e]
             m = emask[e]
         else:
@@ -318,7 +408,8 @@ def insert_events(ticks, keys, a0, a1, b, C, L, ekey, eT, emask, eh, free, meta,
         if full:
             for l in range(h + 1):
                 if s[l] >= over:
-                    compact_level(l, C, ekey, eT, emask, free, meta, table, s, fT, fK, fhas, bufs)
+                    trim_level(l, C, ekey, eT, emask, free, meta, table, s, fT, fK, fhas, bufs,
+                               srt, stamp, echg)
 
 
 @njit(cache=True)

@@ -111,6 +111,7 @@ from sketches._randomized_wave_kernels import (
     read_floors,
     read_pair_pages,
     rebuild_table,
+    trim_level,
     unique_pairs,
     write_floors,
     write_pair_pages,
@@ -198,7 +199,7 @@ class _Instance:
     """One independent wave: its hash, pool of entries and per-level state."""
 
     __slots__ = ("a0", "a1", "b", "ekey", "eT", "emask", "eh", "free", "meta", "table",
-                 "s", "fT", "fK", "fhas", "bufs", "okeys", "oslots")
+                 "s", "fT", "fK", "fhas", "bufs", "okeys", "oslots", "srt", "stamp", "echg")
 
     def __init__(self, params: np.ndarray, levels: int):
         self.a0, self.a1, self.b = (np.uint64(x) for x in params)
@@ -215,6 +216,9 @@ class _Instance:
         self.fhas = np.zeros(levels, np.uint8)
         self.bufs = empty_buffers(levels)
         self.okeys, self.oslots = _NO_KEYS, _NO_SLOTS  # the last export's order (``entries``)
+        # How much of each level is sorted by score, and since when (``trim_level``).
+        self.srt, self.stamp = np.zeros(levels, np.int64), np.zeros(levels + 1, np.int64)
+        self.echg = np.zeros(0, np.int64)
 
     @classmethod
     def loaded(cls, params: np.ndarray, keys, ticks, h, emask, counts, fhas, fT, fK) -> "_Instance":
@@ -233,6 +237,8 @@ class _Instance:
         w.s, w.fhas, w.fT, w.fK = counts, fhas, fT, fK
         w.bufs = loaded_buffers(emask, counts)
         w.okeys, w.oslots = _NO_KEYS, _NO_SLOTS
+        w.srt, w.stamp = np.zeros(counts.size, np.int64), np.zeros(counts.size + 1, np.int64)
+        w.echg = np.zeros(n, np.int64)
         return w
 
     def _build_table(self) -> None:
@@ -247,8 +253,9 @@ class _Instance:
                 self._build_table()
             return
         new = max(need, 2 * cap, 16)
-        (self.ekey, self.eT, self.emask, self.eh, self.free, self.table) = grown_pool(
-            self.ekey, self.eT, self.emask, self.eh, self.free, int(self.meta[0]), int(self.meta[1]), new)
+        (self.ekey, self.eT, self.emask, self.eh, self.echg, self.free, self.table) = grown_pool(
+            self.ekey, self.eT, self.emask, self.eh, self.echg, self.free, int(self.meta[0]),
+            int(self.meta[1]), new)
 
     def insert(self, ticks: np.ndarray, keys: np.ndarray, cap: int, top: int) -> None:
         for i in range(0, ticks.size, _CHUNK):
@@ -256,7 +263,7 @@ class _Instance:
             self.reserve(t.size)
             insert_events(t, k, self.a0, self.a1, self.b, cap, top, self.ekey, self.eT,
                           self.emask, self.eh, self.free, self.meta, self.table, self.s,
-                          self.fT, self.fK, self.fhas, self.bufs)
+                          self.fT, self.fK, self.fhas, self.bufs, self.srt, self.stamp, self.echg)
 
     def compact(self, cap: int, everything: bool) -> None:
         if not everything and not (self.s > cap).any():
@@ -265,8 +272,14 @@ class _Instance:
             if self.s[lev] > cap or (everything and self.s[lev] > 0):
                 if self.table is None:
                     self._build_table()
-                compact_level(lev, cap, self.ekey, self.eT, self.emask, self.free, self.meta,
-                              self.table, self.s, self.fT, self.fK, self.fhas, self.bufs)
+                if everything:  # after a merge: every entry is checked against its floor
+                    compact_level(lev, cap, self.ekey, self.eT, self.emask, self.free, self.meta,
+                                  self.table, self.s, self.fT, self.fK, self.fhas, self.bufs)
+                    self.srt[lev] = 0
+                else:
+                    trim_level(lev, cap, self.ekey, self.eT, self.emask, self.free, self.meta,
+                               self.table, self.s, self.fT, self.fK, self.fhas, self.bufs,
+                               self.srt, self.stamp, self.echg)
 
     def entries(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(keys, ticks, lowest levels)`` of the live entries, sorted by key. The order is
@@ -525,6 +538,7 @@ class RandomizedWave(Sketch):
                 (mine.fhas == 0) | (theirs.fT > mine.fT) | ((theirs.fT == mine.fT) & (theirs.fK > mine.fK)))
             mine.fT[raise_floor], mine.fK[raise_floor] = theirs.fT[raise_floor], theirs.fK[raise_floor]
             mine.fhas |= theirs.fhas
+            mine.srt[:] = 0  # raised floors: no level's order is trusted (``trim_level``)
             keys, ticks, _ = theirs.entries()
             mine.insert(ticks, keys, self.capacity, self.top)
         self._dirty = True
