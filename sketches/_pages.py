@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["page_starts", "page_bytes", "mix64", "PAGE_RECORDS", "PAGE_MIN"]
+__all__ = ["page_starts", "starts_at", "page_bytes", "mix64", "PAGE_RECORDS", "PAGE_MIN"]
 
 PAGE_RECORDS = 64  # records per page on average (a cut candidate every 64)
 PAGE_MIN = 32  # records per page at least (but the last)
@@ -53,12 +53,19 @@ def page_starts(ident: np.ndarray, may_cut: np.ndarray | None = None, every: int
     candidate ``i`` — its identity hashes to 0 modulo ``every`` (and, with ``may_cut``,
     it allows a cut) — that lies at least ``least`` records after the candidate before it
     (or after 0). Empty for no records."""
-    n = len(ident)
-    if n == 0:
+    if len(ident) == 0:
         return np.zeros(0, np.int64)
     cut = (mix64(ident) % np.uint64(every)) == 0
     if may_cut is not None:
         cut &= may_cut
+    return starts_at(cut, least)
+
+
+def starts_at(cut: np.ndarray, least: int = PAGE_MIN) -> np.ndarray:
+    """``page_starts`` from each record's candidacy (``cut``), for a family that keeps
+    its records' hashes between encodes."""
+    if len(cut) == 0:
+        return np.zeros(0, np.int64)
     candidates = np.flatnonzero(cut).astype(np.int64)
     gaps = np.diff(candidates, prepend=0)
     return np.concatenate(([0], candidates[(gaps >= least) & (candidates > 0)]))

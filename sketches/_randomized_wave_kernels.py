@@ -24,6 +24,10 @@ stamp ``stamp[l]``; ``stamp[-1]`` counts trims, and ``echg[e]`` is the stamp aft
 entry ``e``'s tick last rose (a sorted entry whose tick rose since is out of place, and is
 taken out and sorted again with the new ones). A merge leaves no level sorted.
 
+Every key whose entry changes (a tick rises, a level is added or taken away) is logged in
+``dlog[:dmeta[0]]`` (``dmeta[1]`` set once the log is full), so an encode can rewrite only
+the pairs of those keys (:func:`splice_pairs`).
+
 Tested by: tests/sketches/test_randomized_wave.py (levels_of, hashes_of),
 tests/sketches/test_compiled_codec.py.
 """
@@ -185,6 +189,16 @@ def _beats(t, key, l, fT, fK, fhas):
     return fhas[l] == 0 or t > fT[l] or (t == fT[l] and key > fK[l])
 
 
+@njit(cache=True, inline="always")
+def _log(key, dlog, dmeta):
+    c = dmeta[0]
+    if c < dlog.size:
+        dlog[c] = key
+        dmeta[0] = c + 1
+    else:
+        dmeta[1] = 1  # full: the next encode rewrites every pair
+
+
 @njit(cache=True)
 def _drop_entry(e, ekey, free, meta, table, shift, tmask):
     _delete_slot(table, shift, tmask, ekey, _find(table, shift, tmask, ekey, ekey[e]))
@@ -194,7 +208,7 @@ def _drop_entry(e, ekey, free, meta, table, shift, tmask):
 
 
 @njit(cache=True)
-def compact_level(l, C, ekey, eT, emask, free, meta, table, s, fT, fK, fhas, bufs):
+def compact_level(l, C, ekey, eT, emask, free, meta, table, s, fT, fK, fhas, bufs, dlog, dmeta):
     """Trim level ``l`` to its canonical content: the C best scores above the floor.
 
     Entries at or below the floor are dropped without touching the floor (they can only
@@ -262,6 +276,7 @@ def compact_level(l, C, ekey, eT, emask, free, meta, table, s, fT, fK, fhas, buf
             c += 1
         else:
             emask[e] &= ~bit
+            _log(ekey[e], dlog, dmeta)
             if emask[e] == _U0:
                 _drop_entry(e, ekey, free, meta, table, shift, tmask)
     s[l] = c
@@ -280,7 +295,8 @@ def _below(a, b, eT, ekey):
 
 
 @njit(cache=True)
-def trim_level(l, C, ekey, eT, emask, free, meta, table, s, fT, fK, fhas, bufs, srt, stamp, echg):
+def trim_level(l, C, ekey, eT, emask, free, meta, table, s, fT, fK, fhas, bufs, srt, stamp, echg,
+               dlog, dmeta):
     """:func:`compact_level`'s result, paying for what changed since the level's last trim.
 
     The level's sorted prefix (``srt[l]`` entries, module notes) less the entries whose
@@ -314,6 +330,7 @@ def trim_level(l, C, ekey, eT, emask, free, meta, table, s, fT, fK, fhas, bufs, 
         else:  # left from a merge that raised the floor: goes, the floor stays
             below += 1
             emask[e] &= ~bit
+            _log(ekey[e], dlog, dmeta)
             if emask[e] == _U0:
                 _drop_entry(e, ekey, free, meta, table, shift, tmask)
     moved = _by_score(moved[:nm], eT, ekey)
@@ -329,6 +346,7 @@ def trim_level(l, C, ekey, eT, emask, free, meta, table, s, fT, fK, fhas, bufs, 
                 last = moved[b]
                 b += 1
             emask[last] &= ~bit
+            _log(ekey[last], dlog, dmeta)
             if emask[last] == _U0:
                 _drop_entry(last, ekey, free, meta, table, shift, tmask)
         if _beats(eT[last], ekey[last], l, fT, fK, fhas):
@@ -362,7 +380,7 @@ def _append(bufs, s, l, e, C):
 
 @njit(cache=True)
 def insert_events(ticks, keys, a0, a1, b, C, L, ekey, eT, emask, eh, free, meta, table,
-                  s, fT, fK, fhas, bufs, srt, stamp, echg):
+                  s, fT, fK, fhas, bufs, srt, stamp, echg, dlog, dmeta):
     """Insert (tick, key) events in any order; the pool must have room for ``keys.size``."""
     shift = _shift_for(table.size)
     tmask = table.size - 1
@@ -387,6 +405,8 @@ def insert_events(ticks, keys, a0, a1, b, C, L, ekey, eT, emask, eh, free, meta,
             bit = _U1 << np.uint64(l)
             if (m & bit) == _U0 and _beats(t, v, l, fT, fK, fhas):
                 add |= bit
+        if e >= 0 or add != _U0:
+            _log(v, dlog, dmeta)  # its tick rose, or it joins a level
         if add == _U0:
             continue
         if e < 0:
@@ -409,7 +429,7 @@ def insert_events(ticks, keys, a0, a1, b, C, L, ekey, eT, emask, eh, free, meta,
             for l in range(h + 1):
                 if s[l] >= over:
                     trim_level(l, C, ekey, eT, emask, free, meta, table, s, fT, fK, fhas, bufs,
-                               srt, stamp, echg)
+                               srt, stamp, echg, dlog, dmeta)
 
 
 @njit(cache=True)
@@ -728,19 +748,22 @@ def write_floors(fT, fK, fhas, sizes, clock):
 
 
 @njit(cache=True)
-def write_pair_pages(uk, ut, held, starts):
-    """The pairs' pages in one buffer: ``(bytes, end of each page)``. Per page: varint m,
-    first key and key gaps, the newest tick (zig-zag) and each tick's distance below it,
-    then per instance a bitmap of the page's pairs it holds (``held[instance, pair]``)."""
-    u = uk.shape[0]
+def write_pair_pages(uk, ut, held, starts, stops):
+    """Pages ``[starts[j], stops[j])`` of the pairs in one buffer: ``(bytes, end of each
+    page)``. Per page: varint m, first key and key gaps, the newest tick (zig-zag) and each
+    tick's distance below it, then per instance a bitmap of the page's pairs it holds
+    (``held[instance, pair]``)."""
     inst = held.shape[0]
     pages = starts.shape[0]
+    u = 0
+    for j in range(pages):
+        u += stops[j] - starts[j]
     out = np.empty(pages * 20 + u * 30 + pages * inst * 2 + inst * (u + 7) // 8 + 8, np.uint8)
     ends = np.empty(pages, np.int64)
     p = 0
     for j in range(pages):
         a = starts[j]
-        b = starts[j + 1] if j + 1 < pages else u
+        b = stops[j]
         p = put_varint(out, p, np.uint64(b - a))
         p = put_varint(out, p, uk[a])
         for x in range(a + 1, b):
@@ -760,6 +783,124 @@ def write_pair_pages(uk, ut, held, starts):
             p += nb
         ends[j] = p
     return out[:p], ends
+
+
+@njit(cache=True)
+def ticks_of(keys, table, ekey, eT, emask, eh):
+    """Per key, its live entry's tick (-1: none), and whether every entry found is in a
+    contiguous run of levels from its lowest up to h(key) (the invariant ``export_entries``
+    checks)."""
+    shift = _shift_for(table.size)
+    tmask = table.size - 1
+    out = np.full(keys.size, -1, np.int64)
+    ok = True
+    for j in range(keys.size):
+        e = table[_find(table, shift, tmask, ekey, keys[j])]
+        if e < 0 or emask[e] == _U0:
+            continue
+        out[j] = eT[e]
+        bits = emask[e]
+        low = 0
+        while (bits >> np.uint64(low)) & _U1 == _U0:
+            low += 1
+        full = ((_U1 << np.uint64(eh[e] + 1)) - _U1) if eh[e] < 63 else ~_U0
+        ok &= bits == (full & ~((_U1 << np.uint64(low)) - _U1))
+    return out, ok
+
+
+@njit(cache=True, inline="always")
+def _cut_hash(x, every):
+    """``sketches._pages.mix64(x) % every == 0``, compiled (SplitMix64's finalizer)."""
+    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    x = x ^ (x >> np.uint64(31))
+    return x % np.uint64(every) == _U0
+
+
+@njit(cache=True)
+def splice_pairs(uk, ut, held, hit, keys, ticks, every):
+    """The sorted pairs after the pairs of ``keys`` (sorted, distinct) are replaced by
+    what the instances hold now (``ticks[instance, j]``: key j's tick there, -1 for none):
+    ``(uk, ut, held, hit, origin)``, where ``hit`` says a pair's key hashes to a cut point
+    (``sketches._pages``) and ``origin`` is the old index of each pair kept (-1: new). One
+    pass over the pairs; only the changed keys' pairs are built."""
+    inst = held.shape[0]
+    u = uk.shape[0]
+    nd = keys.shape[0]
+    n = u
+    x = 0
+    for j in range(nd):  # the count first: old pairs of changed keys out, their new ones in
+        while x < u and uk[x] < keys[j]:
+            x += 1
+        while x < u and uk[x] == keys[j]:
+            n -= 1
+            x += 1
+        for i in range(inst):
+            t = ticks[i, j]
+            if t >= 0:
+                first = True
+                for i2 in range(i):
+                    if ticks[i2, j] == t:
+                        first = False
+                if first:
+                    n += 1
+    uk2 = np.empty(n, np.uint64)
+    ut2 = np.empty(n, np.int64)
+    held2 = np.zeros((inst, n), np.bool_)
+    hit2 = np.empty(n, np.bool_)
+    origin = np.empty(n, np.int64)
+    x, q = 0, 0
+    for j in range(nd + 1):
+        while x < u and (j == nd or uk[x] < keys[j]):
+            uk2[q], ut2[q], hit2[q], origin[q] = uk[x], ut[x], hit[x], x
+            for i in range(inst):
+                held2[i, q] = held[i, x]
+            x += 1
+            q += 1
+        if j == nd:
+            break
+        d = keys[j]
+        while x < u and uk[x] == d:
+            x += 1
+        h = _cut_hash(d, every)
+        last = np.int64(-1)
+        while True:  # the key's distinct ticks, ascending
+            t = np.int64(-1)
+            for i in range(inst):
+                if ticks[i, j] > last and (t < 0 or ticks[i, j] < t):
+                    t = ticks[i, j]
+            if t < 0:
+                break
+            uk2[q], ut2[q], hit2[q], origin[q] = d, t, h, -1
+            for i in range(inst):
+                held2[i, q] = ticks[i, j] == t
+            q += 1
+            last = t
+    return uk2, ut2, held2, hit2, origin
+
+
+@njit(cache=True)
+def reused_pages(origin, starts, stops, old_starts, old_stops):
+    """Per page ``[starts[j], stops[j])``, the old page holding exactly its pairs (every
+    pair kept, in one run from that page's first to its last), else -1: such a page's
+    bytes are the old page's (a page's bytes depend only on its pairs)."""
+    out = np.full(starts.size, -1, np.int64)
+    for j in range(starts.size):
+        a, b = starts[j], stops[j]
+        o = origin[a]
+        if o < 0:
+            continue
+        k = np.searchsorted(old_starts, o)
+        if k >= old_starts.size or old_starts[k] != o or old_stops[k] - o != b - a:
+            continue
+        same = True
+        for x in range(a, b):
+            if origin[x] != o + (x - a):
+                same = False
+                break
+        if same:
+            out[j] = k
+    return out
 
 
 @njit(cache=True)

@@ -111,6 +111,9 @@ from sketches._randomized_wave_kernels import (
     read_floors,
     read_pair_pages,
     rebuild_table,
+    reused_pages,
+    splice_pairs,
+    ticks_of,
     trim_level,
     unique_pairs,
     write_floors,
@@ -118,7 +121,7 @@ from sketches._randomized_wave_kernels import (
 )
 from sketches._bytes import HEADER_SIZE, Reader, Writer
 from sketches._codec import varint_size
-from sketches._pages import PAGE_MIN, page_bytes, page_starts
+from sketches._pages import PAGE_MIN, PAGE_RECORDS, mix64, page_bytes, page_starts, starts_at
 from sketches.base import CorruptSketchError, Estimate, Family, Sketch, SketchError, seed_value, tick_bounds, window_size, window_ticks
 
 __all__ = ["RandomizedWave", "suggest_sizes", "per_instance_failure"]
@@ -199,7 +202,8 @@ class _Instance:
     """One independent wave: its hash, pool of entries and per-level state."""
 
     __slots__ = ("a0", "a1", "b", "ekey", "eT", "emask", "eh", "free", "meta", "table",
-                 "s", "fT", "fK", "fhas", "bufs", "okeys", "oslots", "srt", "stamp", "echg")
+                 "s", "fT", "fK", "fhas", "bufs", "okeys", "oslots", "srt", "stamp", "echg",
+                 "dlog", "dmeta")
 
     def __init__(self, params: np.ndarray, levels: int):
         self.a0, self.a1, self.b = (np.uint64(x) for x in params)
@@ -219,6 +223,7 @@ class _Instance:
         # How much of each level is sorted by score, and since when (``trim_level``).
         self.srt, self.stamp = np.zeros(levels, np.int64), np.zeros(levels + 1, np.int64)
         self.echg = np.zeros(0, np.int64)
+        self._no_log()
 
     @classmethod
     def loaded(cls, params: np.ndarray, keys, ticks, h, emask, counts, fhas, fT, fK) -> "_Instance":
@@ -239,7 +244,30 @@ class _Instance:
         w.okeys, w.oslots = _NO_KEYS, _NO_SLOTS
         w.srt, w.stamp = np.zeros(counts.size, np.int64), np.zeros(counts.size + 1, np.int64)
         w.echg = np.zeros(n, np.int64)
+        w._no_log()
         return w
+
+    def _no_log(self) -> None:
+        """An empty change log (module notes of the kernels), marked full: with no encode
+        of this state to build on, the next encode writes every pair."""
+        self.dlog, self.dmeta = np.zeros(0, np.uint64), np.array([0, 1], np.int64)
+
+    def log_room(self, events: int) -> None:
+        """Room in the change log for a batch of ``events`` (a key logged once per change,
+        and about once more per level a trim takes it from), up to a quarter of the pool:
+        a batch that changes more is encoded whole."""
+        need = int(self.dmeta[0]) + 4 * events + 256
+        if self.dlog.size < need <= max(4096, int(self.meta[2]) // 4) and not self.dmeta[1]:
+            grown = np.zeros(max(need, 2 * self.dlog.size), np.uint64)
+            grown[: self.dmeta[0]] = self.dlog[: self.dmeta[0]]
+            self.dlog = grown
+
+    def changed_keys(self) -> np.ndarray | None:
+        """The keys whose entries changed since the log was cleared; None once it is full."""
+        return None if self.dmeta[1] else self.dlog[: self.dmeta[0]]
+
+    def clear_log(self) -> None:
+        self.dmeta[:] = 0
 
     def _build_table(self) -> None:
         self.table = np.full(1 << (2 * self.ekey.size - 1).bit_length(), -1, np.int64)
@@ -261,9 +289,11 @@ class _Instance:
         for i in range(0, ticks.size, _CHUNK):
             t, k = ticks[i : i + _CHUNK], keys[i : i + _CHUNK]
             self.reserve(t.size)
+            self.log_room(t.size)
             insert_events(t, k, self.a0, self.a1, self.b, cap, top, self.ekey, self.eT,
                           self.emask, self.eh, self.free, self.meta, self.table, self.s,
-                          self.fT, self.fK, self.fhas, self.bufs, self.srt, self.stamp, self.echg)
+                          self.fT, self.fK, self.fhas, self.bufs, self.srt, self.stamp, self.echg,
+                          self.dlog, self.dmeta)
 
     def compact(self, cap: int, everything: bool) -> None:
         if not everything and not (self.s > cap).any():
@@ -274,12 +304,13 @@ class _Instance:
                     self._build_table()
                 if everything:  # after a merge: every entry is checked against its floor
                     compact_level(lev, cap, self.ekey, self.eT, self.emask, self.free, self.meta,
-                                  self.table, self.s, self.fT, self.fK, self.fhas, self.bufs)
+                                  self.table, self.s, self.fT, self.fK, self.fhas, self.bufs,
+                                  self.dlog, self.dmeta)
                     self.srt[lev] = 0
                 else:
                     trim_level(lev, cap, self.ekey, self.eT, self.emask, self.free, self.meta,
                                self.table, self.s, self.fT, self.fK, self.fhas, self.bufs,
-                               self.srt, self.stamp, self.echg)
+                               self.srt, self.stamp, self.echg, self.dlog, self.dmeta)
 
     def entries(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(keys, ticks, lowest levels)`` of the live entries, sorted by key. The order is
@@ -398,6 +429,7 @@ class RandomizedWave(Sketch):
         self.top = _top_level(self.max_distinct, self.capacity)
         self._clock: int | None = None
         self._dirty = False  # a merge raised floors: every level needs trimming
+        self._encoded = None  # the pairs and pages of the last encode (``_payload_pieces``)
         # (A wave being read gets its instances from the blob: ``_read``.)
         self._waves = [] if _reading else [_Instance(p, self.top + 1) for p in self._params_of()]
 
@@ -542,6 +574,7 @@ class RandomizedWave(Sketch):
             keys, ticks, _ = theirs.entries()
             mine.insert(ticks, keys, self.capacity, self.top)
         self._dirty = True
+        self._encoded = None  # (the next encode writes every pair)
         self._clock = other._clock if self._clock is None else max(self._clock, other._clock)
         return self
 
@@ -593,9 +626,8 @@ class RandomizedWave(Sketch):
                 + pages * (varint_size(u) + 10 + self.instances))
 
     def _pairs(self):
-        """``(uk, ut, held, fT, fK, fhas, sizes)``: the sorted distinct pairs, which instance
-        holds which, and the instances' floors and member counts."""
-        self._canonicalize()
+        """``(uk, ut, held, sizes)``: the sorted distinct pairs, which instance holds which,
+        and each instance's member count."""
         entries = [w.entries() for w in self._waves]
         for _, _, low in entries:
             if np.any(low < 0):
@@ -604,10 +636,7 @@ class RandomizedWave(Sketch):
         ticks = np.concatenate([e[1] for e in entries])
         sizes = np.array([e[0].size for e in entries], np.int64)
         uk, ut, held = unique_pairs(keys, ticks, sizes)
-        fT = np.stack([w.fT for w in self._waves])
-        fK = np.stack([w.fK for w in self._waves])
-        fhas = np.stack([w.fhas for w in self._waves])
-        return uk, ut, held, fT, fK, fhas, sizes
+        return uk, ut, held, sizes
 
     @staticmethod
     def _page_starts(uk: np.ndarray) -> np.ndarray:
@@ -615,17 +644,63 @@ class RandomizedWave(Sketch):
         may_cut[1:] = uk[1:] != uk[:-1]  # a key's pairs stay in one page
         return page_starts(uk, may_cut)
 
+    def _spliced(self):
+        """The last encode's pairs with the pairs of every key changed since rebuilt
+        (``splice_pairs``): ``(uk, ut, held, hit, origin)``, or None when there is no
+        last encode or some instance changed too many keys to log."""
+        logs = [w.changed_keys() for w in self._waves]
+        if self._encoded is None or any(log is None for log in logs):
+            return None
+        uk, ut, held, hit, _, _, _ = self._encoded
+        changed = np.unique(np.concatenate(logs))
+        ticks = np.empty((len(self._waves), changed.size), np.int64)
+        for i, w in enumerate(self._waves):
+            if w.table is None:
+                w._build_table()
+            ticks[i], ok = ticks_of(changed, w.table, w.ekey, w.eT, w.emask, w.eh)
+            if not ok:
+                raise SketchError("randomized wave invariant broken: non-contiguous levels")
+        return splice_pairs(uk, ut, held, hit, changed, ticks, PAGE_RECORDS)
+
     def _payload_pieces(self) -> list[bytes]:
-        uk, ut, held, fT, fK, fhas, sizes = self._pairs()
+        """Head and floors, then the pairs' pages. The pairs of keys no entry changed since
+        the last encode are carried over, and a page holding exactly the pairs of a page
+        of that encode is that page's bytes (pages depend only on their pairs): an encode
+        builds what changed, not the whole wave (tested against a fresh encode)."""
+        self._canonicalize()
+        spliced = self._spliced()
+        if spliced is None:
+            uk, ut, held, _ = self._pairs()
+            hit = (mix64(uk) % np.uint64(PAGE_RECORDS)) == 0
+            origin = None
+        else:
+            uk, ut, held, hit, origin = spliced
+        may_cut = np.ones(uk.size, bool)
+        may_cut[1:] = uk[1:] != uk[:-1]  # a key's pairs stay in one page
+        starts = starts_at(hit & may_cut)
+        stops = np.append(starts[1:], uk.size).astype(np.int64) if starts.size else starts
+        sizes = np.array([int(w.meta[2]) for w in self._waves], np.int64)
+        fT = np.stack([w.fT for w in self._waves])
+        fK = np.stack([w.fK for w in self._waves])
+        fhas = np.stack([w.fhas for w in self._waves])
         clock = self._clock if self._clock is not None else 0
-        starts = self._page_starts(uk)
         head = Writer().pack(self._HEAD, self.epsilon, self.delta, self.window, self.seed,
                              self.max_distinct, self._clock is not None, clock)
         head.uint(uk.size).uint(starts.size).raw(write_floors(fT, fK, fhas, sizes, clock).tobytes())
-        if not uk.size:
-            return [head.bytes()]
-        buf, ends = write_pair_pages(uk, ut, held, starts)
-        return [head.bytes()] + page_bytes(buf, ends)
+        if origin is None:
+            reuse = np.full(starts.size, -1, np.int64)
+        else:
+            _, _, _, _, old_starts, old_stops, _ = self._encoded
+            reuse = reused_pages(origin, starts, stops, old_starts, old_stops)
+        fresh = reuse < 0
+        buf, ends = write_pair_pages(uk, ut, held, starts[fresh], stops[fresh])
+        written = iter(page_bytes(buf, ends))
+        old_pages = self._encoded[6] if origin is not None else []
+        pages = [old_pages[k] if k >= 0 else next(written) for k in reuse.tolist()]
+        self._encoded = (uk, ut, held, hit, starts, stops, pages)
+        for w in self._waves:
+            w.clear_log()
+        return [head.bytes()] + pages
 
     def _payload(self) -> bytes:
         return b"".join(self._payload_pieces())
