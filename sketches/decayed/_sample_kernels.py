@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from sketches._codec import put_floats, put_varint
+from sketches._codec import E_TRUNCATED, get_floats, get_varint, put_floats, put_varint
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
@@ -236,3 +236,77 @@ def write_pages(t, r, v, w, lev, starts):
             p += 1
         ends[j] = p
     return out[:p], ends
+
+
+# Why a page run is refused (``read_pages``'s positive codes; negative ones are the codec's).
+PAGE_ERRORS = {1: "decayed additive sketch has a bad page",
+               2: "decayed additive sketch events are not valid",
+               3: "decayed additive sketch has a bad event count",
+               4: "decayed additive sketch blob has a count out of range"}
+
+
+@njit(cache=True)
+def read_pages(buf, p, n, pages, tick_limit):
+    """What :func:`write_pages` wrote, ``pages`` pages of ``n`` events in all, bounds-checked
+    in one compiled pass (a page read from Python cost a dispatch per column per page):
+    ``(code, end, t, r, v, w, lev, starts)``, code 0 or a key of ``PAGE_ERRORS``, or
+    negative for a short or malformed buffer."""
+    t = np.empty(n, np.int64)
+    r = np.empty(n, np.uint64)
+    v = np.empty(n, np.float64)
+    w = np.empty(n, np.float64)
+    lev = np.empty(n, np.uint8)
+    starts = np.empty(pages, np.int64)
+    x = 0
+    for j in range(pages):
+        m, p = get_varint(buf, p)
+        if p < 0:
+            return p, p, t, r, v, w, lev, starts
+        if m > np.uint64(n):
+            return 4, p, t, r, v, w, lev, starts
+        if m < 1 or 10 * np.int64(m) > buf.shape[0] - p:
+            return 1, p, t, r, v, w, lev, starts
+        m = np.int64(m)
+        if x + m > n:
+            return 3, p, t, r, v, w, lev, starts
+        first, p = get_varint(buf, p)
+        if p < 0:
+            return p, p, t, r, v, w, lev, starts
+        if first > np.uint64(tick_limit - 1):
+            return 4, p, t, r, v, w, lev, starts
+        starts[j] = x
+        t[x] = np.int64(first)
+        below = np.float64(0.0)
+        for i in range(1, m):
+            g, p = get_varint(buf, p)
+            if p < 0:
+                return p, p, t, r, v, w, lev, starts
+            below += np.float64(g)
+            if below > np.float64(first):
+                return 2, p, t, r, v, w, lev, starts
+            t[x + i] = t[x + i - 1] - np.int64(g)
+        if 8 * m > buf.shape[0] - p:
+            return E_TRUNCATED, p, t, r, v, w, lev, starts
+        for i in range(m):
+            y = np.uint64(0)
+            for q in range(8):
+                y |= np.uint64(buf[p + q]) << np.uint64(8 * q)
+            r[x + i] = y
+            p += 8
+        col, p = get_floats(buf, p, m)
+        if p < 0:
+            return p, p, t, r, v, w, lev, starts
+        v[x : x + m] = col
+        col, p = get_floats(buf, p, m)
+        if p < 0:
+            return p, p, t, r, v, w, lev, starts
+        w[x : x + m] = col
+        if m > buf.shape[0] - p:
+            return E_TRUNCATED, p, t, r, v, w, lev, starts
+        for i in range(m):
+            lev[x + i] = buf[p + i]
+        p += m
+        x += m
+    if x != n:
+        return 3, p, t, r, v, w, lev, starts
+    return 0, p, t, r, v, w, lev, starts

@@ -86,12 +86,14 @@ from sketches._codec import max_float_column_size, varint_size
 from sketches.base import CorruptSketchError, Estimate, Family, IncompatibleSketchError, Sketch, SketchError
 from sketches.base import integer_ticks, seed_value, unit_interval
 from sketches.decayed._sample_kernels import (
+    PAGE_ERRORS,
     coefficients,
     contributions,
     draw,
     is_descending,
     merge_compact,
     prefilter,
+    read_pages,
     write_pages,
 )
 from sketches.decayed._view import View
@@ -604,20 +606,17 @@ class DecayedAdditiveSketch(Sketch):
         pages = rd.uint()
         if not (1 <= pages <= n if n else pages == 0):
             raise CorruptSketchError("decayed additive sketch has a bad page count")
-        cols = [_read_page(rd, n) for _ in range(pages)]
-        if n:
-            t, r, v, w, lev = (np.concatenate([c[i] for c in cols]) for i in range(5))
-            if t.size != n:
-                raise CorruptSketchError("decayed additive sketch has a bad event count")
-        else:
-            t, r, v, w, lev = (np.zeros(0, dt) for dt in (np.int64, np.uint64, np.float64, np.float64, np.uint8))
+        code, end, t, r, v, w, lev, starts = read_pages(rd.buf, rd.pos, n, pages, _TICK_LIMIT)
+        if code:
+            raise rd.fail_code(code) if code < 0 else CorruptSketchError(PAGE_ERRORS[code])
+        rd.pos = end
         rd.done()
         if n and (t.min() < 0 or t.max() >= _TICK_LIMIT or not is_descending(t, r)
                   or not np.all(np.isfinite(v)) or v.min() < vmin or v.max() > vmax
                   or not np.all(np.isfinite(w)) or w.min() <= 0 or lev.max() > TOP
                   or w.sum() > total * (1 + 1e-9) + 1e-300):
             raise CorruptSketchError("decayed additive sketch events are not valid")
-        if n and not np.array_equal(np.cumsum([0] + [c[0].size for c in cols[:-1]]), sk._page_starts(t, r)):
+        if n and not np.array_equal(starts, sk._page_starts(t, r)):
             raise CorruptSketchError("decayed additive sketch has pages cut where its events do not cut them")
         sk._stream = int(stream) if has else None
         sk._counter, sk._total, sk._inserted, sk._ovf = int(counter), float(total), int(inserted), int(ovf)
@@ -628,21 +627,6 @@ class DecayedAdditiveSketch(Sketch):
             # an uncovered event lies below k top-level samples
             raise CorruptSketchError("decayed additive sketch uncovered tick is not below a full top level")
         return sk
-
-
-def _read_page(rd: Reader, n: int) -> tuple:
-    """One page of events (``DecayedAdditiveSketch._payload_pieces``), bounds-checked."""
-    m = rd.uint(n)
-    if m < 1 or 10 * m > rd.left():
-        raise CorruptSketchError("decayed additive sketch has a bad page")
-    first = rd.uint(_TICK_LIMIT - 1)
-    gaps = rd.uints(m - 1)
-    if gaps.size and int(gaps.sum(dtype=np.float64)) > first:
-        raise CorruptSketchError("decayed additive sketch events are not valid")
-    t = np.empty(m, np.int64)
-    t[0] = first
-    t[1:] = first - np.cumsum(gaps.astype(np.int64))
-    return t, rd.array("<u8", m), rd.floats(m), rd.floats(m), rd.array("u1", m)
 
 
 _HEAD = struct.Struct("<ddddQd")
