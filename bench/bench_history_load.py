@@ -17,7 +17,8 @@ its ``Retry-After`` for that stream.
 Reported per tree: events/s accepted and counted during the load, the 429s, freshness
 (from a ``202`` to the first published status of its stream counting it; statuses read
 from Redis on every publish announcement) p50 / p95 / max, the 202s counted after more than
-10 s, and how long the history took to be counted.
+10 s, how long the history took to be counted, and the cores each part used during the load
+(the worker: Spark's JVM with its Python workers).
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ sys.path.insert(0, str(HERE.parent))
 sys.path.insert(1, str(HERE))
 
 from _common import HEADERS, api_env, run_dir, start_api, stop  # noqa: E402
-from bench_scale import freshness  # noqa: E402
+from bench_scale import cpu_of, freshness  # noqa: E402
 from tidemark.redis_server import EmbeddedRedis  # noqa: E402
 from tidemark.wire import keys  # noqa: E402
 
@@ -88,13 +89,14 @@ def run(src: Path, args) -> dict:
             with httpx.Client(base_url=base, timeout=120, headers=HEADERS) as c:
                 for n in names:
                     c.put(f"/v1/streams/{n}", json=CONFIG).raise_for_status()
-            return measure(base, r, names, args)
+            return measure(base, r, names, args, {"API": api.pid, "worker": worker.pid,
+                                                  "Redis": server.process.pid})
         finally:
             stop(worker)
             stop(api)
 
 
-def measure(base: str, r, names: list[str], args) -> dict:
+def measure(base: str, r, names: list[str], args, pids: dict[str, int]) -> dict:
     now = time.time()
     per_post = 5000
     posts = max(1, round(args.history * args.history_rate / per_post))
@@ -177,12 +179,15 @@ def measure(base: str, r, names: list[str], args) -> dict:
     watcher = threading.Thread(target=watch)
     watcher.start()
     started = time.monotonic()
+    cpu0 = {k: cpu_of([p]) for k, p in pids.items()} | {"load": time.process_time()}
     threads = [threading.Thread(target=load, args=(names[k::args.clients], k)) for k in range(args.clients)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
     took = time.monotonic() - started
+    cores = {k: (cpu_of([p]) - cpu0[k]) / took for k, p in pids.items()}
+    cores["load"] = (time.process_time() - cpu0["load"]) / took
     at_end = sum(counted(r, names).values())
     deadline = time.monotonic() + 120
     while counted(r, names) != totals and time.monotonic() < deadline:
@@ -204,6 +209,7 @@ def measure(base: str, r, names: list[str], args) -> dict:
         "drained_s": drained,
         "fill_s": fill_s,
         "history": sum(expected.values()),
+        "cores": cores,
     }
 
 
@@ -219,8 +225,8 @@ def main() -> None:
     args = ap.parse_args()
     trees = ([(Path(args.compare).resolve(), "compared")] if args.compare else []) + [(HERE.parent, "this tree")]
     print(f"| tree | history counted in | accepted / s | counted / s | posts (429s) | freshness p50 / p95 / max "
-          f"| > 10 s | drained after |")
-    print("|---|---|---|---|---|---|---|---|")
+          f"| > 10 s | drained after | cores: API / worker / Redis / this load |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for src, label in trees:
         if label == "compared":
             label = subprocess.run(["git", "-C", str(src), "rev-parse", "--short", "HEAD"], capture_output=True,
@@ -230,7 +236,8 @@ def main() -> None:
         print(f"| {label} | {m['fill_s']:.0f} s ({m['history']:,} events) | {m['accepted_per_s']:,.0f} "
               f"| {m['counted_per_s']:,.0f} | {m['posts']:,} ({m['refused']:,}) "
               f"| {m['fresh_p50']:.2f} / {m['fresh_p95']:.2f} / {m['fresh_max']:.2f} s | {m['over_10s']} "
-              f"| {m['drained_s']:.1f} s |", flush=True)
+              f"| {m['drained_s']:.1f} s | " + " / ".join(f"{m['cores'][k]:.2f}" for k in
+                                                        ("API", "worker", "Redis", "load")) + " |", flush=True)
 
 
 if __name__ == "__main__":

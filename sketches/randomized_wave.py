@@ -302,11 +302,16 @@ class _Instance:
             if self.s[lev] > cap or (everything and self.s[lev] > 0):
                 if self.table is None:
                     self._build_table()
-                if everything:  # after a merge: every entry is checked against its floor
+                # After a merge every entry is checked against its floor; a level never
+                # trimmed in this object (just read) is trimmed without sorting it, as a
+                # summary read for one batch is common (a Spark worker process finds the
+                # shard it decoded last only about half the time); the next trim sorts it.
+                if everything or (self.srt[lev] == 0 and self.stamp[lev] == 0):
                     compact_level(lev, cap, self.ekey, self.eT, self.emask, self.free, self.meta,
                                   self.table, self.s, self.fT, self.fK, self.fhas, self.bufs,
                                   self.dlog, self.dmeta)
                     self.srt[lev] = 0
+                    self.stamp[lev] = -1  # trimmed once: the next trim sorts it
                 else:
                     trim_level(lev, cap, self.ekey, self.eT, self.emask, self.free, self.meta,
                                self.table, self.s, self.fT, self.fK, self.fhas, self.bufs,
