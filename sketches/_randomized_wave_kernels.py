@@ -460,16 +460,24 @@ def latest_ticks(l, eT, s, bufs):
 def loaded_buffers(emask, s):
     """Level buffers of a freshly loaded pool, as a new typed list: each level lists the
     entries whose bit is set (one compiled call per instance read)."""
-    bufs = List()
-    n = emask.size
+    start = np.zeros(s.size + 1, np.int64)
     for l in range(s.size):
-        bit = _U1 << np.uint64(l)
+        start[l + 1] = start[l] + s[l]
+    flat = np.empty(start[-1], np.int64)
+    fill = start[:-1].copy()
+    for e in range(emask.size):  # one pass: an entry's levels are a run of bits
+        bits = emask[e]
+        l = 0
+        while bits != _U0:
+            if bits & _U1:
+                flat[fill[l]] = e
+                fill[l] += 1
+            bits >>= _U1
+            l += 1
+    bufs = List()
+    for l in range(s.size):
         buf = np.empty(max(s[l], 1), np.int64)
-        c = 0
-        for e in range(n):
-            if emask[e] & bit:
-                buf[c] = e
-                c += 1
+        buf[: s[l]] = flat[start[l] : start[l + 1]]
         bufs.append(buf)
     return bufs
 
@@ -609,22 +617,16 @@ def check_members(uk, ut, idx, n, nf, fhas, fT, fK, counts, C, has_clock, clock,
     latest0 = np.int64(-1)
     for j in range(n):
         key, t = uk[idx[j]], ut[idx[j]]
+        # The floors fall as levels rise (checked above), so the floors it does not beat are
+        # those of levels 0..low-1 and it beats every one above: it is a member of levels
+        # low..h, beats the floor of each, and is missing from none below ``low`` it
+        # hashes to (each has a floor it does not beat).
         low = 0
-        for l in range(nf):  # the levels whose floor it does not beat
-            if not _above(t, key, fT[l], fK[l]):
-                low += 1
+        while low < nf and not _above(t, key, fT[low], fK[low]):
+            low += 1
         hj = level_of(field_hash(key, a0, a1, b), L)
         if low > hj:
             return 8, h, emask
-        # It is a member of levels low..h, each of which it must beat the floor of (if any),
-        # and it must beat no floor of a level below ``low`` it hashes to: it would be
-        # missing there (such a level has a floor: ``low`` counts floors).
-        for l in range(low, min(nf, hj + 1)):
-            if not _above(t, key, fT[l], fK[l]):
-                return 10, h, emask
-        for l in range(min(low, hj + 1)):
-            if _above(t, key, fT[l], fK[l]):
-                return 10, h, emask
         for l in range(low, hj + 1):
             counts[l] += 1
         if low == 0:
