@@ -827,3 +827,95 @@ def read_cells(buf, p, size):
             return 2, p, counts
         counts[flat[j]] = vals[j]
     return 0, p, counts
+
+
+# -- the state's pages (``CellSketch._state_pieces``), written and read in one call each ------
+@nb.njit(cache=True)
+def write_state_pages(lvl, idx, s, e, m, counts, starts):
+    """The buckets' pages in one buffer: ``(bytes, end of each page)``. Per page: varint
+    bucket count, its bucket columns (:func:`write_bucket_columns`), its cells
+    (:func:`write_cells` of its rows of ``counts``)."""
+    b = lvl.shape[0]
+    pages = starts.shape[0]
+    parts = nb.typed.List()
+    for j in range(pages):
+        lo = starts[j]
+        hi = starts[j + 1] if j + 1 < pages else b
+        head = np.empty(10, np.uint8)
+        parts.append(head[: put_varint(head, 0, np.uint64(hi - lo))])
+        parts.append(write_bucket_columns(lvl[lo:hi], idx[lo:hi], s[lo:hi], e[lo:hi], m[lo:hi]))
+        parts.append(write_cells(np.ascontiguousarray(counts[lo:hi]).ravel()))
+    total = 0
+    for part in parts:
+        total += part.shape[0]
+    out = np.empty(total, np.uint8)
+    ends = np.empty(pages, np.int64)
+    p = 0
+    for i in range(len(parts)):
+        part = parts[i]
+        out[p : p + part.shape[0]] = part
+        p += part.shape[0]
+        if i % 3 == 2:
+            ends[i // 3] = p
+    return out, ends
+
+
+@nb.njit(cache=True)
+def read_state_pages(buf, p, b, pages, k):
+    """What :func:`write_state_pages` wrote: ``pages`` pages of ``b`` buckets of ``k`` cells
+    in all. ``(code, which, end, lvl, idx, s, e, m, counts, sizes)``: ``which`` 0 for the
+    pages themselves (code 1: an empty page, 2: more buckets than ``b``, 3: fewer), 1 for a
+    bucket column's code (``BUCKET_ERRORS``), 2 for a cell column's; negative codes are the
+    codec's. Nothing is allocated on ``b``: only on what the pages hold."""
+    cols = nb.typed.List()
+    rows = nb.typed.List()
+    sizes = np.zeros(pages, np.int64)
+    seen = 0
+    code, which = 0, 0
+    for j in range(pages):
+        mm, p = get_varint(buf, p)
+        if p < 0:
+            code = p
+            break
+        if mm < 1:
+            code = 1
+            break
+        if mm > np.uint64(b - seen):
+            code = 2
+            break
+        n = np.int64(mm)
+        c, p2, lvl, idx, s, e, m = read_bucket_columns(buf, p, n)
+        if c:
+            code, which, p = c, (1 if c > 0 else 0), p2
+            break
+        c, p2, cells = read_cells(buf, p2, n * k)
+        if c:
+            code, which, p = c, (2 if c > 0 else 0), p2
+            break
+        p = p2
+        cols.append(np.stack((lvl, idx, s, e)))
+        rows.append(m)
+        rows.append(cells)
+        sizes[j] = n
+        seen += n
+    if code == 0 and seen != b:
+        code = 3
+    total = seen
+    lvl = np.empty(total, np.int64)
+    idx = np.empty(total, np.int64)
+    s = np.empty(total, np.int64)
+    e = np.empty(total, np.int64)
+    m = np.empty(total)
+    counts = np.empty((total, k))
+    q = 0
+    for j in range(len(cols)):
+        c4 = cols[j]
+        n = c4.shape[1]
+        lvl[q : q + n] = c4[0]
+        idx[q : q + n] = c4[1]
+        s[q : q + n] = c4[2]
+        e[q : q + n] = c4[3]
+        m[q : q + n] = rows[2 * j]
+        counts[q : q + n] = rows[2 * j + 1].reshape(n, k)
+        q += n
+    return code, which, p, lvl, idx, s, e, m, counts, sizes

@@ -14,7 +14,7 @@ import struct
 import numpy as np
 
 from sketches._bytes import Reader, Writer
-from sketches._pages import page_starts
+from sketches._pages import page_bytes, page_starts
 from sketches._ecm_kernels import (
     BUCKET_ERRORS,
     NO_CLOCK,
@@ -27,8 +27,10 @@ from sketches._ecm_kernels import (
     materialize,
     read_bucket_columns,
     read_cells,
+    read_state_pages,
     write_bucket_columns,
     write_cells,
+    write_state_pages,
 )
 from sketches.base import CorruptSketchError, Estimate, Family, IncompatibleSketchError, Sketch, SketchError
 from sketches.base import not_expired, seed_value, tick_bounds, unit_interval, window_ticks
@@ -38,6 +40,8 @@ from sketches.base import not_expired, seed_value, tick_bounds, unit_interval, w
 __all__ = ["ECMSketch", "TICK_LIMIT", "cell_index", "split_epsilon", "suggest_dimensions"]
 
 METHOD = "ecm-sketch/dyadic-exponential-histogram"
+_PAGE_ERRORS = {1: "ECM blob has an empty page", 2: "ECM blob has a count out of range",
+                3: "ECM blob length does not match its bucket count"}
 _PURPOSES = ("point", "inner")
 _TWO_52 = 2.0**-52
 FORMAT = 3  # byte format version of the ECM family (every class that shares its family byte)
@@ -345,13 +349,10 @@ class CellSketch(TimeBucketed):
         starts = self._page_starts(tb) if len(tb) else np.zeros(0, np.int64)
         head = Writer().pack(self._STATE, tb.clock, self._events, self._depth, self._leaves,
                              int(self._fractional), len(tb), self.n_cells).uint(starts.size).bytes()
-        out = [head]
-        lvl = tb.lvl.astype(np.int64)
-        for a, b in zip(starts.tolist(), starts[1:].tolist() + [len(tb)]):
-            cols = write_bucket_columns(lvl[a:b], tb.idx[a:b], tb.s[a:b], tb.e[a:b], tb.m[a:b])
-            cells = write_cells(np.ascontiguousarray(self._counts[a:b]).ravel())
-            out.append(Writer().uint(b - a).raw(cols.tobytes()).raw(cells.tobytes()).bytes())
-        return out
+        if not len(tb):
+            return [head]
+        buf, ends = write_state_pages(tb.lvl.astype(np.int64), tb.idx, tb.s, tb.e, tb.m, self._counts, starts)
+        return [head] + page_bytes(buf, ends)
 
     def _state_bytes(self) -> bytes:
         return b"".join(self._state_pieces())
@@ -372,34 +373,25 @@ class CellSketch(TimeBucketed):
         pages = rd.uint(b)
         if (pages == 0) != (b == 0):
             raise CorruptSketchError("ECM blob page count does not match its bucket count")
-        cols, rows, sizes = [], [], []
-        for _ in range(pages):
-            m = rd.uint(b)
-            if m < 1:
-                raise CorruptSketchError("ECM blob has an empty page")
-            page = TimeBuckets(self._tb.window, self._tb.ratio)
-            read_buckets(rd, page, m, "ECM")
-            code, end, cells = read_cells(rd.buf, rd.pos, m * k)
-            if code:
+        code, which, end, lvl, idx, s, e, m, rows, sizes = read_state_pages(rd.buf, rd.pos, b, pages, k)
+        if code:
+            if which == 1:
+                raise CorruptSketchError(f"ECM blob {BUCKET_ERRORS[code]}")
+            if which == 2 or code < 0:
                 raise rd.fail_code(code, self._CELL_ERRORS)
-            rd.pos = end
-            cols.append(page)
-            rows.append(cells.reshape(m, k))
-            sizes.append(m)
+            raise CorruptSketchError(_PAGE_ERRORS[code])
+        rd.pos = end
         rd.done()
-        if sum(sizes) != b:
-            raise CorruptSketchError("ECM blob length does not match its bucket count")
         if b:
-            for name in ("lvl", "idx", "s", "e", "m"):
-                setattr(tb, name, np.concatenate([getattr(page, name) for page in cols]))
-            counts = np.concatenate(rows)
+            tb.lvl, tb.idx, tb.s, tb.e, tb.m = lvl, idx, s, e, m
+            counts = rows
         tb.clock = clock
         if b == 0 and clock != NO_CLOCK and abs(clock) >= TICK_LIMIT:
             raise CorruptSketchError("ECM blob clock out of range")
         why = tb.validate()
         if why:
             raise CorruptSketchError(f"ECM blob invalid: {why}")
-        if b and not np.array_equal(np.cumsum([0] + sizes[:-1]), self._page_starts(tb)):
+        if b and not np.array_equal(np.cumsum(np.concatenate(([0], sizes[:-1]))), self._page_starts(tb)):
             raise CorruptSketchError("ECM blob has pages cut where its buckets do not cut them")
         for c in range(self._shift.shape[0]):  # every slot of a bucket sums to its mass
             o, w = int(self._offset[c]), int(self._width[c])

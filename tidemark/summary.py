@@ -329,15 +329,18 @@ def warm_up(classes: Collection[str] | None = None) -> tuple[StreamConfig, "Stre
     config, secret = _warm_up_stream()
     summary = StreamSummary.create(config, secret)
     ts = np.array([1.0, 2.5, 2.0])
-    table = decode_chunk(encode_chunk(ts, ["a", "b", None], np.array([1.0, 2.0, np.nan]), np.ones(3)))
-    if classes is None:
-        summary.update_table(table)
-    else:
-        cols = summary.columns(table)
-        for name in summary.names:
-            if spec_of(name).cls.__name__ in classes:
-                spec_of(name).feed(summary[name], cols)
-    back = StreamSummary.from_bytes(summary.to_bytes(), secret)
+    blob = b""
+    for shift in (0.0, 1.0):  # twice: the second encode builds on the first (the worker's)
+        batch = decode_chunk(encode_chunk(ts + shift, ["a", "b", None], np.array([1.0, 2.0, np.nan]), np.ones(3)))
+        if classes is None:
+            summary.update_table(batch)
+        else:
+            cols = summary.columns(batch)
+            for name in summary.names:
+                if spec_of(name).cls.__name__ in classes:
+                    spec_of(name).feed(summary[name], cols)
+        blob = summary.to_bytes()
+    back = StreamSummary.from_bytes(blob, secret)
     return config, pickle.loads(pickle.dumps(back))
 
 

@@ -412,9 +412,11 @@ kernels = [_codec.put_floats, _codec.get_floats, _splittable_kernels.write_inter
            _randomized_wave_kernels.empty_buffers,
            _randomized_wave_kernels.flatten_buffers, _randomized_wave_kernels.buffers_from,
            _ecm_kernels.write_bucket_columns,
-           _ecm_kernels.read_bucket_columns, _ecm_kernels.check_buckets, _ecm_kernels.write_cells,
-           _ecm_kernels.read_cells, key_dictionary._positions, key_dictionary._place_counters,
-           key_dictionary._separated]
+           _ecm_kernels.read_bucket_columns, _ecm_kernels.check_buckets,
+           _ecm_kernels.write_state_pages, _ecm_kernels.read_state_pages, _sample_kernels.read_pages,
+           _randomized_wave_kernels.export_entries, _randomized_wave_kernels.splice_pairs,
+           _randomized_wave_kernels.ticks_of, _randomized_wave_kernels.reused_pages,
+           key_dictionary._positions, key_dictionary._place_counters, key_dictionary._separated]
 before = [len(k.signatures) for k in kernels]
 assert all(before), [k.__name__ for k, n in zip(kernels, before) if not n]
 s = _typical(5, 10, 2)
