@@ -482,16 +482,19 @@ def loaded_buffers(emask, s):
 
 
 @njit(cache=True)
-def export_entries(ekey, eT, emask, eh, hwm, okeys, oslots):
+def export_entries(ekey, eT, emask, eh, hwm, okeys, oslots, presorted):
     """Live entries sorted by key, with the lowest level each is in (-1 if not contiguous),
     and their slots: ``(keys, ticks, lows, slots)``.
 
     ``okeys``/``oslots`` are a previous export's keys and slots (empty for none). A slot
     that still holds the key it held then keeps its place in that order (keys are distinct
     in a pool, so the kept ones stay sorted); only the slots filled since are sorted and
-    merged in, so an export costs the pool plus what changed, not a sort of the pool."""
+    merged in, so an export costs the pool plus what changed, not a sort of the pool.
+    With no previous export, the first ``presorted`` slots (a pool read from bytes holds its
+    entries in key order) are taken in slot order while their keys rise, a key out of line
+    with both neighbours (a slot filled again since) going to the sort instead."""
     mark = np.zeros(hwm, np.bool_)
-    kept = np.empty(oslots.size, np.int64)
+    kept = np.empty(oslots.size if oslots.size else min(presorted, hwm), np.int64)
     c = 0
     for j in range(oslots.size):
         e = oslots[j]
@@ -499,6 +502,18 @@ def export_entries(ekey, eT, emask, eh, hwm, okeys, oslots):
             mark[e] = True
             kept[c] = e
             c += 1
+    if oslots.size == 0:
+        top = min(presorted, hwm)
+        nxt = 0
+        for e in range(top):
+            if emask[e] == _U0:
+                continue
+            while nxt <= e or (nxt < top and emask[nxt] == _U0):
+                nxt += 1  # the next live slot of the run
+            if (c == 0 or ekey[e] > ekey[kept[c - 1]]) and (nxt >= top or ekey[e] < ekey[nxt]):
+                mark[e] = True
+                kept[c] = e
+                c += 1
     m = 0
     for e in range(hwm):
         if emask[e] != _U0 and not mark[e]:

@@ -202,7 +202,7 @@ class _Instance:
     """One independent wave: its hash, pool of entries and per-level state."""
 
     __slots__ = ("a0", "a1", "b", "ekey", "eT", "emask", "eh", "free", "meta", "table",
-                 "s", "fT", "fK", "fhas", "bufs", "okeys", "oslots", "srt", "stamp", "echg",
+                 "s", "fT", "fK", "fhas", "bufs", "okeys", "oslots", "presorted", "srt", "stamp", "echg",
                  "dlog", "dmeta")
 
     def __init__(self, params: np.ndarray, levels: int):
@@ -220,6 +220,7 @@ class _Instance:
         self.fhas = np.zeros(levels, np.uint8)
         self.bufs = empty_buffers(levels)
         self.okeys, self.oslots = _NO_KEYS, _NO_SLOTS  # the last export's order (``entries``)
+        self.presorted = 0  # leading slots in key order as read (``export_entries``)
         # How much of each level is sorted by score, and since when (``trim_level``).
         self.srt, self.stamp = np.zeros(levels, np.int64), np.zeros(levels + 1, np.int64)
         self.echg = np.zeros(0, np.int64)
@@ -242,6 +243,7 @@ class _Instance:
         w.s, w.fhas, w.fT, w.fK = counts, fhas, fT, fK
         w.bufs = loaded_buffers(emask, counts)
         w.okeys, w.oslots = _NO_KEYS, _NO_SLOTS
+        w.presorted = n  # the bytes hold a pool's entries by key
         w.srt, w.stamp = np.zeros(counts.size, np.int64), np.zeros(counts.size + 1, np.int64)
         w.echg = np.zeros(n, np.int64)
         w._no_log()
@@ -322,8 +324,9 @@ class _Instance:
         kept for the next call, which sorts only the entries filled since (the worker
         encodes a shard every batch: sorting the whole pool was most of its encode)."""
         keys, ticks, lows, self.oslots = export_entries(
-            self.ekey, self.eT, self.emask, self.eh, int(self.meta[0]), self.okeys, self.oslots)
-        self.okeys = keys
+            self.ekey, self.eT, self.emask, self.eh, int(self.meta[0]), self.okeys, self.oslots,
+            self.presorted)
+        self.okeys, self.presorted = keys, 0
         return keys, ticks, lows
 
     def covering_level(self, lo: int) -> int:
