@@ -69,14 +69,15 @@ def unpack_header(data: bytes, family: int, fmt: int = 1) -> tuple[int, memoryvi
     return flags, data[HEADER_SIZE:]
 
 
-def read_blob(cls, data):
-    """``cls`` read from ``data`` (``cls`` a :class:`~sketches.base.Sketch` subclass)."""
+def read_blob(cls, data, resume: bool = False):
+    """``cls`` read from ``data`` (``cls`` a :class:`~sketches.base.Sketch` subclass;
+    ``resume``: passed to a ``_read`` that takes it, ``Sketch.from_bytes``)."""
     flags, payload = unpack_header(data, cls.FAMILY, fmt=cls.FORMAT)
     if flags != cls.HEADER_FLAGS:
         raise CorruptSketchError(f"blob is not a {cls.__name__}")
     rd = Reader(payload, cls.WHAT)
     try:
-        sketch = cls._read(rd)
+        sketch = cls._read(rd, resume=True) if resume else cls._read(rd)
     except CorruptSketchError:
         raise
     except (SketchError, ArithmeticError) as e:  # parameters the constructor refuses

@@ -923,57 +923,60 @@ def reused_pages(origin, starts, stops, old_starts, old_stops):
 
 @njit(cache=True)
 def read_pair_pages(buf, p, u, pages, inst):
-    """``(code, end, uk, ut, held, starts)`` of what :func:`write_pair_pages` wrote: code 0,
+    """``(code, end, uk, ut, held, starts, ends)`` of what :func:`write_pair_pages` wrote
+    (``ends``: where each page's bytes end in ``buf``): code 0,
     1 when a page or count is out of range or the pairs are out of order, 4 for stray
     bitmap bits, negative for a short or malformed buffer."""
     uk = np.empty(u, np.uint64)
     ut = np.empty(u, np.int64)
     held = np.zeros((inst, u), np.bool_)
     starts = np.empty(pages, np.int64)
+    ends = np.empty(pages, np.int64)
     x = 0
     for j in range(pages):
         m, p = get_varint(buf, p)
         if p < 0:
-            return p, p, uk, ut, held, starts
+            return p, p, uk, ut, held, starts, ends
         if m < np.uint64(1) or m > np.uint64(u - x):
-            return 1, p, uk, ut, held, starts
+            return 1, p, uk, ut, held, starts, ends
         a, b = x, x + np.int64(m)
         starts[j] = a
         for y in range(a, b):
             g, p = get_varint(buf, p)
             if p < 0:
-                return p, p, uk, ut, held, starts
+                return p, p, uk, ut, held, starts, ends
             if y == a:
                 uk[y] = g
             else:
                 if g > ~uk[y - 1]:
-                    return 1, p, uk, ut, held, starts
+                    return 1, p, uk, ut, held, starts, ends
                 uk[y] = uk[y - 1] + g
         z, p = get_varint(buf, p)
         if p < 0:
-            return p, p, uk, ut, held, starts
+            return p, p, uk, ut, held, starts, ends
         top = unzigzag1(z)
         for y in range(a, b):
             back, p = get_varint(buf, p)
             if p < 0:
-                return p, p, uk, ut, held, starts
+                return p, p, uk, ut, held, starts, ends
             if back > np.uint64(1 << 62) or top - np.int64(back) < -(1 << 62):
-                return 1, p, uk, ut, held, starts
+                return 1, p, uk, ut, held, starts, ends
             ut[y] = top - np.int64(back)
         nb = (b - a + 7) // 8
         if inst * nb > buf.shape[0] - p:
-            return -1, p, uk, ut, held, starts
+            return -1, p, uk, ut, held, starts, ends
         for i in range(inst):
             for bit in range(8 * nb):
                 if (buf[p + (bit >> 3)] >> (bit & 7)) & 1:
                     if bit >= b - a:
-                        return 4, p, uk, ut, held, starts
+                        return 4, p, uk, ut, held, starts, ends
                     held[i, a + bit] = True
             p += nb
+        ends[j] = p
         x = b
     if x != u:
-        return 1, p, uk, ut, held, starts
+        return 1, p, uk, ut, held, starts, ends
     for y in range(1, u):
         if uk[y] < uk[y - 1] or (uk[y] == uk[y - 1] and ut[y] <= ut[y - 1]):
-            return 1, p, uk, ut, held, starts
-    return 0, p, uk, ut, held, starts
+            return 1, p, uk, ut, held, starts, ends
+    return 0, p, uk, ut, held, starts, ends

@@ -313,10 +313,14 @@ class Sketch:
     def to_bytes(self) -> bytes:
         return b"".join(self.pieces())
 
+    RESUMES = False  # True: ``_read`` takes ``resume`` (keeps what an encode builds on)
+
     @classmethod
-    def from_bytes(cls, data):
-        """Read a blob of :meth:`to_bytes`; anything else raises :class:`CorruptSketchError`."""
-        return read_blob(cls, data)
+    def from_bytes(cls, data, *, resume: bool = False):
+        """Read a blob of :meth:`to_bytes`; anything else raises :class:`CorruptSketchError`.
+        ``resume``: it is read to be updated and written again (the worker), so a family
+        that can (``RESUMES``) keeps what lets its next encode build on these bytes."""
+        return read_blob(cls, data, resume and cls.RESUMES)
 
     @property
     def nbytes(self) -> int:

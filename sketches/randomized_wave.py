@@ -713,8 +713,14 @@ class RandomizedWave(Sketch):
     def _payload(self) -> bytes:
         return b"".join(self._payload_pieces())
 
+    RESUMES = True  # ``_read(rd, resume=True)``: see there
+
     @classmethod
-    def _read(cls, rd: Reader) -> "RandomizedWave":
+    def _read(cls, rd: Reader, resume: bool = False) -> "RandomizedWave":
+        """The wave the bytes hold, checked whole. With ``resume`` (a worker reading a
+        shard's state to update it) it also keeps the pairs and pages it read as the last
+        encode, so the encode after the update builds on them (``_payload_pieces``) as it
+        would on a wave kept in memory."""
         eps, delta, window, seed, maxd, has_clock, clock = rd.unpack(cls._HEAD)
         if not (1e-4 <= eps < 1 and 1e-12 <= delta < 1 and 1 <= window <= _MAX_TICK and maxd >= 1
                 and has_clock in (0, 1) and (0 <= clock < _MAX_TICK if has_clock else clock == 0)):
@@ -735,7 +741,8 @@ class RandomizedWave(Sketch):
                 raise rd.fail_code(code) if code < 0 else CorruptSketchError(INSTANCE_ERRORS[code])
             rd.pos = end
             floors.append((nf, fhas, fT, fK, rd.uint(u)))
-        code, end, uk, ut, held, starts = read_pair_pages(rd.buf, rd.pos, u, pages, len(floors))
+        at = rd.pos
+        code, end, uk, ut, held, starts, ends = read_pair_pages(rd.buf, rd.pos, u, pages, len(floors))
         if code:
             raise rd.fail_code(code) if code < 0 else CorruptSketchError(INSTANCE_ERRORS[code])
         rd.pos = end
@@ -758,4 +765,10 @@ class RandomizedWave(Sketch):
                 raise CorruptSketchError(INSTANCE_ERRORS[code])
             sk._waves.append(_Instance.loaded(params, uk[idx], ut[idx], h, emask, counts, fhas, fT, fK))
         sk._clock = int(clock) if has_clock else None
+        if resume:
+            stops = np.append(starts[1:], u).astype(np.int64) if pages else starts
+            hit = (mix64(uk) % np.uint64(PAGE_RECORDS)) == 0
+            sk._encoded = (uk, ut, held, hit, starts, stops, page_bytes(rd.buf[at:end], ends - at))
+            for w in sk._waves:
+                w.clear_log()  # the log starts empty, not full: the encode above is the last
         return sk

@@ -231,8 +231,9 @@ class StreamSummary:
         return out, lengths
 
     @classmethod
-    def from_bytes(cls, data: bytes, secret: HashSecret) -> "StreamSummary":
-        """Read a summary built under ``secret``; anything else is refused whole."""
+    def from_bytes(cls, data: bytes, secret: HashSecret, *, resume: bool = False) -> "StreamSummary":
+        """Read a summary built under ``secret``; anything else is refused whole. ``resume``:
+        the worker reads it to update it and write it again (``Sketch.from_bytes``)."""
         head = read_head(data)
         payload, offset, layout = memoryview(data), head.parts_at, head.layout
         try:
@@ -257,7 +258,7 @@ class StreamSummary:
             spec = spec_of(name)
             if spec is None or name not in names or name in parts:
                 raise CorruptSketchError(f"stream summary has an unexpected part {name!r}")
-            parts[name] = spec.cls.from_bytes(bytes(payload[offset : offset + length]))
+            parts[name] = spec.cls.from_bytes(bytes(payload[offset : offset + length]), resume=resume)
             if spec.after_read is not None:  # e.g. a blob written under an older, smaller cap
                 spec.after_read(parts[name])
             offset += length

@@ -59,7 +59,7 @@ def update_shard(previous: bytes | StreamSummary | None, config: StreamConfig, s
     if isinstance(previous, StreamSummary):
         summary = previous
     else:
-        summary = (StreamSummary.from_bytes(previous, secret) if previous
+        summary = (StreamSummary.from_bytes(previous, secret, resume=True) if previous
                    else StreamSummary.create(config, secret))
     kept, late = [], 0
     for chunk in chunks:

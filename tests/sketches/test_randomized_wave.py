@@ -595,8 +595,8 @@ def test_an_encode_built_on_the_last_one_is_a_fresh_encode(stream, batches, merg
             other = RandomizedWave(**SMALL, seed=s)
             other.update(ticks[part] + 1, keys[part] ^ np.uint64(1))
             wave.merge(other)
-        if reread and rng.random() < 0.2:
-            wave = RandomizedWave.from_bytes(wave.to_bytes())
+        if reread and rng.random() < 0.2:  # as the API reads it, or the worker (``resume``)
+            wave = RandomizedWave.from_bytes(wave.to_bytes(), resume=bool(rng.random() < 0.5))
         fresh = copy.deepcopy(wave)
         fresh._encoded = None
         for w in fresh._waves:
@@ -606,18 +606,19 @@ def test_an_encode_built_on_the_last_one_is_a_fresh_encode(stream, batches, merg
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.integers(0, 2**32 - 1), st.integers(50, 3000), st.integers(1, 5))
-def test_a_wave_read_then_fed_exports_as_one_sorted_from_nothing(seed, n, batches):
+@given(st.integers(0, 2**32 - 1), st.integers(50, 3000), st.integers(1, 5), st.booleans())
+def test_a_wave_read_then_fed_exports_as_one_sorted_from_nothing(seed, n, batches, resume):
     """A pool read from bytes holds its entries in key order, which its first export takes
     instead of sorting (``export_entries``'s ``presorted``); batches that trim levels as
     they go free slots of that run and fill them again with other keys, out of its order.
+    Read to ``resume``, the wave also keeps the pairs and pages it read as its last encode.
     The bytes are those of the same wave encoded from nothing."""
     import copy
 
     rng = np.random.default_rng(seed)
     wave = RandomizedWave(**SMALL, seed=seed)
     wave.update(rng.integers(0, 5000, 2000), rng.integers(0, 2**64, 2000, dtype=np.uint64))
-    wave = RandomizedWave.from_bytes(wave.to_bytes())
+    wave = RandomizedWave.from_bytes(wave.to_bytes(), resume=resume)
     for _ in range(batches):  # many new keys, newer ticks: levels reach 2C within a batch
         wave.update(rng.integers(5000, 9000, n), rng.integers(0, 2**64, n, dtype=np.uint64))
     fresh = copy.deepcopy(wave)
