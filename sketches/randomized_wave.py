@@ -92,6 +92,7 @@ from __future__ import annotations
 import functools
 import math
 import struct
+from typing import NamedTuple
 
 import numpy as np
 
@@ -357,6 +358,20 @@ class _Instance:
 
 
 _NO_KEYS, _NO_SLOTS = np.zeros(0, np.uint64), np.zeros(0, np.int64)
+
+
+class _Encoded(NamedTuple):
+    """What a wave's last encode wrote (``RandomizedWave._payload_pieces``): its sorted
+    pairs (keys, ticks, which instance holds which), whether each pair's key is a page cut
+    candidate, the pages' pair ranges and the pages' bytes."""
+
+    uk: np.ndarray
+    ut: np.ndarray
+    held: np.ndarray
+    hit: np.ndarray
+    starts: np.ndarray
+    stops: np.ndarray
+    pages: list
 
 
 @functools.lru_cache(maxsize=1024)
@@ -647,10 +662,14 @@ class RandomizedWave(Sketch):
         return uk, ut, held, sizes
 
     @staticmethod
-    def _page_starts(uk: np.ndarray) -> np.ndarray:
+    def _may_cut(uk: np.ndarray) -> np.ndarray:
         may_cut = np.ones(uk.size, bool)
         may_cut[1:] = uk[1:] != uk[:-1]  # a key's pairs stay in one page
-        return page_starts(uk, may_cut)
+        return may_cut
+
+    @classmethod
+    def _page_starts(cls, uk: np.ndarray) -> np.ndarray:
+        return page_starts(uk, cls._may_cut(uk))
 
     def _spliced(self):
         """The last encode's pairs with the pairs of every key changed since rebuilt
@@ -659,7 +678,7 @@ class RandomizedWave(Sketch):
         logs = [w.changed_keys() for w in self._waves]
         if self._encoded is None or any(log is None for log in logs):
             return None
-        uk, ut, held, hit, _, _, _ = self._encoded
+        last = self._encoded
         changed = np.unique(np.concatenate(logs))
         ticks = np.empty((len(self._waves), changed.size), np.int64)
         for i, w in enumerate(self._waves):
@@ -668,7 +687,7 @@ class RandomizedWave(Sketch):
             ticks[i], ok = ticks_of(changed, w.table, w.ekey, w.eT, w.emask, w.eh)
             if not ok:
                 raise SketchError("randomized wave invariant broken: non-contiguous levels")
-        return splice_pairs(uk, ut, held, hit, changed, ticks, PAGE_RECORDS)
+        return splice_pairs(last.uk, last.ut, last.held, last.hit, changed, ticks, PAGE_RECORDS)
 
     def _payload_pieces(self) -> list[bytes]:
         """Head and floors, then the pairs' pages. The pairs of keys no entry changed since
@@ -683,9 +702,7 @@ class RandomizedWave(Sketch):
             origin = None
         else:
             uk, ut, held, hit, origin = spliced
-        may_cut = np.ones(uk.size, bool)
-        may_cut[1:] = uk[1:] != uk[:-1]  # a key's pairs stay in one page
-        starts = starts_at(hit & may_cut)
+        starts = starts_at(hit & self._may_cut(uk))
         stops = np.append(starts[1:], uk.size).astype(np.int64) if starts.size else starts
         sizes = np.array([int(w.meta[2]) for w in self._waves], np.int64)
         fT = np.stack([w.fT for w in self._waves])
@@ -698,14 +715,13 @@ class RandomizedWave(Sketch):
         if origin is None:
             reuse = np.full(starts.size, -1, np.int64)
         else:
-            _, _, _, _, old_starts, old_stops, _ = self._encoded
-            reuse = reused_pages(origin, starts, stops, old_starts, old_stops)
+            reuse = reused_pages(origin, starts, stops, self._encoded.starts, self._encoded.stops)
         fresh = reuse < 0
         buf, ends = write_pair_pages(uk, ut, held, starts[fresh], stops[fresh])
         written = iter(page_bytes(buf, ends))
-        old_pages = self._encoded[6] if origin is not None else []
+        old_pages = self._encoded.pages if origin is not None else []
         pages = [old_pages[k] if k >= 0 else next(written) for k in reuse.tolist()]
-        self._encoded = (uk, ut, held, hit, starts, stops, pages)
+        self._encoded = _Encoded(uk, ut, held, hit, starts, stops, pages)
         for w in self._waves:
             w.clear_log()
         return [head.bytes()] + pages
@@ -768,7 +784,7 @@ class RandomizedWave(Sketch):
         if resume:
             stops = np.append(starts[1:], u).astype(np.int64) if pages else starts
             hit = (mix64(uk) % np.uint64(PAGE_RECORDS)) == 0
-            sk._encoded = (uk, ut, held, hit, starts, stops, page_bytes(rd.buf[at:end], ends - at))
+            sk._encoded = _Encoded(uk, ut, held, hit, starts, stops, page_bytes(rd.buf[at:end], ends - at))
             for w in sk._waves:
                 w.clear_log()  # the log starts empty, not full: the encode above is the last
         return sk
