@@ -321,14 +321,12 @@ def trim_level(l, C, ekey, eT, emask, free, meta, table, s, fT, fK, fhas, bufs, 
         else:
             kept[nk] = e
             nk += 1
-    below = 0
     for j in range(p, n):
         e = buf[j]
         if _beats(eT[e], ekey[e], l, fT, fK, fhas):
             moved[nm] = e
             nm += 1
         else:  # left from a merge that raised the floor: goes, the floor stays
-            below += 1
             emask[e] &= ~bit
             _log(ekey[e], dlog, dmeta)
             if emask[e] == _U0:
