@@ -17,8 +17,10 @@ its ``Retry-After`` for that stream.
 Reported per tree: events/s accepted and counted during the load, the 429s, freshness
 (from a ``202`` to the first published status of its stream counting it; statuses read
 from Redis on every publish announcement) p50 / p95 / max, the 202s counted after more than
-10 s, how long the history took to be counted, and the cores each part used during the load
-(the worker: Spark's JVM with its Python workers).
+10 s, how long the history took to be counted, the cores each part used during the load
+(the worker: Spark's JVM with its Python workers), and the worker's own fit of its batches
+(``workers.progress``, what the back-pressure predicts from; medians of one read a second):
+its slowest recent batch, a batch's fixed seconds and seconds per group update.
 """
 
 from __future__ import annotations
@@ -136,11 +138,16 @@ def measure(base: str, r, names: list[str], args, pids: dict[str, int]) -> dict:
     refused = [0]
     stop_at = time.monotonic() + args.seconds
     done = threading.Event()
+    fits: list[dict] = []  # the worker's own fit of its batches (``keys.LOG_PROGRESS``)
 
     def watch() -> None:
         sub = r.pubsub(ignore_subscribe_messages=True)
         sub.subscribe(keys.ANNOUNCE)
+        polled = 0.0
         while not done.is_set():
+            if time.monotonic() - polled > 1.0 and time.monotonic() < stop_at:
+                polled = time.monotonic()
+                fits.append({k.decode(): v.decode() for k, v in r.hgetall(keys.LOG_PROGRESS).items()})
             msg = sub.get_message(timeout=0.2)
             if msg is None:
                 continue
@@ -210,6 +217,8 @@ def measure(base: str, r, names: list[str], args, pids: dict[str, int]) -> dict:
         "fill_s": fill_s,
         "history": sum(expected.values()),
         "cores": cores,
+        "fit": {k: float(np.median([float(f[k]) for f in fits if k in f] or [float("nan")]))
+                for k in ("batch_seconds", "fixed_seconds", "seconds_per_group")},
     }
 
 
@@ -225,8 +234,9 @@ def main() -> None:
     args = ap.parse_args()
     trees = ([(Path(args.compare).resolve(), "compared")] if args.compare else []) + [(HERE.parent, "this tree")]
     print(f"| tree | history counted in | accepted / s | counted / s | posts (429s) | freshness p50 / p95 / max "
-          f"| > 10 s | drained after | cores: API / worker / Redis / this load |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          f"| > 10 s | drained after | cores: API / worker / Redis / this load "
+          f"| worker's fit: slowest recent batch / fixed / per group |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for src, label in trees:
         if label == "compared":
             label = subprocess.run(["git", "-C", str(src), "rev-parse", "--short", "HEAD"], capture_output=True,
@@ -237,7 +247,9 @@ def main() -> None:
               f"| {m['counted_per_s']:,.0f} | {m['posts']:,} ({m['refused']:,}) "
               f"| {m['fresh_p50']:.2f} / {m['fresh_p95']:.2f} / {m['fresh_max']:.2f} s | {m['over_10s']} "
               f"| {m['drained_s']:.1f} s | " + " / ".join(f"{m['cores'][k]:.2f}" for k in
-                                                        ("API", "worker", "Redis", "load")) + " |", flush=True)
+                                                        ("API", "worker", "Redis", "load"))
+              + f" | {m['fit']['batch_seconds']:.2f} s / {m['fit']['fixed_seconds']:.2f} s / "
+              f"{1e3 * m['fit']['seconds_per_group']:.1f} ms |", flush=True)
 
 
 if __name__ == "__main__":
