@@ -26,10 +26,8 @@ from sketches._ecm_kernels import (
     key_readings_many,
     materialize,
     read_bucket_columns,
-    read_cells,
     read_state_pages,
     write_bucket_columns,
-    write_cells,
     write_state_pages,
 )
 from sketches.base import CorruptSketchError, Estimate, Family, IncompatibleSketchError, Sketch, SketchError
