@@ -31,7 +31,8 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["page_starts", "starts_at", "page_bytes", "mix64", "PAGE_RECORDS", "PAGE_MIN"]
+__all__ = ["page_starts", "starts_at", "page_stops", "page_bytes", "cut_candidates", "mix64",
+           "PAGE_RECORDS", "PAGE_MIN"]
 
 PAGE_RECORDS = 64  # records per page on average (a cut candidate every 64)
 PAGE_MIN = 32  # records per page at least (but the last)
@@ -47,6 +48,11 @@ def mix64(x: np.ndarray) -> np.ndarray:
         return x ^ (x >> np.uint64(31))
 
 
+def cut_candidates(ident: np.ndarray, every: int = PAGE_RECORDS) -> np.ndarray:
+    """Which records are cut candidates: their identity hashes to 0 modulo ``every``."""
+    return (mix64(ident) % np.uint64(every)) == 0
+
+
 def page_starts(ident: np.ndarray, may_cut: np.ndarray | None = None, every: int = PAGE_RECORDS,
                 least: int = PAGE_MIN) -> np.ndarray:
     """Index of each page's first record among ``len(ident)`` records: 0, then every
@@ -55,7 +61,7 @@ def page_starts(ident: np.ndarray, may_cut: np.ndarray | None = None, every: int
     (or after 0). Empty for no records."""
     if len(ident) == 0:
         return np.zeros(0, np.int64)
-    cut = (mix64(ident) % np.uint64(every)) == 0
+    cut = cut_candidates(ident, every)
     if may_cut is not None:
         cut &= may_cut
     return starts_at(cut, least)
@@ -69,6 +75,11 @@ def starts_at(cut: np.ndarray, least: int = PAGE_MIN) -> np.ndarray:
     candidates = np.flatnonzero(cut).astype(np.int64)
     gaps = np.diff(candidates, prepend=0)
     return np.concatenate(([0], candidates[(gaps >= least) & (candidates > 0)]))
+
+
+def page_stops(starts: np.ndarray, n: int) -> np.ndarray:
+    """Where each page of ``n`` records ends: the next page's start, ``n`` for the last."""
+    return np.append(starts[1:], n).astype(np.int64) if starts.size else starts
 
 
 def page_bytes(buf: np.ndarray, ends: np.ndarray) -> list[bytes]:

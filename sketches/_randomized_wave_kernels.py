@@ -824,22 +824,14 @@ def ticks_of(keys, table, ekey, eT, emask, eh):
     return out, ok
 
 
-@njit(cache=True, inline="always")
-def _cut_hash(x, every):
-    """``sketches._pages.mix64(x) % every == 0``, compiled (SplitMix64's finalizer)."""
-    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    x = x ^ (x >> np.uint64(31))
-    return x % np.uint64(every) == _U0
-
-
 @njit(cache=True)
-def splice_pairs(uk, ut, held, hit, keys, ticks, every):
+def splice_pairs(uk, ut, held, hit, keys, ticks, key_hit):
     """The sorted pairs after the pairs of ``keys`` (sorted, distinct) are replaced by
     what the instances hold now (``ticks[instance, j]``: key j's tick there, -1 for none):
-    ``(uk, ut, held, hit, origin)``, where ``hit`` says a pair's key hashes to a cut point
-    (``sketches._pages``) and ``origin`` is the old index of each pair kept (-1: new). One
-    pass over the pairs; only the changed keys' pairs are built."""
+    ``(uk, ut, held, hit, origin)``, where ``hit`` says a pair's key is a page cut candidate
+    (``sketches._pages.cut_candidates``; ``key_hit`` the changed keys') and ``origin`` is
+    the old index of each pair kept (-1: new). One pass over the pairs; only the changed
+    keys' pairs are built."""
     inst = held.shape[0]
     u = uk.shape[0]
     nd = keys.shape[0]
@@ -878,7 +870,7 @@ def splice_pairs(uk, ut, held, hit, keys, ticks, every):
         d = keys[j]
         while x < u and uk[x] == d:
             x += 1
-        h = _cut_hash(d, every)
+        h = key_hit[j]
         last = np.int64(-1)
         while True:  # the key's distinct ticks, ascending
             t = np.int64(-1)

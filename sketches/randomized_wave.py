@@ -122,7 +122,7 @@ from sketches._randomized_wave_kernels import (
 )
 from sketches._bytes import HEADER_SIZE, Reader, Writer
 from sketches._codec import varint_size
-from sketches._pages import PAGE_MIN, PAGE_RECORDS, mix64, page_bytes, page_starts, starts_at
+from sketches._pages import PAGE_MIN, cut_candidates, page_bytes, page_stops, starts_at
 from sketches.base import CorruptSketchError, Estimate, Family, Sketch, SketchError, seed_value, tick_bounds, window_size, window_ticks
 
 __all__ = ["RandomizedWave", "suggest_sizes", "per_instance_failure"]
@@ -668,8 +668,10 @@ class RandomizedWave(Sketch):
         return may_cut
 
     @classmethod
-    def _page_starts(cls, uk: np.ndarray) -> np.ndarray:
-        return page_starts(uk, cls._may_cut(uk))
+    def _page_starts(cls, uk: np.ndarray, hit: np.ndarray | None = None) -> np.ndarray:
+        """Where the pages of the pairs ``uk`` begin (``hit``: their keys' cut candidacy,
+        ``cut_candidates(uk)``, given when an encode carries it over from the last)."""
+        return starts_at((cut_candidates(uk) if hit is None else hit) & cls._may_cut(uk))
 
     def _spliced(self):
         """The last encode's pairs with the pairs of every key changed since rebuilt
@@ -687,7 +689,8 @@ class RandomizedWave(Sketch):
             ticks[i], ok = ticks_of(changed, w.table, w.ekey, w.eT, w.emask, w.eh)
             if not ok:
                 raise SketchError("randomized wave invariant broken: non-contiguous levels")
-        return splice_pairs(last.uk, last.ut, last.held, last.hit, changed, ticks, PAGE_RECORDS)
+        return splice_pairs(last.uk, last.ut, last.held, last.hit, changed, ticks,
+                            cut_candidates(changed))
 
     def _payload_pieces(self) -> list[bytes]:
         """Head and floors, then the pairs' pages. The pairs of keys no entry changed since
@@ -698,12 +701,12 @@ class RandomizedWave(Sketch):
         spliced = self._spliced()
         if spliced is None:
             uk, ut, held, _ = self._pairs()
-            hit = (mix64(uk) % np.uint64(PAGE_RECORDS)) == 0
+            hit = cut_candidates(uk)
             origin = None
         else:
             uk, ut, held, hit, origin = spliced
-        starts = starts_at(hit & self._may_cut(uk))
-        stops = np.append(starts[1:], uk.size).astype(np.int64) if starts.size else starts
+        starts = self._page_starts(uk, hit)
+        stops = page_stops(starts, uk.size)
         sizes = np.array([int(w.meta[2]) for w in self._waves], np.int64)
         fT = np.stack([w.fT for w in self._waves])
         fK = np.stack([w.fK for w in self._waves])
@@ -765,7 +768,8 @@ class RandomizedWave(Sketch):
         rd.done()
         if u and (ut.min() < 0 or ut.max() > clock):
             raise CorruptSketchError("randomized wave entries or floors are not valid")
-        if u and not np.array_equal(starts, cls._page_starts(uk)):
+        hit = cut_candidates(uk)
+        if u and not np.array_equal(starts, cls._page_starts(uk, hit)):
             raise CorruptSketchError("randomized wave has pages cut where its keys do not cut them")
         if not held.any(axis=0).all():
             raise CorruptSketchError("randomized wave stores a pair no instance holds")
@@ -782,9 +786,8 @@ class RandomizedWave(Sketch):
             sk._waves.append(_Instance.loaded(params, uk[idx], ut[idx], h, emask, counts, fhas, fT, fK))
         sk._clock = int(clock) if has_clock else None
         if resume:
-            stops = np.append(starts[1:], u).astype(np.int64) if pages else starts
-            hit = (mix64(uk) % np.uint64(PAGE_RECORDS)) == 0
-            sk._encoded = _Encoded(uk, ut, held, hit, starts, stops, page_bytes(rd.buf[at:end], ends - at))
+            sk._encoded = _Encoded(uk, ut, held, hit, starts, page_stops(starts, u),
+                                   page_bytes(rd.buf[at:end], ends - at))
             for w in sk._waves:
                 w.clear_log()  # the log starts empty, not full: the encode above is the last
         return sk
