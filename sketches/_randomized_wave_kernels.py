@@ -207,6 +207,26 @@ def _drop_entry(e, ekey, free, meta, table, shift, tmask):
     meta[2] -= 1
 
 
+@njit(cache=True, inline="always")
+def _leave_level(e, bit, ekey, emask, free, meta, table, shift, tmask, dlog, dmeta):
+    """Entry ``e`` leaves the level of ``bit`` (logged); in no level any more, it goes."""
+    emask[e] &= ~bit
+    _log(ekey[e], dlog, dmeta)
+    if emask[e] == _U0:
+        _drop_entry(e, ekey, free, meta, table, shift, tmask)
+
+
+@njit(cache=True, inline="always")
+def _lowest_level(bits, h):
+    """The lowest level of an entry in the levels ``bits`` (a key of hash level ``h``), or
+    -1 when they are not one run from it up to ``h`` (the wave's invariant)."""
+    low = 0
+    while (bits >> np.uint64(low)) & _U1 == _U0:
+        low += 1
+    full = ((_U1 << np.uint64(h + 1)) - _U1) if h < 63 else ~_U0
+    return low if bits == full & ~((_U1 << np.uint64(low)) - _U1) else -1
+
+
 @njit(cache=True)
 def compact_level(l, C, ekey, eT, emask, free, meta, table, s, fT, fK, fhas, bufs, dlog, dmeta):
     """Trim level ``l`` to its canonical content: the C best scores above the floor.
@@ -275,10 +295,7 @@ def compact_level(l, C, ekey, eT, emask, free, meta, table, s, fT, fK, fhas, buf
             buf[c] = e
             c += 1
         else:
-            emask[e] &= ~bit
-            _log(ekey[e], dlog, dmeta)
-            if emask[e] == _U0:
-                _drop_entry(e, ekey, free, meta, table, shift, tmask)
+            _leave_level(e, bit, ekey, emask, free, meta, table, shift, tmask, dlog, dmeta)
     s[l] = c
 
 
@@ -327,10 +344,7 @@ def trim_level(l, C, ekey, eT, emask, free, meta, table, s, fT, fK, fhas, bufs, 
             moved[nm] = e
             nm += 1
         else:  # left from a merge that raised the floor: goes, the floor stays
-            emask[e] &= ~bit
-            _log(ekey[e], dlog, dmeta)
-            if emask[e] == _U0:
-                _drop_entry(e, ekey, free, meta, table, shift, tmask)
+            _leave_level(e, bit, ekey, emask, free, meta, table, shift, tmask, dlog, dmeta)
     moved = _by_score(moved[:nm], eT, ekey)
     drop = nk + nm - C
     a, b = 0, 0
@@ -343,10 +357,7 @@ def trim_level(l, C, ekey, eT, emask, free, meta, table, s, fT, fK, fhas, bufs, 
             else:
                 last = moved[b]
                 b += 1
-            emask[last] &= ~bit
-            _log(ekey[last], dlog, dmeta)
-            if emask[last] == _U0:
-                _drop_entry(last, ekey, free, meta, table, shift, tmask)
+            _leave_level(last, bit, ekey, emask, free, meta, table, shift, tmask, dlog, dmeta)
         if _beats(eT[last], ekey[last], l, fT, fK, fhas):
             fT[l], fK[l], fhas[l] = eT[last], ekey[last], 1
     c = 0
@@ -540,13 +551,7 @@ def export_entries(ekey, eT, emask, eh, hwm, okeys, oslots, presorted):
     out_l = np.empty(n, np.int64)
     for j in range(n):
         e = idx[j]
-        bits = emask[e]
-        low = 0
-        while (bits >> np.uint64(low)) & _U1 == _U0:
-            low += 1
-        full = ((_U1 << np.uint64(eh[e] + 1)) - _U1) if eh[e] < 63 else ~_U0
-        want = full & ~((_U1 << np.uint64(low)) - _U1)
-        out_l[j] = low if bits == want else -1
+        out_l[j] = _lowest_level(emask[e], eh[e])
         out_t[j] = eT[e]
         keys[j] = ekey[e]
     return keys, out_t, out_l, idx
@@ -574,7 +579,6 @@ INSTANCE_ERRORS = {
     7: "randomized wave floors are not nested",
     8: "randomized wave entry stored above its hash level",
     9: "randomized wave level has a bad entry count",
-    10: "randomized wave level does not match its floor",
     12: "randomized wave clock does not match its entries",
 }
 
@@ -815,12 +819,7 @@ def ticks_of(keys, table, ekey, eT, emask, eh):
         if e < 0 or emask[e] == _U0:
             continue
         out[j] = eT[e]
-        bits = emask[e]
-        low = 0
-        while (bits >> np.uint64(low)) & _U1 == _U0:
-            low += 1
-        full = ((_U1 << np.uint64(eh[e] + 1)) - _U1) if eh[e] < 63 else ~_U0
-        ok &= bits == (full & ~((_U1 << np.uint64(low)) - _U1))
+        ok &= _lowest_level(emask[e], eh[e]) >= 0
     return out, ok
 
 
