@@ -66,7 +66,7 @@ def counted(r, names: list[str]) -> dict[str, int]:
         for n in names:
             p.hvals(keys.shard_status(n))
         raw = p.execute()
-    return {n: sum(int(_EVENTS.search(v).group(1)) for v in vals if _EVENTS.search(v))
+    return {n: sum(int(m.group(1)) for v in vals if (m := _EVENTS.search(v)))
             for n, vals in zip(names, raw)}
 
 
