@@ -215,121 +215,56 @@ def _mg_rebuild(n_out, k, old_ids, old_cnt, old_dest, ev_dest, ev_ids, ev_w):
 
 
 @nb.njit(cache=True)
-def _weights_by_id(ids, cnt, inside):
-    """``(ids, weight inside, weight touching)`` of the counters of the touching buckets
-    (``ids``, ``cnt``: their rows, ``inside``: which lie inside the range), ids ascending,
-    each id's counters added in bucket order, as ``np.bincount`` adds them."""
-    b_n, k = cnt.shape
-    n = 0
-    for b in range(b_n):
-        for j in range(k):
-            if cnt[b, j] > 0:
-                n += 1
-    xs = np.empty(n, np.uint64)
-    cs = np.empty(n)
-    ins = np.empty(n, np.bool_)
-    t = 0
-    for b in range(b_n):
-        for j in range(k):
-            if cnt[b, j] > 0:
-                xs[t], cs[t], ins[t] = ids[b, j], cnt[b, j], inside[b]
-                t += 1
-    order = np.argsort(xs, kind="mergesort")  # stable: an id's counters stay in bucket order
-    uid = np.empty(n, np.uint64)
-    low = np.zeros(n)
-    up = np.zeros(n)
-    u = -1
-    for i in range(n):
-        o = order[i]
-        if u < 0 or xs[o] != uid[u]:
-            u += 1
-            uid[u] = xs[o]
-        up[u] += cs[o]
-        if ins[o]:
-            low[u] += cs[o]
-    return uid[: u + 1], low[: u + 1], up[: u + 1]
-
-
-@nb.njit(cache=True)
-def _rows_sorted(ids, cnt, rows):
-    """Do the counters (``cnt > 0``) of each of ``rows`` come in increasing id order? (So
-    they do as ``_mg_rebuild`` writes them; a decoded blob need not.)"""
-    for r in rows:
-        first, last = True, np.uint64(0)
-        for j in range(ids.shape[1]):
-            if cnt[r, j] > 0:
-                if not first and ids[r, j] <= last:
-                    return False
-                first, last = False, ids[r, j]
-    return True
-
-
-@nb.njit(cache=True)
-def _merged_by_id(ids, cnt, rows, inside):
-    """``_weights_by_id`` of the touching ``rows`` (``inside``: which lie inside), each
-    row's counters in increasing id order: the rows merged, an id's counters added in row
-    (bucket) order, in one pass instead of a sort."""
-    nr, k = rows.shape[0], ids.shape[1]
-    n = 0
-    for a in range(nr):
-        for j in range(k):
-            if cnt[rows[a], j] > 0:
-                n += 1
-    uid = np.empty(n, np.uint64)
-    low = np.zeros(n)
-    up = np.zeros(n)
-    at = np.zeros(nr, np.int64)
-    u = -1
-    for _ in range(n):
-        best, best_id = -1, np.uint64(0)
-        for a in range(nr):
-            r, j = rows[a], at[a]
-            while j < k and not cnt[r, j] > 0:
-                j += 1
-            at[a] = j
-            if j < k and (best < 0 or ids[r, j] < best_id):  # ties: the earlier bucket first
-                best, best_id = a, ids[r, j]
-        r, j = rows[best], at[best]
-        at[best] = j + 1
-        if u < 0 or uid[u] != best_id:
-            u += 1
-            uid[u] = best_id
-        up[u] += cnt[r, j]
-        if inside[best]:
-            low[u] += cnt[r, j]
-    return uid[: u + 1], low[: u + 1], up[: u + 1]
-
-
-@nb.njit(cache=True)
-def _candidates_of(ids, cnt, touch, inside, thresholds):
+def _candidates_of(cnt, pos, n_held, touch, inside, thresholds):
     """The candidates of every range (row ``q`` of the bucket masks ``touch`` and
-    ``inside``): ids with their weights inside and touching plus ``thresholds[q]``, heaviest
-    upper bound first (ties: ids ascending), range ``q`` at ``[start[q], start[q + 1])``."""
-    nq, nb_ = touch.shape
-    parts_id, parts_low, parts_up = [], [], []
+    ``inside``), as positions among the ids held (``pos``: each counter's; ids ascending
+    with them): their weights inside and touching plus ``thresholds[q]``, heaviest upper
+    bound first (ties: ids ascending), range ``q`` at ``[start[q], start[q + 1])``.
+
+    Each range's counters are added into one slot per held id, bucket after bucket in
+    order and each bucket's counters in order (an id's additions in bucket order, as
+    ``np.bincount`` adds them), then the slots it reached read in id order: O(counters)
+    a range, where a merge or a sort of its buckets' counters cost a log factor more."""
+    nq, n_buckets = touch.shape
+    k = cnt.shape[1]
+    low_of, up_of = np.zeros(n_held), np.zeros(n_held)
+    reached = np.zeros(n_held, np.bool_)
+    slots = np.empty(n_buckets * k, np.int64)
+    parts_pos, parts_low, parts_up = [], [], []
     start = np.zeros(nq + 1, np.int64)
     for q in range(nq):
-        rows = np.flatnonzero(touch[q])
-        ins = np.empty(rows.shape[0], np.bool_)
-        for a in range(rows.shape[0]):
-            ins[a] = inside[q, rows[a]]
-        if _rows_sorted(ids, cnt, rows):
-            uid, low, up = _merged_by_id(ids, cnt, rows, ins)
-        else:
-            uid, low, up = _weights_by_id(ids[rows], cnt[rows], ins)
-        up = up + thresholds[q]
+        m = 0
+        for b in range(n_buckets):
+            if not touch[q, b]:
+                continue
+            ins = inside[q, b]
+            for j in range(k):
+                c = cnt[b, j]
+                if c > 0:
+                    p = pos[b, j]
+                    if not reached[p]:
+                        reached[p] = True
+                        slots[m] = p
+                        m += 1
+                    up_of[p] += c
+                    if ins:
+                        low_of[p] += c
+        held = np.sort(slots[:m])  # id order
+        low, up = low_of[held], up_of[held] + thresholds[q]
+        for p in held:
+            low_of[p], up_of[p], reached[p] = 0.0, 0.0, False
         order = np.argsort(-up, kind="mergesort")  # stable: ids ascending among equals
-        parts_id.append(uid[order])
+        parts_pos.append(held[order])
         parts_low.append(low[order])
         parts_up.append(up[order])
-        start[q + 1] = start[q] + uid.shape[0]
+        start[q + 1] = start[q] + m
     n = start[nq]
-    uid_all, low_all, up_all = np.empty(n, np.uint64), np.empty(n), np.empty(n)
+    pos_all, low_all, up_all = np.empty(n, np.int64), np.empty(n), np.empty(n)
     for q in range(nq):
-        uid_all[start[q]:start[q + 1]] = parts_id[q]
+        pos_all[start[q]:start[q + 1]] = parts_pos[q]
         low_all[start[q]:start[q + 1]] = parts_low[q]
         up_all[start[q]:start[q + 1]] = parts_up[q]
-    return start, uid_all, low_all, up_all
+    return start, pos_all, low_all, up_all
 
 
 class KeyDictionary(TimeBucketed):
@@ -479,8 +414,13 @@ class KeyDictionary(TimeBucketed):
         # still weigh err_b there (row sums as NumPy takes them, bucket by bucket)
         err = np.maximum((self._tb.m - self._cnt.sum(axis=1)) / (self.capacity + 1), 0.0)
         thresholds = np.array([float(err[row].sum()) for row in touch])
-        start, uid, low, up = _candidates_of(self._ids, self._cnt, touch, inside, thresholds)
-        keys = self._strings_of(uid)
+        pos, found = self._where(self._ids.ravel())
+        live_counters = self._cnt.ravel() > 0
+        if not found[live_counters].all():  # every counter's id has its string
+            raise KeyError(int(self._ids.ravel()[live_counters & ~found][0]))
+        start, held, low, up = _candidates_of(self._cnt, np.where(found, pos, 0).reshape(self._ids.shape),
+                                              len(self._kid), touch, inside, thresholds)
+        uid, keys = self._kid[held], self._kstr[held].tolist()
         for q, i in enumerate(live):
             a, b = int(start[q]), int(start[q + 1])
             out[i] = Candidates(uid[a:b], keys[a:b], low[a:b], up[a:b], float(thresholds[q]))
