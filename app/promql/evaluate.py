@@ -77,14 +77,6 @@ def _item_label(item: dict) -> tuple[str, str]:
     raise QueryError("this kind's items carry no q, key or value to tell them apart")
 
 
-def _numbers(item: dict):
-    """An item's ``(label, (estimate, lower, upper))``, or None when it has no estimate (a
-    quantile of an empty window)."""
-    if item.get("estimate") is None or item.get("bound") is None:
-        return None
-    return _item_label(item), (item["estimate"], item["bound"]["lower"], item["bound"]["upper"])
-
-
 def _checked(query: SeriesQuery, kind, configs: list, step_ms: int | None) -> dict:
     """The kind's parameters with the window, or the refusal of the whole query (a window
     beyond a ``max_window``, parameters or a guarantee the kind refuses)."""
@@ -97,75 +89,61 @@ def _checked(query: SeriesQuery, kind, configs: list, step_ms: int | None) -> di
     return params
 
 
-_TEXTS: dict[float, str] = {}  # format_value of values met before (a range repeats many)
-_TEXTS_KEPT = 200_000
-
-
 def _text(v) -> str | None:
-    """``format_value(v)`` (None for a null side), looked up for a value met before: the
-    items of neighbouring instants often carry the same bounds. Zeros (0.0 and -0.0 are
-    one key but two texts) and NaN (never equal to itself) are formatted each time."""
+    """``format_value(v)`` (None for a null side): a float's shortest repr, without a
+    trailing ``.0``; exponents, infinities and NaN the long way."""
     if v is None:
         return None
-    got = _TEXTS.get(v) if v else None
-    if got is None:
-        got = format_value(float(v))
-        if v and v == v:
-            if len(_TEXTS) >= _TEXTS_KEPT:
-                _TEXTS.clear()
-            _TEXTS[v] = got
-    return got
+    text = repr(float(v))
+    if text[-2:] == ".0":
+        return text[:-2]
+    return format_value(float(v)) if "e" in text or "n" in text else text
 
 
-def _item_texts(item: dict, seen: dict) -> tuple | None:
-    """``(label, numbers, texts)`` of a list answer's item, looked up when the same item
-    object was shown before in this request (``seen``, holding each item so that its id
-    is not reused meanwhile): the answers of neighbouring instants share the items their
-    windows read alike (``app.kinds.keyed``), and items are never changed once made."""
-    got = seen.get(id(item))
-    if got is not None:
-        return got[1]
-    numbers = _numbers(item)
-    row = None if numbers is None else (numbers[0], numbers[1], tuple(_text(v) for v in numbers[1]))
-    seen[id(item)] = (item, row)
-    return row
+def _row(item: dict) -> tuple | None:
+    """A list answer's item as its series show it, ``(label, (estimate, lower, upper)
+    texts)``; None when it has no estimate (a quantile of an empty window)."""
+    bound = item.get("bound")
+    if item.get("estimate") is None or bound is None:
+        return None
+    return _item_label(item), (_text(item["estimate"]), _text(bound["lower"]), _text(bound["upper"]))
 
 
 def _prometheus_samples(body: dict, seen: dict) -> tuple:
-    """An answer's samples, ``(instant, ((item label or None, (estimate, lower, upper),
-    their samples), …))``, each sample the pair ``(instant, text)`` a series lists: made
-    once per kept point (``app.ranges``: tuples of numbers and strings, which the garbage
-    collector leaves alone), formatted once, and handed to every later range as they are
-    (a refreshed 500-point heavy-hitter range lists 37,000 samples: made anew, their lists
-    set off full collections that took 100 ms). A side an answer does not have (null: a
-    federated answer missing a site keeps only the sides that hold, ``app.site_bounds``)
-    has no sample, as an instant with no answer has none. ``seen``: the request's items
-    shown so far (``_item_texts``)."""
-    at = body.get("at")
+    """An answer as its samples show it, ``(instant, rows)``: a row ``(item label or None,
+    (estimate, lower, upper) texts)`` per item (a side an answer does not have, null: a
+    federated answer missing a site keeps only the sides that hold, ``app.site_bounds``,
+    has no sample, as an instant with no answer has none). Made once per kept point
+    (``app.ranges``: tuples of strings, which the garbage collector leaves alone) and
+    handed to every later range as it is. The rows of a list answer's items are made once
+    per request and shared by every answer listing the same item object (``seen``, by
+    ``id``, holding the item so that its id is not reused meanwhile): the answers of
+    neighbouring instants share the items their windows read alike (``app.kinds.keyed``),
+    and items are never changed once made."""
     items = body.get("items")
     if items is None:
-        numbers = (body["estimate"], body["bound"]["lower"], body["bound"]["upper"])
-        texts = tuple(_text(v) for v in numbers)
-        return at, ((None, numbers, tuple(None if t is None else (at, t) for t in texts)),)
+        bound = body["bound"]
+        return body.get("at"), ((None, (_text(body["estimate"]), _text(bound["lower"]), _text(bound["upper"]))),)
     rows = []
     for item in items:
         got = seen.get(id(item))
-        row = got[1] if got is not None else _item_texts(item, seen)
-        if row is not None:
-            e, lo, up = row[2]
-            rows.append((row[0], row[1], (None if e is None else (at, e), None if lo is None else (at, lo),
-                                          None if up is None else (at, up))))
-    return at, tuple(rows)
+        if got is None:
+            got = seen[id(item)] = (item, _row(item))
+        if got[1] is not None:
+            rows.append(got[1])
+    return body.get("at"), tuple(rows)
 
 
 def _collect(out: dict, query: SeriesQuery, whose, base: dict, times_ms: list[int],
              deadline: float, answers_at) -> None:
     """Each instant's answer (``answers_at(ats, show)``: the native answer objects of those
-    instants, shown as their samples, or the ``QueryError`` an instant raises) as samples
-    of the series ``(whose, item, bound)``; an instant the answer path refuses has none.
-    Instants are answered a chunk at a time, the time budget checked between chunks."""
+    instants, shown as their rows, or the ``QueryError`` an instant raises) as samples of
+    the series ``(whose, item, bound)``; an instant the answer path refuses has none.
+    Instants are answered a chunk at a time, the time budget checked between chunks; each
+    item's instants and texts are gathered first, and its series' samples made at the end
+    in one pass each (a 500-point heavy-hitter range has 37,000 samples)."""
     wanted = [(b, i) for i, b in enumerate(("estimate", "lower", "upper")) if b in query.bounds]
-    targets: dict = {}  # item -> [(series, index of the bound)] (of ``whose``)
+    shown_of: dict = {}  # item label -> ([instant], [texts])
     seen: dict = {}
 
     def show(body: dict) -> tuple:  # (kept points are told apart by this name: one rendering)
@@ -178,20 +156,17 @@ def _collect(out: dict, query: SeriesQuery, whose, base: dict, times_ms: list[in
         for at, shown in zip(ats, answers_at(ats, show)):
             if isinstance(shown, QueryError):
                 continue  # a refusal at this instant: no sample
-            shown_at, rows = shown
-            # (an answer names its instant as asked: its pairs are the series' as they are)
-            as_asked = shown_at == at
-            for item, _, samples in rows:
-                to = targets.get(item)
-                if to is None:
-                    to = targets[item] = []
-                    for bound, i in wanted:
-                        labels = {**base, **dict([item] if item else []), "bound": bound}
-                        to.append((out.setdefault((whose, item, bound), Series(labels)).values.append, i))
-                for append, i in to:
-                    sample = samples[i]
-                    if sample is not None:
-                        append(sample if as_asked else (at, sample[1]))
+            for item, texts in shown[1]:
+                got = shown_of.get(item)
+                if got is None:
+                    got = shown_of[item] = ([], [])
+                got[0].append(at)  # (the instant as asked: a kept point says the same one)
+                got[1].append(texts)
+    for item, (ats, texts) in shown_of.items():
+        for bound, i in wanted:
+            labels = {**base, **dict([item] if item else []), "bound": bound}
+            series = out.setdefault((whose, item, bound), Series(labels))
+            series.values.extend([(at, t[i]) for at, t in zip(ats, texts) if t[i] is not None])
 
 
 def _versions_of(store, name: str, summary):
