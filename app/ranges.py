@@ -40,7 +40,7 @@ from tidemark.streams import StreamConfig
 from tidemark.summary import StreamSummary
 from tidemark.ticks import EMPTY_RANGE, Window, ticks_of
 
-__all__ = ["windows_at", "answers_at", "as_json", "RangeCache", "kept_point"]
+__all__ = ["windows_at", "answers_at", "as_json", "RangeCache", "kept_point", "params_key", "refused"]
 
 # Which parts each kind reads ahead, and how: its family declares it (``QueryKind.read_ahead``).
 _READ_AHEAD = {name: kind.read_ahead for name, kind in QUERY_KINDS.items() if kind.read_ahead}
@@ -279,7 +279,7 @@ def _run_many(kind: str, summary, config: StreamConfig, params: dict, windows: l
     return {} if results is None else {id(w): r for w, r in zip(windows, results)}
 
 
-def _params_key(params: dict) -> tuple:
+def params_key(params: dict) -> tuple:
     return tuple(sorted((k, str(v)) for k, v in params.items() if k != "at"))
 
 
@@ -499,8 +499,8 @@ def answers_at(kind: str, name: str, config: StreamConfig, summary: StreamSummar
     numbers)."""
     out: list = [None] * len(ats)
     points = None if cache is None or summary is None else cache.points_of(name, versions)
-    base = _params_key(params)
-    keep = ~_refused(params, config, status.get("clock"), ats) if points is not None else None
+    base = params_key(params)
+    keep = ~refused(params, config, status.get("clock"), ats) if points is not None else None
     shown = None if show is None else _name_of(show)
     todo = []
     for i, at in enumerate(ats):
@@ -562,7 +562,7 @@ def as_json(body: dict) -> bytes:
     return bytes(memoryview(orjson.dumps(body, option=orjson.OPT_SERIALIZE_NUMPY)))
 
 
-def _refused(params: dict, config: StreamConfig, clock: float | None, ats: list[float]) -> np.ndarray:
+def refused(params: dict, config: StreamConfig, clock: float | None, ats: list[float]) -> np.ndarray:
     """Which instants the stream's clock refuses now (``parse_window``'s rule for a window
     that starts too long ago), without making their windows."""
     seconds = parse_window({k: v for k, v in params.items() if k != "at"}, config, clock).seconds

@@ -24,8 +24,11 @@ import time
 from dataclasses import dataclass, field
 from decimal import Decimal
 
+import orjson
+
 from app.answers import QueryError, answer_streams, lookup
-from app.ranges import RangeCache, answers_at
+from app.promql.blocks import Blocks, render, runs
+from app.ranges import RangeCache, answers_at, params_key, refused
 from app.promql.query import SeriesQuery
 from app.promql.times import seconds
 from app.store import StreamNotFound
@@ -47,8 +50,9 @@ class EvaluationTimeout(RuntimeError):
 @dataclass
 class Series:
     labels: dict[str, str]
-    # each sample as Prometheus writes it: (time in seconds, the value's text)
-    values: list[tuple] = field(default_factory=list)
+    # each sample as Prometheus writes it: (time in seconds, the value's text); or all of
+    # them written as a JSON array (``evaluate(..., rendered=True)``)
+    values: list[tuple] | orjson.Fragment = field(default_factory=list)
 
 
 def format_value(x: float) -> str:
@@ -134,39 +138,94 @@ def _prometheus_samples(body: dict, seen: dict) -> tuple:
     return body.get("at"), tuple(rows)
 
 
+def _answered(times_ms: list[int], todo: list[int], deadline: float, answers_at, show) -> dict:
+    """``{index: shown}`` of the instants ``times_ms[i]`` for ``i`` in ``todo``
+    (``answers_at(ats, show)``: each answer shown, or the ``QueryError`` that instant
+    raises), a chunk at a time, the time budget checked between chunks."""
+    shown: dict = {}
+    for first in range(0, len(todo), _CHUNK):
+        if time.monotonic() > deadline:
+            raise EvaluationTimeout("query timed out in expression evaluation")
+        chunk = todo[first : first + _CHUNK]
+        shown.update(zip(chunk, answers_at([seconds(times_ms[i]) for i in chunk], show)))
+    return shown
+
+
+def _shower():
+    """A request's ``show`` (kept points are told apart by its name: one rendering), with
+    the rows of the items it has shown (``_prometheus_samples``)."""
+    seen: dict = {}
+
+    def show(body: dict) -> tuple:
+        return _prometheus_samples(body, seen)
+
+    return show
+
+
+def _labels(base: dict, item, bound: str) -> dict:
+    return {**base, **dict([item] if item else []), "bound": bound}
+
+
+def _wanted(query: SeriesQuery) -> list[tuple[str, int]]:
+    return [(b, i) for i, b in enumerate(("estimate", "lower", "upper")) if b in query.bounds]
+
+
 def _collect(out: dict, query: SeriesQuery, whose, base: dict, times_ms: list[int],
              deadline: float, answers_at) -> None:
     """Each instant's answer (``answers_at(ats, show)``: the native answer objects of those
     instants, shown as their rows, or the ``QueryError`` an instant raises) as samples of
-    the series ``(whose, item, bound)``; an instant the answer path refuses has none.
-    Instants are answered a chunk at a time, the time budget checked between chunks; each
-    item's instants and texts are gathered first, and its series' samples made at the end
-    in one pass each (a 500-point heavy-hitter range has 37,000 samples)."""
-    wanted = [(b, i) for i, b in enumerate(("estimate", "lower", "upper")) if b in query.bounds]
+    the series ``(whose, item, bound)``, each a pair ``(time, text)``; an instant the
+    answer path refuses has none. Each item's instants and texts are gathered first, and
+    its series' samples made at the end in one pass each."""
+    shown = _answered(times_ms, list(range(len(times_ms))), deadline, answers_at, _shower())
     shown_of: dict = {}  # item label -> ([instant], [texts])
-    seen: dict = {}
-
-    def show(body: dict) -> tuple:  # (kept points are told apart by this name: one rendering)
-        return _prometheus_samples(body, seen)
-
-    for first in range(0, len(times_ms), _CHUNK):
-        if time.monotonic() > deadline:
-            raise EvaluationTimeout("query timed out in expression evaluation")
-        ats = [seconds(t) for t in times_ms[first : first + _CHUNK]]
-        for at, shown in zip(ats, answers_at(ats, show)):
-            if isinstance(shown, QueryError):
-                continue  # a refusal at this instant: no sample
-            for item, texts in shown[1]:
-                got = shown_of.get(item)
-                if got is None:
-                    got = shown_of[item] = ([], [])
-                got[0].append(at)  # (the instant as asked: a kept point says the same one)
-                got[1].append(texts)
+    for i, t in enumerate(times_ms):
+        got = shown[i]
+        if isinstance(got, QueryError):
+            continue  # a refusal at this instant: no sample
+        at = seconds(t)  # (the instant as asked: a kept point says the same one)
+        for item, texts in got[1]:
+            acc = shown_of.get(item)
+            if acc is None:
+                acc = shown_of[item] = ([], [])
+            acc[0].append(at)
+            acc[1].append(texts)
     for item, (ats, texts) in shown_of.items():
-        for bound, i in wanted:
-            labels = {**base, **dict([item] if item else []), "bound": bound}
-            series = out.setdefault((whose, item, bound), Series(labels))
+        for bound, i in _wanted(query):
+            series = out.setdefault((whose, item, bound), Series(_labels(base, item, bound)))
             series.values.extend([(at, t[i]) for at, t in zip(ats, texts) if t[i] is not None])
+
+
+def _collect_rendered(out: dict, query: SeriesQuery, whose, base: dict, times_ms: list[int],
+                      deadline: float, answers_at, step_ms: int | None = None, blocks: Blocks | None = None,
+                      usable=None) -> None:
+    """:func:`_collect`, each series' samples written as JSON text (``Series.values`` an
+    ``orjson.Fragment``), run by run (``app.promql.blocks``): with ``blocks``, the whole
+    blocks of a step-aligned range that ``usable(first, end)`` allows are read from those
+    kept, and those computed are kept; every other instant is answered (in one call, so
+    the answers share their reads) and rendered."""
+    cut = runs(times_ms, step_ms if blocks is not None else None, usable or (lambda a, b: True))
+    rendered = [None if block is None else blocks.get(block) for _, _, block in cut]
+    todo = [i for (first, end, _), got in zip(cut, rendered) if got is None for i in range(first, end)]
+    shown = _answered(times_ms, todo, deadline, answers_at, _shower()) if todo else {}
+    pieces: dict = {}  # item label -> (estimate, lower, upper) texts of its runs
+    for (first, end, block), got in zip(cut, rendered):
+        if got is None:
+            got = render(times_ms[first:end], [shown[i] for i in range(first, end)])
+            if block is not None:
+                blocks.put(block, got)
+        for item, texts in got:
+            acc = pieces.get(item)
+            if acc is None:
+                acc = pieces[item] = ([], [], [])
+            for i, text in enumerate(texts):
+                if text:
+                    acc[i].append(text)
+    for item, texts in pieces.items():
+        for bound, i in _wanted(query):
+            if texts[i]:
+                values = orjson.Fragment("[" + ",".join(texts[i]) + "]")
+                out[(whose, item, bound)] = Series(_labels(base, item, bound), values)
 
 
 def _versions_of(store, name: str, summary):
@@ -186,45 +245,59 @@ def _refusal_or(answer_one, *args):
 
 
 def _one_stream(store, query: SeriesQuery, name: str, times_ms: list[int], step_ms: int | None,
-                out: dict, deadline: float, cache: RangeCache | None) -> None:
+                out: dict, deadline: float, cache: RangeCache | None, rendered: bool) -> None:
     config = store.declarations.config(name)
     summary, status = store.reads.summary(name)  # one read: every instant below is of this version
     params = _checked(query, lookup(query.kind, streams=1), [config], step_ms)
     base = {"__name__": query.metric, **dict(query.labels), "stream": name}
-    _collect(out, query, name, base, times_ms, deadline,
-             lambda ats, show: answers_at(query.kind, name, config, summary, status, params, ats, cache,
-                                          _versions_of(store, name, summary), show))
+    versions = _versions_of(store, name, summary)
+
+    def answered(ats, show):
+        return answers_at(query.kind, name, config, summary, status, params, ats, cache, versions, show)
+
+    if not rendered:
+        return _collect(out, query, name, base, times_ms, deadline, answered)
+    points = None if cache is None or summary is None or not step_ms else cache.points_of(name, versions)
+    if points is None:
+        return _collect_rendered(out, query, name, base, times_ms, deadline, answered)
+    # a block is kept only while the clock refuses none of its instants (as a point)
+    keep = ~refused(params, config, status.get("clock"), [seconds(t) for t in times_ms])
+    blocks = Blocks(cache, name, points, query.kind, params_key(params), step_ms)
+    _collect_rendered(out, query, name, base, times_ms, deadline, answered, step_ms, blocks,
+                      lambda first, end: bool(keep[first:end].all()))
 
 
 def _together(store, query: SeriesQuery, names: tuple[str, ...], times_ms: list[int],
-              step_ms: int | None, out: dict, deadline: float) -> None:
+              step_ms: int | None, out: dict, deadline: float, rendered: bool) -> None:
     """A kind over several streams (``tidemark_inner_product{streams="A,B"}``): each stream
     read once, every instant answered by :func:`app.answers.answer_streams` as natively."""
     configs = [store.declarations.config(n) for n in names]
     read = [store.reads.summary(n) for n in names]
     params = _checked(query, lookup(query.kind), configs, step_ms)
     base = {"__name__": query.metric, **dict(query.labels)}
-    _collect(out, query, names, base, times_ms, deadline,
-             lambda ats, show: [_shown(show, _refusal_or(answer_streams, query.kind, list(names), configs,
-                                                         read, {**params, "at": repr(at)})) for at in ats])
+    collect = _collect_rendered if rendered else _collect
+    collect(out, query, names, base, times_ms, deadline,
+            lambda ats, show: [_shown(show, _refusal_or(answer_streams, query.kind, list(names), configs,
+                                                        read, {**params, "at": repr(at)})) for at in ats])
 
 
 def evaluate(store, query: SeriesQuery, names: list[str], times_ms: list[int],
              step_ms: int | None = None, timeout: float = math.inf,
-             cache: RangeCache | None = None) -> list[Series]:
+             cache: RangeCache | None = None, rendered: bool = False) -> list[Series]:
     """The series of ``query`` over the streams ``names`` (already matched and allowed; a
     kind over several streams reads them together) at
     ``times_ms``, sorted by their labels; :class:`EvaluationTimeout` after ``timeout``
     seconds (an answer at a past instant costs a millisecond or more: 11,000 of them over
-    many streams would hold a worker thread for minutes)."""
+    many streams would hold a worker thread for minutes). ``rendered``: each series'
+    samples as JSON text (``_collect_rendered``: a range's, kept per block of steps)."""
     out: dict = {}
     deadline = time.monotonic() + timeout
     if isinstance(query.stream, tuple):
-        _together(store, query, query.stream, times_ms, step_ms, out, deadline)
+        _together(store, query, query.stream, times_ms, step_ms, out, deadline, rendered)
         return sorted((s for s in out.values() if s.values), key=lambda s: sorted(s.labels.items()))
     for name in names:
         try:
-            _one_stream(store, query, name, times_ms, step_ms, out, deadline, cache)
+            _one_stream(store, query, name, times_ms, step_ms, out, deadline, cache, rendered)
         except StreamNotFound:
             if isinstance(query.stream, str):
                 raise

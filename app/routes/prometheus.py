@@ -152,13 +152,13 @@ def _timeout(form) -> float:
 
 
 def _run(request: Request, query: SeriesQuery, times_ms: list[int], step_ms: int | None,
-         timeout: float = DEFAULT_TIMEOUT) -> list[Series]:
+         timeout: float = DEFAULT_TIMEOUT, rendered: bool = False) -> list[Series]:
     store = request.app.state.store
     started = time.perf_counter()
     try:
         names = _streams(request, store, query)
         series = evaluate(store, query, names, times_ms, step_ms, timeout,
-                          getattr(request.app.state, "range_cache", None))
+                          getattr(request.app.state, "range_cache", None), rendered)
     except EvaluationTimeout as e:
         # Prometheus answers 503; here a 5xx is a bug (contract §8) and asking more than the
         # budget is the caller's to change (fewer points or streams, a longer ``timeout``).
@@ -235,7 +235,8 @@ async def query_range(request: Request) -> JSONResponse:
             value = format_value(q.value)
             return {"resultType": "matrix",
                     "result": [{"metric": {}, "values": [[seconds(t), value] for t in times]}]}
-        series = await run_in_threadpool(_run, request, q, times, step, _timeout(form))
+        # (each series' samples come written as JSON text: ``evaluate``'s ``rendered``)
+        series = await run_in_threadpool(_run, request, q, times, step, _timeout(form), True)
         return {"resultType": "matrix",
                 "result": [{"metric": s.labels, "values": s.values} for s in series]}
 
