@@ -159,7 +159,7 @@ class _Listing:
     def settle(self, got: list) -> None:
         """Its items, from the readings of its ``reads`` (or the SketchError of one)."""
         found, window = self.found, self.window
-        self.sorted_uppers, self.items = [], []
+        self.sorted_uppers, self.items, self.listed = [], [], {}
         if not len(found.ids):
             return
         for reading in got:
@@ -176,10 +176,14 @@ class _Listing:
         self.items = [(items[i], float(uppers[shown[i]])) for i in order]
 
     def answer(self, level: float, count) -> HeavyHitters:
-        listed = [item for item, upper in self.items if upper >= level]
         # what no listed key reaches: the largest upper bound below the level (a dropped
         # candidate's; uppers are ≥ 0, so a level of 0 drops only zeros)
         below = bisect.bisect_left(self.sorted_uppers, level)
+        # Levels with as many uppers below them list the same items: made once (answers
+        # listing the same item objects are then shown once, ``app.promql.evaluate``).
+        listed = self.listed.get(below)
+        if listed is None:
+            listed = self.listed[below] = [item for item, upper in self.items if upper >= level]
         dropped_max = self.sorted_uppers[below - 1] if below else 0.0
         threshold = self.found.threshold
         return HeavyHitters(listed, max(threshold, dropped_max), threshold == 0 or threshold < level,

@@ -37,22 +37,40 @@ def render(times_ms: list[int], shown: list) -> tuple:
     ``((item label, (estimate, lower, upper) JSON text)), …)``, each text the series'
     samples of the run, ``[t,"v"]`` joined by commas ("" where none). Tuples of strings:
     the collector stops tracking them once kept."""
-    per: dict = {}
+    per: dict = {}  # item label -> ([time text], [texts])
+    rows, run = None, []  # neighbouring instants whose answers share one rows tuple, taken at once
+
+    def take():
+        for item, texts in rows:
+            acc = per.get(item)
+            if acc is None:
+                acc = per[item] = ([], [])
+            acc[0].extend(run)
+            acc[1].extend([texts] * len(run))
+
     for t, got in zip(times_ms, shown):
         if isinstance(got, QueryError):
             continue
-        at = orjson.dumps(seconds(t)).decode()  # the time as the list form writes it
-        for item, (e, lo, up) in got[1]:
-            parts = per.get(item)
-            if parts is None:
-                parts = per[item] = ([], [], [])
-            if e is not None:
-                parts[0].append(f'[{at},"{e}"]')
-            if lo is not None:
-                parts[1].append(f'[{at},"{lo}"]')
-            if up is not None:
-                parts[2].append(f'[{at},"{up}"]')
-    return tuple((item, tuple(",".join(p) for p in parts)) for item, parts in per.items())
+        if got[1] is not rows:
+            if run:
+                take()
+            rows, run = got[1], []
+        run.append(orjson.dumps(seconds(t)).decode() + ',"')  # the time as the list form writes it
+    if run:
+        take()
+    return tuple((item, tuple(_joined(ats, side) for side in zip(*texts))) for item, (ats, texts) in per.items())
+
+
+def _joined(ats: list[str], side: tuple) -> str:
+    """``[t,"v"],[t,"v"]…`` of the times and one side's texts (a None: no sample), each
+    sample's text made in one C call (``str.__add__`` mapped) and the separators by the
+    join: a range of 11,000 heavy-hitter answers has 825,000 samples."""
+    if None in side:
+        pairs = [(a, v) for a, v in zip(ats, side) if v is not None]
+        if not pairs:
+            return ""
+        ats, side = zip(*pairs)
+    return "[" + '"],['.join(map(str.__add__, ats, side)) + '"]'
 
 
 def runs(times_ms: list[int], step_ms: int | None, usable) -> list[tuple[int, int, int | None]]:

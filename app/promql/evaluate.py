@@ -123,19 +123,25 @@ def _prometheus_samples(body: dict, seen: dict) -> tuple:
     per request and shared by every answer listing the same item object (``seen``, by
     ``id``, holding the item so that its id is not reused meanwhile): the answers of
     neighbouring instants share the items their windows read alike (``app.kinds.keyed``),
-    and items are never changed once made."""
+    and items are never changed once made. Answers listing the same items, in the same
+    order, share one rows tuple (``seen`` by the items' ids: one C call, not a Python
+    step per item), which ``app.promql.blocks.render`` then takes once for them all."""
     items = body.get("items")
     if items is None:
         bound = body["bound"]
         return body.get("at"), ((None, (_text(body["estimate"]), _text(bound["lower"]), _text(bound["upper"]))),)
-    rows = []
-    for item in items:
-        got = seen.get(id(item))
-        if got is None:
-            got = seen[id(item)] = (item, _row(item))
-        if got[1] is not None:
-            rows.append(got[1])
-    return body.get("at"), tuple(rows)
+    listed = tuple(map(id, items))
+    got = seen.get(listed)
+    if got is None:
+        rows = []
+        for item in items:
+            row = seen.get(id(item))
+            if row is None:
+                row = seen[id(item)] = (item, _row(item))
+            if row[1] is not None:
+                rows.append(row[1])
+        got = seen[listed] = (items, tuple(rows))
+    return body.get("at"), got[1]
 
 
 def _answered(times_ms: list[int], todo: list[int], deadline: float, answers_at, show) -> dict:
