@@ -318,4 +318,8 @@ def age_decays_rows(f: Callable[[np.ndarray], np.ndarray], offsets: np.ndarray, 
     def younger(a, rows):
         return f(np.maximum((np.asarray(a, np.float64) - 1) * res + offsets[rows, None], 0.0))
 
+    # Windows of one offset share the decay of an age (their rows, shifted): the key each
+    # row has, and the decay of a key on ages (the same operations as the rows').
+    older.shared = (offsets, lambda o, a: f(np.maximum(a, 0.0) * res + o))
+    younger.shared = (offsets, lambda o, a: f(np.maximum((a - 1) * res + o, 0.0)))
     return older, younger

@@ -428,16 +428,16 @@ class DecayedAdditiveSketch(Sketch):
         older_first = -ticks if bool(np.all(ticks[1:] < ticks[:-1])) else None  # (searchable)
         out: list = [None] * n
         block = max(1, (1 << 16) // max(ticks.size, 1))  # rows per block: 512 KB of floats, in cache
-        for first in range(0, n, block):
-            rows = slice(first, min(n, first + block))
-            g0 = self._rows_of(decay, np.zeros((rows.stop - rows.start, 1)), rows)[:, 0]
+        for rows, table in self._row_blocks(decay, at, ticks, block):
+            g0 = self._rows_of(decay, np.zeros((rows.size, 1)), rows)[:, 0]
             # Ticks at or after every instant of the block are of age 0 in each row: their
             # decay is the row's decay at 0, so it is evaluated for the older ticks alone
             # (with the ticks newest first, the young ones lead every row).
             young = 0 if older_first is None else int(np.searchsorted(older_first, -int(at[rows].max()), "right"))
             g = np.empty((g0.size, ticks.size))
             g[:, :young] = g0[:, None]
-            g[:, young:] = self._rows_of(decay, np.maximum(at[rows, None] - ticks[None, young:], 0), rows)
+            ages = np.maximum(at[rows, None] - ticks[None, young:], 0)
+            g[:, young:] = self._rows_of(decay, ages, rows) if table is None else table[ages]
             # in [0, 1] and never growing along the row: the test of one query, in fewer passes
             ok = np.all(g[:, 1:] <= g[:, :-1], axis=1) & (g[:, 0] <= 1.0) & (g[:, -1] >= 0.0)
             ok &= (g0 >= 0.0) & (g0 <= 1.0)
@@ -448,16 +448,53 @@ class DecayedAdditiveSketch(Sketch):
             s0 = (g * total).sum(axis=1)
             part = g * sums
             est = np.array([self._selected_sum(part[j], ticks, untils[i], older_first)
-                            for j, i in enumerate(range(rows.start, rows.stop))])
+                            for j, i in enumerate(rows.tolist())])
             # ``_interval`` of every row: its half-width and roundings, on arrays
             a = self._half_widths(s0, 3)
             rnd = (self._t.size + 8) * _ULP * s0
             lower, upper = np.maximum(est - a - rnd, 0.0), est + a + rnd + unc
-            for j, i in enumerate(range(rows.start, rows.stop)):
+            for j, i in enumerate(rows.tolist()):
                 out[i] = (Estimate(float(est[j]), float(lower[j]), float(upper[j]), "additive", self.epsilon,
                                    1.0 - self.delta, METHOD) if ok[j] else
                           SketchError("decay must take values in [0, 1] and never increase with age"))
         return out
+
+    def _row_blocks(self, decay, at: np.ndarray, ticks: np.ndarray, block: int):
+        """The queries in blocks of at most ``block`` rows, ``(rows, table)``: ``table[a]``
+        the decay of whole age ``a`` for every row of the block, or None (evaluate it per
+        row). A decay that says the rows share it (``decay.shared``: the row's key, and
+        the decay of that key on a 1-D array of ages: ``tidemark.ticks.age_decays_rows``,
+        rows of instants with one offset) gets its rows grouped by key and each group's
+        ages evaluated once, when they span fewer values than the group's rows hold: the
+        instants of a range on a step of whole seconds share one offset, and their rows
+        read the same ages, shifted. The same operations on the same operands, so each
+        row's values are those it evaluates alone."""
+        n = at.size
+        shared = getattr(decay, "shared", None)
+        if shared is None:
+            for first in range(0, n, block):
+                yield np.arange(first, min(n, first + block)), None
+            return
+        keys, of_key = shared
+        order = np.argsort(keys, kind="stable")
+        bounds = np.flatnonzero(np.diff(keys[order]) != 0) + 1
+        lo_tick = int(ticks.min()) if ticks.size else 0
+        alone = []  # the rows of groups too small to share: in blocks as they come
+        for group in np.split(order, bounds):
+            top = max(int(at[group].max()) - lo_tick, 0)  # the group's oldest age
+            # (a table pays where its ages are a quarter of the group's evaluations or fewer,
+            # and the group fills blocks of half the size or more)
+            if group.size < max(2, block // 2) or not top + 1 < group.size * ticks.size // 4:
+                alone.append(group)
+                continue
+            table = np.asarray(of_key(keys[group[0]], np.arange(top + 1, dtype=np.float64)), np.float64)
+            if table.shape != (top + 1,):
+                raise SketchError("decay function must return one value per age")
+            for first in range(0, group.size, block):
+                yield np.sort(group[first:first + block]), table
+        rest = np.sort(np.concatenate(alone)) if alone else np.zeros(0, np.int64)
+        for first in range(0, rest.size, block):
+            yield rest[first:first + block], None
 
     @staticmethod
     def _selected_sum(part: np.ndarray, ticks: np.ndarray, until, negated) -> float:

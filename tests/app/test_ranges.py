@@ -115,6 +115,33 @@ def test_heavy_hitter_points_that_share_a_listing_are_each_the_instant_answer(da
         assert _same(point, _instant("heavy-hitters", case, summary, params, at)), at
 
 
+@settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.data())
+def test_decayed_points_on_a_grid_of_few_offsets_are_each_the_instant_answer(data):
+    """Instants on a step of whole ticks share their offset, and the additive decayed
+    sum then evaluates each whole age of their decay once for them all
+    (``AdditiveDecayedSample._row_blocks``): many ticks (blocks of few rows), one or two
+    grids of instants, both decays, against the instant answers."""
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
+    n = data.draw(st.sampled_from([1500, 4000]))
+    res = data.draw(st.sampled_from([1.0, 0.5]))
+    config = StreamConfig(max_window=3600.0, resolution=res, value_min=0, value_max=100)
+    ts = (T0 + rng.uniform(0, 2500, n)).tolist()
+    case = Case(config, ts, [f"k{k}" for k in rng.integers(0, 50, n)], rng.uniform(0, 100, n).tolist(),
+                [1.0] * n, [i % 2 for i in range(n)])
+    summary = summarize(case)
+    clock = case.clock
+    step = res * data.draw(st.sampled_from([1, 3, 10]))
+    grids = data.draw(st.sampled_from([(0.0,), (0.0, res / 4), (res / 3, res * 0.7)]))
+    ats = sorted(clock - step * i - g for i in range(60) for g in grids)
+    decay = data.draw(st.sampled_from([{"decay": "polynomial", "alpha": "1.5"},
+                                       {"decay": "exponential", "half_life": "90"}]))
+    params = {"tau": "20", **decay, "guarantee": "additive", "window": "300"}
+    got = answers_at("decayed-sum", "s", config, summary, status(case), params, ats)
+    for at, point in zip(ats, got):
+        assert _same(point, _instant("decayed-sum", case, summary, params, at)), at
+
+
 @settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck))
 @given(st.data())
 def test_windows_in_one_pass_are_parse_window(data):
