@@ -28,7 +28,7 @@ one request at a time on a kept-alive connection, for every kind of one stream:
 Latency is from sending the request to the last byte of the answer.
 
     .venv/bin/python bench/bench_prometheus.py [--rate 1000] [--seconds 3600] [--points 500]
-        [--repeats 7] [--compare /work/prev] [--big]
+        [--repeats 7] [--compare /work/prev] [--big] [--whole-steps]
 """
 
 from __future__ import annotations
@@ -48,6 +48,7 @@ from tidemark.wire.records import ShardStatus
 from workers.publish import Publisher
 
 STREAM = "prom"
+WHOLE_STEPS = False  # --whole-steps
 T0 = 1_700_000_000.0
 WINDOW = 300
 KINDS = {  # kind: (PromQL labels, native parameters)
@@ -124,7 +125,13 @@ class Panel:
         metric = "tidemark_" + kind.replace("-", "_")
         self.client, self.kind, self.clock, self.points = client, kind, clock, points
         self.query = f'{metric}{{stream="{STREAM}", window="5m"{labels}}}'
-        self.step = math.floor(span / (points - 1) * 1000) / 1000  # whole ms, as Grafana's
+        # whole ms, as Grafana's; or a round step (``--whole-steps``: Grafana rounds the
+        # interval it asks for to such a value, 250 ms, 5 s, 1 m, and a range's instants
+        # then share an offset within their ticks): whole seconds, or a fraction of one
+        raw = span / (points - 1)
+        self.step = math.floor(raw * 1000) / 1000
+        if WHOLE_STEPS:
+            self.step = math.floor(raw) if raw >= 1 else max(s for s in (0.5, 0.25, 0.2, 0.1, 0.05) if s <= raw)
 
     def prom(self, end: float, points: int | None = None):
         start = end - self.step * ((points or self.points) - 1)
@@ -181,7 +188,10 @@ def main() -> None:
     ap.add_argument("--kinds", default=",".join(KINDS))
     ap.add_argument("--panels", type=int, default=0, help="panels refreshed every 5 s (0: skip)")
     ap.add_argument("--run", type=float, default=60.0, help="seconds of the panels run")
+    ap.add_argument("--whole-steps", action="store_true", help="steps of whole seconds (as Grafana rounds them)")
     args = ap.parse_args()
+    global WHOLE_STEPS
+    WHOLE_STEPS = args.whole_steps
     kinds = args.kinds.split(",")
     started = time.perf_counter()
     summary = build(args.rate, args.seconds)

@@ -62,14 +62,20 @@ def test_instants_end_at_the_last_and_are_even():
 
 
 @given(st.floats(1e3, 2e9), st.sampled_from([60.0, 95.5, 3300.0, 86400.0 * 7]), st.integers(3, MAX_POINTS),
-       st.floats(0.01, 30.0))
+       st.floats(0.01, 30.0), st.sampled_from([None, 1.0, 0.25, 0.1, 60.0]))
 @settings(max_examples=200, deadline=None)
-def test_a_history_asked_again_later_shares_its_inner_instants(clock, span, points, later):
+def test_a_history_asked_again_later_shares_its_inner_instants(clock, span, points, later, grain):
     """The inner instants lie on a grid of the nominal span: asked again ``later`` seconds
     on (the route's span is ``max_window − window`` at every clock), all inner instants
-    up to the first history's end are instants of the first, so their points are kept."""
-    first = instants(clock, clock - span, points, span)
-    again = instants(clock + later, clock + later - span, points, span)
+    up to the first history's end are instants of the first, so their points are kept.
+    With a grain (the stream's resolution) the grid's step is a whole number of its
+    eighths where it has room, at most 2 % short of an even spread."""
+    first = instants(clock, clock - span, points, span, grain)
+    again = instants(clock + later, clock + later - span, points, span, grain)
+    if points > 3 and grain and span / (points - 1) * 8 / grain >= 50:  # (two inner instants: a step)
+        step = first[-2] - first[-3]
+        assert step == pytest.approx(math.floor(span / (points - 1) * 8 / grain) * grain / 8, rel=1e-6)
+        assert step >= span / (points - 1) * 0.98
     assert len(first) == len(again) == points and first == sorted(first) and again == sorted(again)
     assert first[0] == clock - span and again[-1] == clock + later
     inner = set(first[1:-1])
