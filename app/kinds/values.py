@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from app.kinds.kind import QueryError, QueryKind, ServedFamily
-from sketches.base import Estimate
+from sketches.base import Estimate, SketchError
 from sketches.windowed_quantiles import METHOD
 from tidemark.families import values as core
 from tidemark.streams import parse_duration
@@ -86,8 +86,29 @@ def _quantiles(summary, config, window, params):
     return [_item(q, b, config) for q, b in zip(params["q"], brackets)]
 
 
+def _quantiles_many(summary, config, windows: list, params) -> list:
+    """``_quantiles`` of each window (or the SketchError its read raises), made once per
+    (outer, inner) pair of tick ranges: neighbouring instants of a range often read the
+    same pair (old buckets are wide), and then share one list of items. The items are
+    shared between the answers: read them, never change them (``app.answers`` copies an
+    item before it marks it)."""
+    made: dict = {}
+    out = []
+    for window in windows:
+        key = (window.outer, window.inner) if window.outer[0] <= window.outer[1] else None
+        got = made.get(key)
+        if got is None:
+            try:
+                got = _quantiles(summary, config, window, params)
+            except SketchError as e:
+                got = e
+            made[key] = got
+        out.append(got)
+    return out
+
+
 QUANTILES = QueryKind("quantiles", _quantiles, lambda c, p: [_item(q, None, c) for q in p["q"]], _check_q,
-                      alert=True, read_ahead=(("values", "rank-tables"),))
+                      alert=True, run_many=_quantiles_many, read_ahead=(("values", "rank-tables"),))
 
 
 # -- distribution ------------------------------------------------------------------------------
