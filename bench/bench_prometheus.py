@@ -9,7 +9,9 @@ one request at a time on a kept-alive connection, for every kind of one stream:
 * **cold**: ``/api/v1/query_range`` as Grafana posts it (form body, HTTP Basic with the key
   as the password), ``--points`` steps, ``window="5m"``, each request ending at another
   instant so that no point of it was computed before; and
-  ``GET /v1/streams/{name}/{kind}/history?points=…&window=300`` at another ``at`` each time;
+  ``GET /v1/streams/{name}/{kind}/history?points=…&window=…`` at another ``at`` and a
+  window a few ms short of 300 s each time (its inner instants lie on a grid of the
+  span, which histories at neighbouring ``at`` share);
 * **refresh**: the same panel one step later, as Grafana asks it on a refresh (start and
   end aligned to the step and moved by one step: all points but one shared with the
   request before; the version unchanged). On a live stream a publish between the two
@@ -138,11 +140,13 @@ class Panel:
         form = {"query": self.query, "start": repr(start), "end": repr(end), "step": repr(self.step)}
         return self.client.post("/api/v1/query_range", data=form, auth=("grafana", KEY))
 
-    def native(self, at: float | None):
-        """The history route, at ``at`` (None: at the clock, as the dashboard asks it)."""
+    def native(self, at: float | None, window: float = WINDOW):
+        """The history route, at ``at`` (None: at the clock, as the dashboard asks it);
+        another ``window`` asks points no request asked before (the route's inner
+        instants lie on a grid of the span: histories at neighbouring ``at`` share them)."""
         when = {} if at is None else {"at": repr(at)}
         return self.client.get(f"/v1/streams/{STREAM}/{self.kind}/history",
-                               params={**self.params, "window": WINDOW, "points": self.points, **when},
+                               params={**self.params, "window": window, "points": self.points, **when},
                                headers={"Authorization": f"Bearer {KEY}"})
 
     def aligned_end(self, clock: float | None = None) -> float:
@@ -216,7 +220,8 @@ def main() -> None:
                 for r in range(args.repeats):  # cold: every request at instants not asked before
                     for t, p in enumerate(panels):
                         results.setdefault((t, kind, "cold prom"), []).append(timed(lambda: p.prom(clock - 61 - r * 0.37)))
-                        results.setdefault((t, kind, "cold native"), []).append(timed(lambda: p.native(clock - 3 - r * 0.41)))
+                        results.setdefault((t, kind, "cold native"), []).append(
+                            timed(lambda: p.native(clock - 3 - r * 0.41, WINDOW - (r + 1) / 1024)))
                 for t, p in enumerate(panels):  # refresh: one step on, on the step's grid
                     end = p.aligned_end() - args.repeats * p.step
                     p.prom(end)
