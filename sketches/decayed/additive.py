@@ -471,7 +471,7 @@ class DecayedAdditiveSketch(Sketch):
         row's values are those it evaluates alone."""
         n = at.size
         shared = getattr(decay, "shared", None)
-        if shared is None:
+        if shared is None or len(shared[0]) != n:  # (a key for each query, or none shared)
             for first in range(0, n, block):
                 yield np.arange(first, min(n, first + block)), None
             return
