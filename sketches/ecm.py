@@ -564,9 +564,13 @@ class ECMSketch(CellSketch):
 
     def frequencies(self, keys: np.ndarray, lo: int, hi: int) -> list[Estimate]:
         """``frequency`` of each of ``keys``, computed together (``frequency_arrays``)."""
-        found = self.frequency_arrays(keys, lo, hi)
+        return self.estimates_of(self.frequency_arrays(keys, lo, hi), len(keys))
+
+    def estimates_of(self, found, n: int) -> list[Estimate]:
+        """The Estimates of a reading of ``n`` keys by :meth:`frequency_arrays` (None: the
+        range holds nothing, an exact 0 each)."""
         if found is None:
-            return [self._zero(self._method) for _ in range(len(keys))]
+            return [self._zero(self._method) for _ in range(n)]
         ests, lowers, uppers, kind_eps, conf, method = found
         return [Estimate(e, lo_, up, "additive", kind_eps, conf, method)
                 for e, lo_, up in zip(ests.tolist(), lowers.tolist(), uppers.tolist())]

@@ -45,6 +45,40 @@ def _frequency(summary, config, window, params):
     return window_estimate(lambda lo, hi: ecm.frequency(key_id, lo, hi), window, METHOD)
 
 
+def _frequency_many(summary, config, windows: list, params) -> list:
+    """``_frequency`` of each window (or the SketchError its reads raise): one range per
+    set of time buckets its windows read (``range_key``), all of them read in one compiled
+    call (``frequency_arrays_many``, the same numbers read by read), each made into the
+    Estimate ``frequency`` gives, then bracketed per window as ``window_estimate`` does."""
+    ecm = summary["keys"]
+    keys = np.array([summary.key_id(params["key"])], np.uint64)
+    by_key: dict = {}  # a read per set of buckets (``range_key``: ranges with one key read the same numbers)
+    of_range: dict = {}
+    for r in dict.fromkeys(r for w in windows for r in (w.outer, w.inner) if r[0] <= r[1]):
+        try:
+            of_range[r] = by_key.setdefault(ecm.range_key(*r), r)
+        except SketchError as e:
+            of_range[r] = e
+    first = list(by_key.values())
+    read = {r: got if isinstance(got, SketchError) else ecm.estimates_of(got, 1)[0]
+            for r, got in zip(first, ecm.frequency_arrays_many([(keys, *r) for r in first]))}
+
+    def reading(lo, hi):
+        got = of_range[(lo, hi)]
+        got = got if isinstance(got, SketchError) else read[got]
+        if isinstance(got, SketchError):
+            raise got
+        return got
+
+    out = []
+    for window in windows:
+        try:
+            out.append(window_estimate(reading, window, METHOD))
+        except SketchError as e:
+            out.append(e)
+    return out
+
+
 def _self_join(summary, config, window, params):
     return window_estimate(summary["keys"].self_join, window, METHOD)
 
@@ -255,7 +289,7 @@ def _inner_product(summaries, configs, window, params) -> Estimate:
 
 FAMILY = ServedFamily(core.FAMILY, (
     QueryKind("frequency", _frequency, lambda c, p: _zero(c), _check_key, alert=True, monotone=True,
-              read_ahead=(("keys", "buckets"),)),
+              run_many=_frequency_many, read_ahead=(("keys", "buckets"),)),
     QueryKind("heavy-hitters", _heavy_hitters, lambda c, p: HeavyHitters([], 0.0, True), _check_phi,
               run_many=_heavy_hitters_many, monotone=True,  # each listed key's count
               read_ahead=(("count", "ranges"), ("keys", "buckets"), ("key_candidates", "buckets"))),
