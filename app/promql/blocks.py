@@ -26,19 +26,18 @@ import orjson
 from app.answers import QueryError
 from app.promql.times import seconds
 
-__all__ = ["BLOCK_STEPS", "Blocks", "render", "runs"]
+__all__ = ["BLOCK_STEPS", "Blocks", "by_item", "render", "runs"]
 
 BLOCK_STEPS = 16  # steps a kept block holds: a refresh renders at most two partial ones
 
 
-def render(times_ms: list[int], shown: list) -> tuple:
-    """The samples of a run of instants (``shown``: each instant's rows, ``(item label,
-    (estimate, lower, upper) texts)``, or the ``QueryError`` it raised: no sample), as
-    ``((item label, (estimate, lower, upper) JSON text)), …)``, each text the series'
-    samples of the run, ``[t,"v"]`` joined by commas ("" where none). Tuples of strings:
-    the collector stops tracking them once kept."""
-    per: dict = {}  # item label -> ([time text], [texts])
-    rows, run = None, []  # neighbouring instants whose answers share one rows tuple, taken at once
+def by_item(times_ms: list[int], shown: list, at_of) -> dict:
+    """``{item label: ([time], [texts])}`` of a run of instants (``shown``: each instant's
+    rows, ``(item label, (estimate, lower, upper) texts)``, or the ``QueryError`` it raised:
+    no sample), each time ``at_of(t)``, in time order. Neighbouring instants whose answers
+    share one rows tuple (``app.promql.evaluate._prometheus_samples``) are taken at once."""
+    per: dict = {}
+    rows, run = None, []
 
     def take():
         for item, texts in rows:
@@ -55,9 +54,19 @@ def render(times_ms: list[int], shown: list) -> tuple:
             if run:
                 take()
             rows, run = got[1], []
-        run.append(orjson.dumps(seconds(t)).decode() + ',"')  # the time as the list form writes it
+        run.append(at_of(t))
     if run:
         take()
+    return per
+
+
+def render(times_ms: list[int], shown: list) -> tuple:
+    """The samples of a run of instants (``shown``, as :func:`by_item` takes it), as
+    ``((item label, (estimate, lower, upper) JSON text)), …)``, each text the series'
+    samples of the run, ``[t,"v"]`` joined by commas ("" where none). Tuples of strings:
+    the collector stops tracking them once kept."""
+    # (each time as the list form writes it, followed by the opening of its value)
+    per = by_item(times_ms, shown, lambda t: orjson.dumps(seconds(t)).decode() + ',"')
     return tuple((item, tuple(_joined(ats, side) for side in zip(*texts))) for item, (ats, texts) in per.items())
 
 

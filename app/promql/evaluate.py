@@ -27,7 +27,7 @@ from decimal import Decimal
 import orjson
 
 from app.answers import QueryError, answer_streams, lookup
-from app.promql.blocks import Blocks, render, runs
+from app.promql.blocks import Blocks, by_item, render, runs
 from app.ranges import RangeCache, answers_at, params_key, refused
 from app.promql.query import SeriesQuery
 from app.promql.times import seconds
@@ -182,21 +182,10 @@ def _collect(out: dict, query: SeriesQuery, whose, base: dict, times_ms: list[in
     instants, shown as their rows, or the ``QueryError`` an instant raises) as samples of
     the series ``(whose, item, bound)``, each a pair ``(time, text)``; an instant the
     answer path refuses has none. Each item's instants and texts are gathered first, and
-    its series' samples made at the end in one pass each."""
+    its series' samples made at the end in one pass each (each at the instant as asked: a
+    kept point says the same one)."""
     shown = _answered(times_ms, list(range(len(times_ms))), deadline, answers_at, _shower())
-    shown_of: dict = {}  # item label -> ([instant], [texts])
-    for i, t in enumerate(times_ms):
-        got = shown[i]
-        if isinstance(got, QueryError):
-            continue  # a refusal at this instant: no sample
-        at = seconds(t)  # (the instant as asked: a kept point says the same one)
-        for item, texts in got[1]:
-            acc = shown_of.get(item)
-            if acc is None:
-                acc = shown_of[item] = ([], [])
-            acc[0].append(at)
-            acc[1].append(texts)
-    for item, (ats, texts) in shown_of.items():
+    for item, (ats, texts) in by_item(times_ms, [shown[i] for i in range(len(times_ms))], seconds).items():
         for bound, i in _wanted(query):
             series = out.setdefault((whose, item, bound), Series(_labels(base, item, bound)))
             series.values.extend([(at, t[i]) for at, t in zip(ats, texts) if t[i] is not None])
