@@ -312,14 +312,19 @@ def age_decays_rows(f: Callable[[np.ndarray], np.ndarray], offsets: np.ndarray, 
     ``(ages, rows)`` whose row ``i`` is window ``rows[i]``'s (its ``offset`` of
     ``offsets``), with the same float operations element by element."""
 
+    def older_at(o, a):  # the decay of ages ``a`` (floats) at offset ``o``
+        return f(np.maximum(a, 0.0) * res + o)
+
+    def younger_at(o, a):
+        return f(np.maximum((a - 1) * res + o, 0.0))
+
     def older(a, rows):
-        return f(np.maximum(np.asarray(a, np.float64), 0.0) * res + offsets[rows, None])
+        return older_at(offsets[rows, None], np.asarray(a, np.float64))
 
     def younger(a, rows):
-        return f(np.maximum((np.asarray(a, np.float64) - 1) * res + offsets[rows, None], 0.0))
+        return younger_at(offsets[rows, None], np.asarray(a, np.float64))
 
     # Windows of one offset share the decay of an age (their rows, shifted): the key each
-    # row has, and the decay of a key on ages (the same operations as the rows').
-    older.shared = (offsets, lambda o, a: f(np.maximum(a, 0.0) * res + o))
-    younger.shared = (offsets, lambda o, a: f(np.maximum((a - 1) * res + o, 0.0)))
+    # row has, and the decay of a key on ages (the rows' own operations).
+    older.shared, younger.shared = (offsets, older_at), (offsets, younger_at)
     return older, younger
