@@ -34,8 +34,8 @@ from fractions import Fraction
 import numpy as np
 import orjson
 
-from app.answers import QUERY_KINDS, QueryError, answer, parse_window, too_old
-from sketches.base import SketchError
+from app.answers import QUERY_KINDS, QueryError, answer, parse_window, run, too_old
+from sketches.base import Estimate, SketchError
 from tidemark.streams import StreamConfig
 from tidemark.summary import StreamSummary
 from tidemark.ticks import EMPTY_RANGE, Window, ticks_of
@@ -520,13 +520,22 @@ def answers_at(kind: str, name: str, config: StreamConfig, summary: StreamSummar
     view = summary if summary is None or not live else _read_ahead(kind, summary, live)
     results = _run_many(kind, view, config, params, live)
     checked = _checked(kind, config, params)
+    scalar = _scalar_show(show, kind, summary, status, checked)
     for i, window in zip(todo, windows):
         if isinstance(window, QueryError):
             out[i] = window
             continue
         try:
+            result = results.get(id(window))
+            if scalar is not None:
+                result = _result(kind, view, config, window, checked, result)
+                if isinstance(result, Estimate):  # shown from the estimate alone
+                    out[i] = scalar(window.at, result)
+                    if points is not None:
+                        cache.put(name, points, (kind, base, float(ats[i])), (None, shown, out[i], 1))
+                    continue
             # (each instant's ``at`` is its window's: ``params`` are read for the rest)
-            body = answer(kind, name, config, view, status, params, window, results.get(id(window)), checked)
+            body = answer(kind, name, config, view, status, params, window, result, checked)
         except QueryError as e:
             out[i] = e
             continue
@@ -534,6 +543,29 @@ def answers_at(kind: str, name: str, config: StreamConfig, summary: StreamSummar
         if points is not None:
             cache.put(name, points, (kind, base, float(ats[i])), kept_point(body, shown, out[i]))
     return out
+
+
+def _scalar_show(show, kind: str, summary, status: dict, checked: dict | None):
+    """``show.estimate(at, estimate)``, when ``show`` reads of an answer of one estimate
+    only its ``at``, ``estimate``, ``lower`` and ``upper`` (the Prometheus samples), and the
+    answer object of every instant holds them as the kind's result gives them: a published
+    summary, parameters checked, no site missing (``mark_sites`` drops sides; what
+    ``mark_incomplete`` changes, the confidence, is not shown). None otherwise: each
+    instant's answer object is made and shown."""
+    scalar = getattr(show, "estimate", None)
+    if scalar is None or summary is None or checked is None or status.get("incomplete_sites"):
+        return None
+    return scalar
+
+
+def _result(kind: str, view, config: StreamConfig, window: Window, checked: dict, result):
+    """The kind's result at the window, as ``answer`` takes it (``result``: its
+    ``run_many``'s, when there is one)."""
+    if result is None:
+        return run(QUERY_KINDS[kind], view, config, window, checked)
+    if isinstance(result, SketchError):
+        raise QueryError(str(result))
+    return result
 
 
 def _checked(kind: str, config: StreamConfig, params: dict) -> dict | None:

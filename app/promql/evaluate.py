@@ -165,6 +165,9 @@ def _shower():
     def show(body: dict) -> tuple:
         return _prometheus_samples(body, seen)
 
+    # an answer of one estimate, shown from the estimate alone (``app.ranges``: no answer
+    # object is made for it); the same rows as ``_prometheus_samples`` makes of its answer
+    show.estimate = lambda at, e: (at, ((None, (_text(e.estimate), _text(e.lower), _text(e.upper))),))
     return show
 
 
