@@ -454,12 +454,30 @@ class RangeCache:
             points[key] = point
             kept.units += units
             self._held += units
-            self._trim(kept, self.per_stream)
-            if self._held > self.points:
-                for other in list(self._kept.values()):  # least recently asked streams first
-                    if self._held <= self.points:
-                        break
-                    self._trim(other, max(0, other.units - (self._held - self.points)))
+            self._fit(kept)
+
+    def put_many(self, name: str, points: dict, kept: list) -> None:
+        """:meth:`put` of each ``(key, point)`` of ``kept``, under one hold of the lock."""
+        with self._lock:
+            got = self._kept.get(name)
+            if got is None or got.points is not points:
+                return  # the stream's points were dropped meanwhile
+            for key, point in kept:
+                units = _units(point) - (_units(points[key]) if key in points else 0)
+                points[key] = point
+                got.units += units
+                self._held += units
+            self._fit(got)
+
+    def _fit(self, kept: _Kept) -> None:
+        """The stream within its half, and all within the total (least recently asked
+        streams trimmed first)."""
+        self._trim(kept, self.per_stream)
+        if self._held > self.points:
+            for other in list(self._kept.values()):
+                if self._held <= self.points:
+                    break
+                self._trim(other, max(0, other.units - (self._held - self.points)))
 
     def _trim(self, kept: _Kept, units: int) -> None:
         """Drop the stream's oldest points (first kept, first out: the steps a panel has
@@ -517,10 +535,20 @@ def answers_at(kind: str, name: str, config: StreamConfig, summary: StreamSummar
         return out
     windows = windows_at(params, config, status.get("clock"), [ats[i] for i in todo])
     live = [w for w in windows if isinstance(w, Window)]
-    view = summary if summary is None or not live else _read_ahead(kind, summary, live)
-    results = _run_many(kind, view, config, params, live)
     checked = _checked(kind, config, params)
     scalar = _scalar_show(show, kind, summary, status, checked)
+    columns = _by_columns(kind, summary, config, checked, live, show) if scalar is not None else None
+    if columns is not None:
+        kept = []
+        for i, window in zip(todo, windows):
+            out[i] = got = window if isinstance(window, QueryError) else columns[id(window)]
+            if points is not None and not isinstance(got, QueryError):
+                kept.append(((kind, base, float(ats[i])), (None, shown, got, 1)))
+        if kept:
+            cache.put_many(name, points, kept)
+        return out
+    view = summary if summary is None or not live else _read_ahead(kind, summary, live)
+    results = _run_many(kind, view, config, params, live)
     for i, window in zip(todo, windows):
         if isinstance(window, QueryError):
             out[i] = window
@@ -556,6 +584,26 @@ def _scalar_show(show, kind: str, summary, status: dict, checked: dict | None):
     if scalar is None or summary is None or checked is None or status.get("incomplete_sites"):
         return None
     return scalar
+
+
+def _by_columns(kind: str, summary, config: StreamConfig, checked: dict, windows: list, show) -> dict | None:
+    """``{id(window): shown}`` of the windows (a refused one: its ``QueryError``), read by
+    the kind as columns (``QueryKind.run_columns``) and shown all at once
+    (``show.estimates(ats, estimate, lower, upper)``); None when the kind or ``show`` has
+    no such form, for a few windows, or when the read is refused as a whole (each instant
+    then says so)."""
+    many = getattr(show, "estimates", None)
+    query = QUERY_KINDS.get(kind)
+    if many is None or query is None or query.run_columns is None or len(windows) < _READ_AHEAD_FROM:
+        return None
+    try:
+        est, lower, upper, refused = query.run_columns(summary, config, windows, checked)
+    except (QueryError, SketchError):
+        return None
+    out = {id(w): got for w, got in zip(windows, many([w.at for w in windows], est, lower, upper))}
+    for j, e in refused.items():
+        out[id(windows[j])] = QueryError(str(e))
+    return out
 
 
 def _result(kind: str, view, config: StreamConfig, window: Window, checked: dict, result):

@@ -227,6 +227,34 @@ class _Substream:
         return p
 
 
+def _checked_ranges(ranges: list, window: int, clock: int | None, out: list) -> list[int]:
+    """The indices of the ranges ``window_range`` takes, each replaced by its ints; a
+    refused range's :class:`SketchError` goes to ``out``. Whole-number ranges are checked
+    at once; any other (or any refused) is read by ``window_range`` for its message."""
+    try:
+        arr = np.array(ranges, np.int64).reshape(len(ranges), 2)
+        whole = all(type(v) is int or isinstance(v, np.integer) for r in ranges for v in r)
+    except (TypeError, ValueError, OverflowError):
+        arr, whole = None, False
+    if whole and len(ranges):
+        lo, hi = arr[:, 0], arr[:, 1]
+        good = (hi >= lo) & (hi - lo + 1 <= window)
+        if clock is not None:
+            good &= lo >= clock - window + 1
+        if good.all():
+            ranges[:] = list(map(tuple, arr.tolist()))
+            return list(range(len(ranges)))
+    ok = []
+    for i, (lo, hi) in enumerate(ranges):
+        try:
+            ranges[i] = window_range(lo, hi, window, clock)
+        except SketchError as e:
+            out[i] = e
+            continue
+        ok.append(i)
+    return ok
+
+
 class SplittableHistogram(Sketch):
     """Deterministic sliding-window count and sum for out-of-order arrivals.
 
@@ -548,29 +576,83 @@ class SplittableHistogram(Sketch):
         in integers when the interval is exact (integer masses: counts, integer sums),
         and the bracket finished in integers (``_finish_exact``). Ranges over an interval
         that is not exact, or whose numbers reach 2^53, are read by :meth:`query_rational`."""
+        out, todo, terms = self._read_many(ranges)
+        if terms is None:
+            return out
+        p, q = Fraction(self.epsilon).as_integer_ratio()
+        additive_eps: dict[int, float] = {}
+        for i, big_i, est_i, lower_i, upper_i, delta_i, relative_i, terms_i in zip(todo, *terms):
+            if big_i:
+                out[i] = self.query_rational(*ranges[i])
+            else:
+                out[i] = self._finish_exact(est_i, lower_i, upper_i, delta_i, relative_i, terms_i, p, q,
+                                            additive_eps)
+        return out
+
+    def query_columns(self, ranges) -> tuple:
+        """The numbers of :meth:`query_many`'s estimates as columns, ``(estimate, lower,
+        upper, relative, refused)``: float arrays, whether each guarantee is relative, and
+        ``{index: SketchError}`` of the ranges refused (their row is 0). The same floats
+        (``tests/app/test_ranges.py``), finished in NumPy where no rounding is involved: an
+        exact count or sum below 2^53 converts as Python's ``float(int)`` does, and the
+        ratios ``est/(1 ± ε)`` of a relative bracket with a split bucket are finished in
+        Python integers, one range at a time, as :meth:`_finish_exact` does."""
+        ranges = [tuple(r) for r in ranges]
+        k = len(ranges)
+        est_f, lo_f, up_f = np.zeros(k), np.zeros(k), np.zeros(k)
+        rel = np.ones(k, bool)
+        out, todo, terms = self._read_many(ranges)
+        refused = {i: got for i, got in enumerate(out) if isinstance(got, SketchError)}
+        if terms is None:  # refusals, an empty sketch's zeros, or rational readings
+            for i in todo:
+                got = out[i]
+                est_f[i], lo_f[i], up_f[i], rel[i] = got.estimate, got.lower, got.upper, got.kind == "relative"
+            return est_f, lo_f, up_f, rel, refused
+        big, est, lower, upper, any_delta, relative, _ = (np.asarray(t) for t in terms)
+        at = np.asarray(todo, np.int64)
+        lower = np.maximum(lower, 0)
+        # relative and exact (ε_max = 0): the estimate itself on both sides
+        plain = relative & ~any_delta
+        lower = np.where(plain, np.maximum(lower, est), lower)
+        upper = np.where(plain, np.minimum(upper, est), upper)
+        e = np.maximum(est, 0).astype(np.float64)
+        lo, up = lower.astype(np.float64), upper.astype(np.float64)
+        e = np.minimum(np.maximum(e, lo), up)
+        est_f[at], lo_f[at], up_f[at], rel[at] = e, lo, up, relative
+        ratios = np.flatnonzero((relative & any_delta) | big)
+        if ratios.size:
+            p, q = Fraction(self.epsilon).as_integer_ratio()
+            for j in ratios.tolist():
+                i = todo[j]
+                got = self.query_rational(*ranges[i]) if big[j] else self._finish_exact(
+                    int(est[j]), int(terms[2][j]), int(terms[3][j]), True, True, 0, p, q, {})
+                est_f[i], lo_f[i], up_f[i], rel[i] = got.estimate, got.lower, got.upper, got.kind == "relative"
+        return est_f, lo_f, up_f, rel, refused
+
+    def _read_many(self, ranges) -> tuple:
+        """What :meth:`query_many` and :meth:`query_columns` share: ``(out, todo, terms)``,
+        ``out`` with each refused range's :class:`SketchError` (and, when the sketch is
+        empty or not exact, every estimate: ``terms`` None), ``todo`` the indices left to
+        finish, and ``terms`` their integer columns ``(big, est, lower, upper, any_delta,
+        relative, eps_terms)`` as lists (``big``: read in rationals instead)."""
         ranges = list(ranges)
         out: list = [None] * len(ranges)
         todo = []
         empty = self.is_empty
         clock = None if empty else self.clock_tick
-        for i, (lo, hi) in enumerate(ranges):
-            try:
-                ranges[i] = window_range(lo, hi, self.window, clock)
-            except SketchError as e:
-                out[i] = e
-                continue
+        for i in _checked_ranges(ranges, self.window, clock, out):
             if empty:
                 out[i] = Estimate(0.0, 0.0, 0.0, "relative", self.epsilon, 1.0, METHOD)
             else:
                 todo.append(i)
         if not todo:
-            return out
+            return out, todo, None
         exact = self.unit.is_integer() and self.unit < 2.0**53 and all(
             d.exact for p in self._substreams if p.clock is not None for d in (p.old, p.new) if d is not None)
         if not exact:
             for i in todo:
                 out[i] = self.query_rational(*ranges[i])
-            return out
+            return out, todo, None
         los = np.array([ranges[i][0] for i in todo], np.int64)
         his = np.array([ranges[i][1] for i in todo], np.int64)
         k = los.size
@@ -611,17 +693,8 @@ class SplittableHistogram(Sketch):
                 relative[live] &= (zero[m:] & ok[:m]) | ~(hd[:m] | hd[m:])
                 big[live] |= too_big[:m] | too_big[m:]
             eps_terms = np.maximum(eps_terms, sub_terms)
-        p, q = Fraction(self.epsilon).as_integer_ratio()
-        additive_eps: dict[int, float] = {}
-        columns = zip(todo, big.tolist(), est.tolist(), lower.tolist(), upper.tolist(), any_delta.tolist(),
-                      relative.tolist(), eps_terms.tolist())
-        for i, big_i, est_i, lower_i, upper_i, delta_i, relative_i, terms_i in columns:
-            if big_i or est_i >= _EXACT_LIMIT:
-                out[i] = self.query_rational(*ranges[i])
-            else:
-                out[i] = self._finish_exact(est_i, lower_i, upper_i, delta_i, relative_i, terms_i, p, q,
-                                            additive_eps)
-        return out
+        big |= est >= _EXACT_LIMIT
+        return out, todo, tuple(c.tolist() for c in (big, est, lower, upper, any_delta, relative, eps_terms))
 
     def _finish_exact(self, est: int, lower: int, upper: int, any_delta: bool, relative: bool,
                       eps_terms: int, p: int, q: int, additive_eps: dict) -> Estimate:

@@ -10,7 +10,7 @@ tests/app/test_query_path.py, tests/tidemark/test_limits.py.
 
 from __future__ import annotations
 
-from app.kinds.kind import QueryKind, ServedFamily, exact_zero, window_estimate
+from app.kinds.kind import QueryKind, ServedFamily, exact_zero, window_estimate, window_estimates
 from tidemark.families import windowed as core
 
 __all__ = ["FAMILY"]
@@ -20,6 +20,7 @@ def _windowed(part: str, method: str) -> QueryKind:
     return QueryKind(
         part,
         run=lambda summary, config, window, p: window_estimate(summary[part].query, window, method),
+        run_columns=lambda summary, config, windows, p: window_estimates(summary[part].query_columns, windows),
         empty=lambda config, p: exact_zero(method),
         alert=True,
         monotone=True,

@@ -168,7 +168,17 @@ def _shower():
     # an answer of one estimate, shown from the estimate alone (``app.ranges``: no answer
     # object is made for it); the same rows as ``_prometheus_samples`` makes of its answer
     show.estimate = lambda at, e: (at, ((None, (_text(e.estimate), _text(e.lower), _text(e.upper))),))
+    # many such answers at once, from their numbers as columns
+    show.estimates = lambda ats, est, lower, upper: [
+        (at, ((None, texts),)) for at, texts in zip(ats, zip(_texts(est), _texts(lower), _texts(upper)))]
     return show
+
+
+def _texts(values) -> list[str]:
+    """``_text`` of each number of a float array."""
+    xs = values.tolist()
+    return [t[:-2] if t[-2:] == ".0" else (format_value(v) if "e" in t or "n" in t else t)
+            for v, t in zip(xs, map(repr, xs))]
 
 
 def _labels(base: dict, item, bound: str) -> dict:

@@ -10,6 +10,7 @@ kept for a version must be what computing them again gives.
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import numpy as np
 import pytest
@@ -17,11 +18,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from app.answers import QueryError, answer
+from app.kinds.kind import window_estimate, window_estimates
 from app.ranges import RangeCache, answers_at, kept_point, windows_at
 from app.answers import parse_window
 from sketches.splittable_histogram import SplittableHistogram
 from sketches.base import SketchError
 from tests.strategies import Case, cases, status, summarize
+from tidemark.ticks import EMPTY_RANGE
 from tidemark.streams import StreamConfig
 
 T0 = 1_700_000_000.0
@@ -220,14 +223,20 @@ def _histogram_states(data, eps, window):
 
 
 def _assert_read_as_in_rationals(h: SplittableHistogram, ranges) -> None:
-    """``query_many`` and ``query`` give what the rational reading gives, refusals included."""
-    for r, got, one in zip(ranges, h.query_many(ranges), [_refusal_or(h.query, r) for r in ranges]):
+    """``query_many``, ``query`` and ``query_columns`` give what the rational reading gives,
+    refusals included (the columns' floats written alike, so a -0.0 would show)."""
+    est, lower, upper, relative, refused = h.query_columns(ranges)
+    for j, (r, got, one) in enumerate(zip(ranges, h.query_many(ranges), [_refusal_or(h.query, r) for r in ranges])):
         expected = _refusal_or(h.query_rational, r)
         if isinstance(expected, SketchError):
-            for answer_ in (got, one):
+            for answer_ in (got, one, refused.get(j)):
                 assert isinstance(answer_, SketchError) and str(answer_) == str(expected), (r, answer_, expected)
         else:
             assert got == expected and one == expected, (r, got, one, expected)
+            assert j not in refused, (r, refused[j])
+            columns = (repr(float(est[j])), repr(float(lower[j])), repr(float(upper[j])), bool(relative[j]))
+            assert columns == (repr(expected.estimate), repr(expected.lower), repr(expected.upper),
+                               expected.guarantee == "relative"), (r, columns, expected)
 
 
 def _refusal_or(read, r):
@@ -284,6 +293,41 @@ def test_query_many_is_query_on_every_state(data):
                                           st.integers(0, window + 1)).map(lambda r: (r[0], r[0] + r[1] - 1)),
                                 min_size=1, max_size=30))
     _assert_read_as_in_rationals(h, ranges)
+
+
+class _Ticks(NamedTuple):
+    inner: tuple
+    outer: tuple
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.data())
+def test_window_estimates_are_each_window_estimate(data):
+    """The columns of many windows (``window_estimates``, what count and sum ranges shown
+    as Prometheus samples read) are each window's ``window_estimate``, refusals included:
+    windows whose ticks are all inside, cut at one or both edges, empty, expired, on
+    exact, rounding and additive states."""
+    window = data.draw(st.sampled_from([16, 1000, 4096]))
+    h = _histogram_states(data, data.draw(st.sampled_from([0.05, 0.2, 0.5])), window)
+    clock = h.clock
+    windows = []
+    for _ in range(data.draw(st.integers(1, 40))):
+        lo = data.draw(st.integers(clock - window - 2, clock + 1))
+        hi = lo + data.draw(st.integers(-1, window))
+        cut = data.draw(st.sampled_from(["none", "lo", "hi", "both", "empty"]))
+        inner = {"none": (lo, hi), "lo": (lo + 1, hi), "hi": (lo, hi - 1), "both": (lo + 1, hi - 1),
+                 "empty": EMPTY_RANGE}[cut]
+        windows.append(_Ticks(inner if inner[0] <= inner[1] else EMPTY_RANGE, (lo, hi) if lo <= hi else EMPTY_RANGE))
+    est, lower, upper, refused = window_estimates(h.query_columns, windows)
+    for j, w in enumerate(windows):
+        try:
+            one = window_estimate(h.query, w, "splittable-histogram")
+        except SketchError as e:
+            assert str(refused.get(j)) == str(e), (w, refused.get(j), e)
+            continue
+        assert j not in refused, (w, refused[j])
+        got = (repr(float(est[j])), repr(float(lower[j])), repr(float(upper[j])))
+        assert got == (repr(one.estimate), repr(one.lower), repr(one.upper)), (w, got, one)
 
 
 V1 = ((0, (1, 1)),)  # shard 0, generation 1, version 1
