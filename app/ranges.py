@@ -69,30 +69,31 @@ def windows_at(params: dict, config: StreamConfig, clock: float | None,
     ticks = ticks_of(floats, res)
     t_start, t_before, t_at, t_after = ticks[:k], ticks[k:2 * k], ticks[2 * k:3 * k], ticks[3 * k:]
     t_clock = None if clock is None else int(ticks_of(np.array([clock]), res)[0])
-    res_q = Fraction(res)
     late = _too_old(at, seconds, clock, config.max_window)
     offsets = _offsets(at, t_at, res)
+    if offsets is None:
+        res_q = Fraction(res)
+        offsets = [float(Fraction(float(a)) - int(now) * res_q) for a, now in zip(ats, t_at)]
+    # ``last``: at or past the clock, the clock's tick; else the last tick wholly at or
+    # before ``at`` (one before the tick of the float above it) and the one ``at`` is in
+    at_clock = np.zeros(k, bool) if clock is None else clock <= at
+    last_top = np.where(at_clock, t_clock or 0, t_at)
+    last_whole = np.where(at_clock, t_clock or 0, np.minimum(t_after - 1, t_at))
+    # the window starts after ``at`` (a zero length rounded) or after the clock: no tick
+    nothing = start > at if clock is None else (start > at) | (clock < start)
+    outer_lo = t_start
+    inner_lo = np.maximum(t_before + 1, outer_lo)
+    outer_empty = nothing | (outer_lo > last_top)
+    inner_empty = nothing | (inner_lo > last_whole)
+    columns = (late.tolist(), outer_lo.tolist(), last_top.tolist(), inner_lo.tolist(), last_whole.tolist(),
+               outer_empty.tolist(), inner_empty.tolist(), t_at.tolist(), np.asarray(offsets).tolist())
     out: list[Window | QueryError] = []
-    for i, a in enumerate(ats):
-        a = float(a)
-        if late[i]:
+    for a, late_i, olo, ohi, ilo, ihi, o_empty, i_empty, now, offset in zip(map(float, ats), *columns):
+        if late_i:
             out.append(too_old(a, seconds, clock, config.max_window))
             continue
-        if clock is not None and clock <= a:
-            last = (t_clock, t_clock)
-        else:
-            top = int(t_at[i])
-            last = (min(int(t_after[i]) - 1, top), top)
-        if start[i] > a or (clock is not None and clock < start[i]):
-            inner = outer = EMPTY_RANGE
-        else:
-            outer = (int(t_start[i]), last[1])
-            inner = (max(int(t_before[i]) + 1, outer[0]), last[0])
-            inner = inner if inner[0] <= inner[1] else EMPTY_RANGE
-            outer = outer if outer[0] <= outer[1] else EMPTY_RANGE
-        now = int(t_at[i])
-        offset = float(Fraction(a) - now * res_q) if offsets is None else float(offsets[i])
-        out.append(Window(seconds, a, inner, outer, last, now, offset, clock, res))
+        out.append(Window(seconds, a, EMPTY_RANGE if i_empty else (ilo, ihi), EMPTY_RANGE if o_empty else (olo, ohi),
+                          (ihi, ohi), now, offset, clock, res))
     return out
 
 

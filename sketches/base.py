@@ -29,6 +29,7 @@ tests/sketches_extra/test_contract.py.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar, NamedTuple
 
@@ -213,6 +214,21 @@ def window_size(lo: int, hi: int, window: int) -> None:
         raise SketchError(f"empty range: hi = {hi} < lo = {lo}")
     if hi - lo + 1 > window:
         raise SketchError(f"range of {hi - lo + 1} ticks exceeds the window of {window}")
+
+
+def int_ranges(ranges: list):
+    """``(los, his)`` int64 arrays of ``(lo, hi)`` pairs that are all Python ints (what the
+    range path makes), to be checked at once; None for anything else (a NumPy or a float
+    end, a bool: each then goes through its sketch's one-range check and its message)."""
+    import numpy as np
+
+    if not ranges or not set(map(type, itertools.chain.from_iterable(ranges))) <= {int}:
+        return None
+    try:
+        arr = np.array(ranges, np.int64).reshape(len(ranges), 2)
+    except (ValueError, OverflowError):
+        return None
+    return arr[:, 0], arr[:, 1]
 
 
 def window_range(lo, hi, window: int, clock: int | None) -> tuple[int, int]:

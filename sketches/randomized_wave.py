@@ -123,7 +123,8 @@ from sketches._randomized_wave_kernels import (
 from sketches._bytes import HEADER_SIZE, Reader, Writer
 from sketches._codec import varint_size
 from sketches._pages import PAGE_MIN, cut_candidates, page_bytes, page_stops, starts_at
-from sketches.base import CorruptSketchError, Estimate, Family, Sketch, SketchError, seed_value, tick_bounds, window_size, window_ticks
+from sketches.base import (CorruptSketchError, Estimate, Family, Sketch, SketchError, int_ranges, seed_value, tick_bounds,
+                           window_size, window_ticks)
 
 __all__ = ["RandomizedWave", "suggest_sizes", "per_instance_failure"]
 
@@ -506,22 +507,16 @@ class RandomizedWave(Sketch):
         """:meth:`query` of every ``(lo, hi)`` of ``ranges`` (each the same Estimate, or the
         :class:`SketchError` it raises), each instance's covering levels found for all
         ranges at once and each level's latest ticks sorted once and searched."""
+        ranges = list(ranges)
         out: list = [None] * len(ranges)
-        todo = []
-        for i, (lo, hi) in enumerate(ranges):
-            try:
-                lo, _ = self._checked(lo, hi)
-            except SketchError as e:
-                out[i] = e
-                continue
-            if self.is_empty:
+        todo, los = self._checked_many(ranges, out)
+        if todo and self.is_empty:
+            for i in todo:
                 out[i] = Estimate(0.0, 0.0, 0.0, "relative", self.epsilon, 1.0, METHOD)
-            else:
-                todo.append((i, lo))
+            return out
         if not todo:
             return out
         self._canonicalize()
-        los = np.array([lo for _, lo in todo], np.int64)
         columns = []
         for w in self._waves:
             ok = (w.fhas[None, :] == 0) | (w.fT[None, :] < los[:, None])
@@ -533,7 +528,7 @@ class RandomizedWave(Sketch):
                 latest = latest_ticks(lev, w.eT, w.s, w.bufs)
                 xs[at] = latest.size - np.searchsorted(latest, los[at], "left")
             columns.append((levs.tolist(), xs.tolist()))
-        for j, (i, _) in enumerate(todo):
+        for j, i in enumerate(todo):
             readings = []
             for levs, xs in columns:
                 readings.append((levs[j], xs[j]))
@@ -541,6 +536,28 @@ class RandomizedWave(Sketch):
                     break
             out[i] = self._estimate(readings)
         return out
+
+    def _checked_many(self, ranges: list, out: list) -> tuple[list[int], "np.ndarray"]:
+        """The indices of the ranges :meth:`_checked` takes and their ``lo`` as an int64
+        array (a refused range's :class:`SketchError` goes to ``out``): ranges of Python
+        ints at once, any other (or any refused) one at a time, for its message."""
+        ends = int_ranges(ranges)
+        if ends is not None:
+            lo, hi = ends
+            good = (hi >= lo) & (hi - lo + 1 <= self.window)
+            if not self.is_empty:
+                good &= hi >= self._clock
+            if good.all():
+                return list(range(len(ranges))), lo
+        todo, los = [], []
+        for i, (lo, hi) in enumerate(ranges):
+            try:
+                los.append(self._checked(lo, hi)[0])
+            except SketchError as e:
+                out[i] = e
+                continue
+            todo.append(i)
+        return todo, np.array(los, np.int64)
 
     def _checked(self, lo, hi) -> tuple[int, int]:
         lo, hi = tick_bounds(lo, hi)

@@ -39,7 +39,8 @@ from sketches._bytes import HEADER_SIZE, Reader, Writer
 from sketches._codec import max_float_column_size, varint_size
 from sketches._splittable_kernels import (INTERVAL_ERRORS, aggregate_sorted, exact_suffix_terms,
                                           insert_all, is_sorted, read_interval, suffix_at, write_interval)
-from sketches.base import CorruptSketchError, Estimate, Family, Sketch, SketchError, epsilon_and_window, window_range
+from sketches.base import (CorruptSketchError, Estimate, Family, Sketch, SketchError, epsilon_and_window, int_ranges,
+                           window_range)
 
 __all__ = [
     "SplittableHistogram",
@@ -227,32 +228,29 @@ class _Substream:
         return p
 
 
-def _checked_ranges(ranges: list, window: int, clock: int | None, out: list) -> list[int]:
-    """The indices of the ranges ``window_range`` takes, each replaced by its ints; a
-    refused range's :class:`SketchError` goes to ``out``. Whole-number ranges are checked
-    at once; any other (or any refused) is read by ``window_range`` for its message."""
-    try:
-        arr = np.array(ranges, np.int64).reshape(len(ranges), 2)
-        whole = all(type(v) is int or isinstance(v, np.integer) for r in ranges for v in r)
-    except (TypeError, ValueError, OverflowError):
-        arr, whole = None, False
-    if whole and len(ranges):
-        lo, hi = arr[:, 0], arr[:, 1]
+def _checked_ranges(ranges: list, window: int, clock: int | None, out: list) -> tuple:
+    """``(indices, los, his)`` of the ranges ``window_range`` takes (their ends as int64
+    arrays); a refused range's :class:`SketchError` goes to ``out``. Ranges of Python ints
+    are checked at once; any other (or any refused) is read by ``window_range`` for its
+    message."""
+    ends = int_ranges(ranges)
+    if ends is not None:
+        lo, hi = ends
         good = (hi >= lo) & (hi - lo + 1 <= window)
         if clock is not None:
             good &= lo >= clock - window + 1
         if good.all():
-            ranges[:] = list(map(tuple, arr.tolist()))
-            return list(range(len(ranges)))
-    ok = []
+            return list(range(len(ranges))), lo, hi
+    ok, ends = [], []
     for i, (lo, hi) in enumerate(ranges):
         try:
-            ranges[i] = window_range(lo, hi, window, clock)
+            ends.append(window_range(lo, hi, window, clock))
         except SketchError as e:
             out[i] = e
             continue
         ok.append(i)
-    return ok
+    ends = np.array(ends, np.int64).reshape(len(ok), 2)
+    return ok, ends[:, 0], ends[:, 1]
 
 
 class SplittableHistogram(Sketch):
@@ -581,7 +579,8 @@ class SplittableHistogram(Sketch):
             return out
         p, q = Fraction(self.epsilon).as_integer_ratio()
         additive_eps: dict[int, float] = {}
-        for i, big_i, est_i, lower_i, upper_i, delta_i, relative_i, terms_i in zip(todo, *terms):
+        for i, big_i, est_i, lower_i, upper_i, delta_i, relative_i, terms_i in zip(
+                todo, *(t.tolist() for t in terms)):
             if big_i:
                 out[i] = self.query_rational(*ranges[i])
             else:
@@ -597,7 +596,7 @@ class SplittableHistogram(Sketch):
         exact count or sum below 2^53 converts as Python's ``float(int)`` does, and the
         ratios ``est/(1 ± ε)`` of a relative bracket with a split bucket are finished in
         Python integers, one range at a time, as :meth:`_finish_exact` does."""
-        ranges = [tuple(r) for r in ranges]
+        ranges = list(ranges)
         k = len(ranges)
         est_f, lo_f, up_f = np.zeros(k), np.zeros(k), np.zeros(k)
         rel = np.ones(k, bool)
@@ -608,7 +607,7 @@ class SplittableHistogram(Sketch):
                 got = out[i]
                 est_f[i], lo_f[i], up_f[i], rel[i] = got.estimate, got.lower, got.upper, got.kind == "relative"
             return est_f, lo_f, up_f, rel, refused
-        big, est, lower, upper, any_delta, relative, _ = (np.asarray(t) for t in terms)
+        big, est, lower, upper, any_delta, relative, _ = terms
         at = np.asarray(todo, np.int64)
         lower = np.maximum(lower, 0)
         # relative and exact (ε_max = 0): the estimate itself on both sides
@@ -625,7 +624,7 @@ class SplittableHistogram(Sketch):
             for j in ratios.tolist():
                 i = todo[j]
                 got = self.query_rational(*ranges[i]) if big[j] else self._finish_exact(
-                    int(est[j]), int(terms[2][j]), int(terms[3][j]), True, True, 0, p, q, {})
+                    int(est[j]), int(lower[j]), int(upper[j]), True, True, 0, p, q, {})
                 est_f[i], lo_f[i], up_f[i], rel[i] = got.estimate, got.lower, got.upper, got.kind == "relative"
         return est_f, lo_f, up_f, rel, refused
 
@@ -634,18 +633,16 @@ class SplittableHistogram(Sketch):
         ``out`` with each refused range's :class:`SketchError` (and, when the sketch is
         empty or not exact, every estimate: ``terms`` None), ``todo`` the indices left to
         finish, and ``terms`` their integer columns ``(big, est, lower, upper, any_delta,
-        relative, eps_terms)`` as lists (``big``: read in rationals instead)."""
+        relative, eps_terms)`` as arrays (``big``: read in rationals instead)."""
         ranges = list(ranges)
         out: list = [None] * len(ranges)
-        todo = []
         empty = self.is_empty
-        clock = None if empty else self.clock_tick
-        for i in _checked_ranges(ranges, self.window, clock, out):
-            if empty:
-                out[i] = Estimate(0.0, 0.0, 0.0, "relative", self.epsilon, 1.0, METHOD)
-            else:
-                todo.append(i)
+        todo, los, his = _checked_ranges(ranges, self.window, None if empty else self.clock_tick, out)
         if not todo:
+            return out, todo, None
+        if empty:
+            for i in todo:
+                out[i] = Estimate(0.0, 0.0, 0.0, "relative", self.epsilon, 1.0, METHOD)
             return out, todo, None
         exact = self.unit.is_integer() and self.unit < 2.0**53 and all(
             d.exact for p in self._substreams if p.clock is not None for d in (p.old, p.new) if d is not None)
@@ -653,8 +650,6 @@ class SplittableHistogram(Sketch):
             for i in todo:
                 out[i] = self.query_rational(*ranges[i])
             return out, todo, None
-        los = np.array([ranges[i][0] for i in todo], np.int64)
-        his = np.array([ranges[i][1] for i in todo], np.int64)
         k = los.size
         est = np.zeros(k, np.int64)
         lower = np.zeros(k, np.int64)
@@ -694,7 +689,7 @@ class SplittableHistogram(Sketch):
                 big[live] |= too_big[:m] | too_big[m:]
             eps_terms = np.maximum(eps_terms, sub_terms)
         big |= est >= _EXACT_LIMIT
-        return out, todo, tuple(c.tolist() for c in (big, est, lower, upper, any_delta, relative, eps_terms))
+        return out, todo, (big, est, lower, upper, any_delta, relative, eps_terms)
 
     def _finish_exact(self, est: int, lower: int, upper: int, any_delta: bool, relative: bool,
                       eps_terms: int, p: int, q: int, additive_eps: dict) -> Estimate:
