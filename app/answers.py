@@ -189,6 +189,12 @@ def _unrecorded(summary: StreamSummary | None, status: dict | None) -> dict | No
             "why": (status or {}).get("failed") or "a shard's update failed"}
 
 
+def nothing_lost(summary: StreamSummary | None, status: dict | None) -> bool:
+    """No answer read from ``summary`` can miss an accepted event: ``mark_incomplete``
+    leaves every one as it is."""
+    return not getattr(summary, "lost", None) and _unrecorded(summary, status) is None
+
+
 def mark_incomplete(body: dict, summary: StreamSummary | None, kind: str, window: Window,
                     status: dict | None = None) -> dict:
     """An answer that may miss accepted events says so: ``incomplete`` names them and every

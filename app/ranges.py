@@ -34,7 +34,7 @@ from fractions import Fraction
 import numpy as np
 import orjson
 
-from app.answers import QUERY_KINDS, QueryError, answer, parse_window, run, too_old
+from app.answers import QUERY_KINDS, QueryError, answer, as_of, nothing_lost, parse_window, run, too_old
 from sketches.base import Estimate, SketchError
 from tidemark.streams import StreamConfig
 from tidemark.summary import StreamSummary
@@ -537,8 +537,7 @@ def answers_at(kind: str, name: str, config: StreamConfig, summary: StreamSummar
     windows = windows_at(params, config, status.get("clock"), [ats[i] for i in todo])
     live = [w for w in windows if isinstance(w, Window)]
     checked = _checked(kind, config, params)
-    scalar = _scalar_show(show, kind, summary, status, checked)
-    columns = _by_columns(kind, summary, config, checked, live, show) if scalar is not None else None
+    columns = _by_columns(kind, name, summary, config, status, checked, live, show)
     if columns is not None:
         kept = []
         for i, window in zip(todo, windows):
@@ -550,6 +549,7 @@ def answers_at(kind: str, name: str, config: StreamConfig, summary: StreamSummar
         return out
     view = summary if summary is None or not live else _read_ahead(kind, summary, live)
     results = _run_many(kind, view, config, params, live)
+    scalar = getattr(show, "estimate", None) if _as_results(show, summary, status, checked) else None
     for i, window in zip(todo, windows):
         if isinstance(window, QueryError):
             out[i] = window
@@ -574,35 +574,36 @@ def answers_at(kind: str, name: str, config: StreamConfig, summary: StreamSummar
     return out
 
 
-def _scalar_show(show, kind: str, summary, status: dict, checked: dict | None):
-    """``show.estimate(at, estimate)``, when ``show`` reads of an answer of one estimate
-    only its ``at``, ``estimate``, ``lower`` and ``upper`` (the Prometheus samples), and the
-    answer object of every instant holds them as the kind's result gives them: a published
-    summary, parameters checked, no site missing (``mark_sites`` drops sides; what
-    ``mark_incomplete`` changes, the confidence, is not shown). None otherwise: each
-    instant's answer object is made and shown."""
-    scalar = getattr(show, "estimate", None)
-    if scalar is None or summary is None or checked is None or status.get("incomplete_sites"):
-        return None
-    return scalar
+def _as_results(show, summary, status: dict, checked: dict | None) -> bool:
+    """Is every instant's answer object what ``show`` makes of the kind's result alone
+    (``show.estimate``, ``show.estimates``)? A published summary, parameters checked, no
+    site missing (``mark_sites`` drops sides), and, for a show of the whole answer
+    (``show.whole_answer``), no accepted event lost (``mark_incomplete`` marks it and
+    drops the confidence; the Prometheus samples show neither)."""
+    return (summary is not None and checked is not None and not status.get("incomplete_sites")
+            and (not getattr(show, "whole_answer", False) or nothing_lost(summary, status)))
 
 
-def _by_columns(kind: str, summary, config: StreamConfig, checked: dict, windows: list, show) -> dict | None:
+def _by_columns(kind: str, name: str, summary, config: StreamConfig, status: dict, checked: dict | None,
+                windows: list, show) -> dict | None:
     """``{id(window): shown}`` of the windows (a refused one: its ``QueryError``), read by
     the kind as columns (``QueryKind.run_columns``) and shown all at once
-    (``show.estimates(ats, estimate, lower, upper)``); None when the kind or ``show`` has
-    no such form, for a few windows, or when the read is refused as a whole (each instant
-    then says so)."""
+    (``show.estimates(ats, columns, about)``, ``about`` what every answer says besides);
+    None when the kind or ``show`` has no such form, for a few windows, when an answer
+    object would say more (``_as_results``) or when the read is refused as a whole (each
+    instant then says so)."""
     many = getattr(show, "estimates", None)
     query = QUERY_KINDS.get(kind)
-    if many is None or query is None or query.run_columns is None or len(windows) < _READ_AHEAD_FROM:
+    if (many is None or query is None or query.run_columns is None or len(windows) < _READ_AHEAD_FROM
+            or not _as_results(show, summary, status, checked)):
         return None
     try:
-        est, lower, upper, refused = query.run_columns(summary, config, windows, checked)
+        columns = query.run_columns(summary, config, windows, checked)
     except (QueryError, SketchError):
         return None
-    out = {id(w): got for w, got in zip(windows, many([w.at for w in windows], est, lower, upper))}
-    for j, e in refused.items():
+    about = {"stream": name, "query": kind, "window": windows[0].seconds, "as_of": as_of(status)}
+    out = {id(w): got for w, got in zip(windows, many([w.at for w in windows], columns, about))}
+    for j, e in columns.refused.items():
         out[id(windows[j])] = QueryError(str(e))
     return out
 
@@ -641,6 +642,29 @@ def as_json(body: dict) -> bytes:
     # copied to its own size: orjson's bytes keep the 4 KB buffer they were written in
     # (a kept count point would weigh 4 KB instead of 0.4)
     return bytes(memoryview(orjson.dumps(body, option=orjson.OPT_SERIALIZE_NUMPY)))
+
+
+def _json_of_columns(ats: list[float], columns, about: dict) -> list[bytes]:
+    """``as_json`` of the answer object of each instant whose result is the row of
+    ``columns`` (``app.answers.shape`` and ``bound_of``: the same keys, in the same order,
+    and the same floats)."""
+    out = []
+    stream, query, window, as_of_ = about["stream"], about["query"], about["window"], about["as_of"]
+    method = columns.method
+    rows = zip(ats, columns.estimate.tolist(), columns.lower.tolist(), columns.upper.tolist(),
+               columns.relative.tolist(), columns.epsilon.tolist(), columns.confidence.tolist())
+    for at, est, lower, upper, relative, eps, confidence in rows:
+        half = (upper - lower) / 2
+        bound = {"lower": lower, "upper": upper, "kind": "relative" if relative else "additive", "epsilon": eps,
+                 "confidence": confidence, "method": method, "half_width": half,
+                 "half_width_relative": 0.0 if half == 0 else (half / abs(est) if est else None)}
+        out.append(as_json({"estimate": est, "bound": bound, "stream": stream, "query": query, "window": window,
+                            "at": at, "as_of": as_of_}))
+    return out
+
+
+as_json.estimates = _json_of_columns  # many answers of one estimate each (``answers_at``)
+as_json.whole_answer = True  # shows the confidence and what an incomplete answer misses
 
 
 def refused(params: dict, config: StreamConfig, clock: float | None, ats: list[float]) -> np.ndarray:

@@ -121,6 +121,28 @@ class Estimate:
         )
 
 
+class EstimateColumns(NamedTuple):
+    """Many :class:`Estimate` s of one method as columns: float arrays ``estimate``,
+    ``lower``, ``upper``, ``epsilon`` and ``confidence``, a bool array ``relative`` (the
+    guarantee: relative, else additive), and ``refused``: ``{index: SketchError}`` of the
+    readings refused (their rows are 0)."""
+
+    estimate: Any
+    lower: Any
+    upper: Any
+    relative: Any
+    epsilon: Any
+    confidence: Any
+    method: str
+    refused: dict
+
+    def row(self, i: int) -> Estimate:
+        """Row ``i`` as the :class:`Estimate` it stands for."""
+        return Estimate(float(self.estimate[i]), float(self.lower[i]), float(self.upper[i]),
+                        "relative" if self.relative[i] else "additive", float(self.epsilon[i]),
+                        float(self.confidence[i]), self.method)
+
+
 def integer_ticks(ticks):
     """``ticks`` as a NumPy array, refused unless it is one-dimensional and integral (time
     is counted in integer ticks); each family checks the range it keeps."""

@@ -39,8 +39,8 @@ from sketches._bytes import HEADER_SIZE, Reader, Writer
 from sketches._codec import max_float_column_size, varint_size
 from sketches._splittable_kernels import (INTERVAL_ERRORS, aggregate_sorted, exact_suffix_terms,
                                           insert_all, is_sorted, read_interval, suffix_at, write_interval)
-from sketches.base import (CorruptSketchError, Estimate, Family, Sketch, SketchError, epsilon_and_window, int_ranges,
-                           window_range)
+from sketches.base import (CorruptSketchError, Estimate, EstimateColumns, Family, Sketch, SketchError,
+                           epsilon_and_window, int_ranges, window_range)
 
 __all__ = [
     "SplittableHistogram",
@@ -226,6 +226,11 @@ class _Substream:
         p.old = None if self.old is None else self.old.copy(compact)
         p.new = None if self.new is None else self.new.copy(compact)
         return p
+
+
+def _set_row(cols: EstimateColumns, i: int, e: Estimate) -> None:
+    cols.estimate[i], cols.lower[i], cols.upper[i] = e.estimate, e.lower, e.upper
+    cols.relative[i], cols.epsilon[i], cols.confidence[i] = e.kind == "relative", e.epsilon, e.confidence
 
 
 def _checked_ranges(ranges: list, window: int, clock: int | None, out: list) -> tuple:
@@ -588,26 +593,23 @@ class SplittableHistogram(Sketch):
                                             additive_eps)
         return out
 
-    def query_columns(self, ranges) -> tuple:
-        """The numbers of :meth:`query_many`'s estimates as columns, ``(estimate, lower,
-        upper, relative, refused)``: float arrays, whether each guarantee is relative, and
-        ``{index: SketchError}`` of the ranges refused (their row is 0). The same floats
-        (``tests/app/test_ranges.py``), finished in NumPy where no rounding is involved: an
-        exact count or sum below 2^53 converts as Python's ``float(int)`` does, and the
-        ratios ``est/(1 ± ε)`` of a relative bracket with a split bucket are finished in
-        Python integers, one range at a time, as :meth:`_finish_exact` does."""
+    def query_columns(self, ranges) -> EstimateColumns:
+        """:meth:`query_many`'s estimates as columns (refusals in ``refused``): the same
+        floats (``tests/app/test_ranges.py``), finished in NumPy where no rounding is
+        involved: an exact count or sum below 2^53 converts as Python's ``float(int)``
+        does. The ratios ``est/(1 ± ε)`` of a relative bracket with a split bucket are
+        finished in Python integers, one range at a time, as :meth:`_finish_exact` does."""
         ranges = list(ranges)
         k = len(ranges)
-        est_f, lo_f, up_f = np.zeros(k), np.zeros(k), np.zeros(k)
-        rel = np.ones(k, bool)
+        cols = EstimateColumns(np.zeros(k), np.zeros(k), np.zeros(k), np.ones(k, bool), np.full(k, self.epsilon),
+                               np.ones(k), METHOD, {})
         out, todo, terms = self._read_many(ranges)
-        refused = {i: got for i, got in enumerate(out) if isinstance(got, SketchError)}
+        cols.refused.update((i, got) for i, got in enumerate(out) if isinstance(got, SketchError))
         if terms is None:  # refusals, an empty sketch's zeros, or rational readings
             for i in todo:
-                got = out[i]
-                est_f[i], lo_f[i], up_f[i], rel[i] = got.estimate, got.lower, got.upper, got.kind == "relative"
-            return est_f, lo_f, up_f, rel, refused
-        big, est, lower, upper, any_delta, relative, _ = terms
+                _set_row(cols, i, out[i])
+            return cols
+        big, est, lower, upper, any_delta, relative, eps_terms = terms
         at = np.asarray(todo, np.int64)
         lower = np.maximum(lower, 0)
         # relative and exact (ε_max = 0): the estimate itself on both sides
@@ -616,17 +618,19 @@ class SplittableHistogram(Sketch):
         upper = np.where(plain, np.minimum(upper, est), upper)
         e = np.maximum(est, 0).astype(np.float64)
         lo, up = lower.astype(np.float64), upper.astype(np.float64)
-        e = np.minimum(np.maximum(e, lo), up)
-        est_f[at], lo_f[at], up_f[at], rel[at] = e, lo, up, relative
+        cols.estimate[at], cols.lower[at], cols.upper[at] = np.minimum(np.maximum(e, lo), up), lo, up
+        cols.relative[at] = relative
+        # an additive bracket reports ε times its erring terms (rounded up to 9 digits)
+        for terms_i in np.unique(eps_terms[~relative & (eps_terms > 1)]).tolist():
+            cols.epsilon[at[~relative & (eps_terms == terms_i)]] = _ceil_digits(terms_i * Fraction(self.epsilon))
         ratios = np.flatnonzero((relative & any_delta) | big)
         if ratios.size:
             p, q = Fraction(self.epsilon).as_integer_ratio()
             for j in ratios.tolist():
-                i = todo[j]
-                got = self.query_rational(*ranges[i]) if big[j] else self._finish_exact(
+                got = self.query_rational(*ranges[todo[j]]) if big[j] else self._finish_exact(
                     int(est[j]), int(lower[j]), int(upper[j]), True, True, 0, p, q, {})
-                est_f[i], lo_f[i], up_f[i], rel[i] = got.estimate, got.lower, got.upper, got.kind == "relative"
-        return est_f, lo_f, up_f, rel, refused
+                _set_row(cols, todo[j], got)
+        return cols
 
     def _read_many(self, ranges) -> tuple:
         """What :meth:`query_many` and :meth:`query_columns` share: ``(out, todo, terms)``,

@@ -21,7 +21,7 @@ from typing import Callable
 
 import numpy as np
 
-from sketches.base import Estimate
+from sketches.base import Estimate, EstimateColumns
 from tidemark.families.parts import QueryFamily
 from tidemark.streams import StreamConfig
 from tidemark.summary import StreamSummary
@@ -60,36 +60,40 @@ def window_estimate(query: Callable[[int, int], Estimate], window: Window, metho
     return bracket(inner, outer)
 
 
-def window_estimates(read_columns: Callable[[list], tuple], windows: list) -> tuple:
-    """:func:`window_estimate` of every window at once, as columns ``(estimate, lower,
-    upper, refused)`` (``refused``: ``{index: SketchError}``, the error the window's own
-    reading raises first, outer before inner). ``read_columns(ranges)`` reads the ranges'
-    monotone query in columns (``SplittableHistogram.query_columns``: estimate, lower,
-    upper, relative, refused). The same floats as the one-window functions: the same IEEE
-    operations, in the same order, on the same operands (``bracket``, ``best_point``)."""
+def window_estimates(read_columns: Callable[[list], EstimateColumns], windows: list) -> EstimateColumns:
+    """:func:`window_estimate` of every window at once, as columns (``refused``: the error
+    the window's own reading raises first, outer before inner). ``read_columns(ranges)``
+    reads the ranges' monotone query as columns (``SplittableHistogram.query_columns``).
+    The same floats as the one-window functions: the same IEEE operations, in the same
+    order, on the same operands (``bracket``, ``best_point``, ``exact_zero``)."""
     ranges = sorted({r for w in windows for r in (w.inner, w.outer) if r[0] <= r[1]})
     at = {r: i for i, r in enumerate(ranges)}
-    est, lo, up, relative, refused = read_columns(ranges)
-    zero = len(ranges)  # an empty range reads an exact zero (relative)
-    est, lo, up = (np.append(c, 0.0) for c in (est, lo, up))
-    relative = np.append(relative, True)
+    read = read_columns(ranges)
+    # an empty range reads an exact zero (relative, ε 0, certain): one more row
+    est, lo, up, eps, conf = (np.append(c, v) for c, v in zip(read[:3] + read[4:6], (0.0, 0.0, 0.0, 0.0, 1.0)))
+    relative = np.append(read.relative, True)
+    zero = len(ranges)
     outer = np.array([at.get(w.outer, zero) for w in windows], np.int64)
     inner = np.array([at.get(w.inner, zero) for w in windows], np.int64)
     same = np.array([w.inner == w.outer for w in windows], bool)
+    # bracket(inner, outer): the inner's lower bound, the outer's upper bound and guarantee
     lower = lo[inner]
     upper = np.maximum(up[outer], lower)
     with np.errstate(divide="ignore", invalid="ignore"):
         harmonic = 2 * lower * upper / (lower + upper)
     middle = np.where(relative[outer] & (lower >= 0) & (upper > 0), harmonic, (lower + upper) / 2)
     best = np.minimum(np.maximum(middle, lower), upper)
-    out = (np.where(same, est[outer], best), np.where(same, lo[outer], lower), np.where(same, up[outer], upper))
+    both = np.maximum(0.0, conf[inner] + conf[outer] - 1.0)
     failed = {}
-    if refused:
+    if read.refused:
         for j, w in enumerate(windows):
-            e = refused.get(at.get(w.outer, -1)) or (None if w.inner == w.outer else refused.get(at.get(w.inner, -1)))
+            e = read.refused.get(at.get(w.outer, -1)) or (
+                None if w.inner == w.outer else read.refused.get(at.get(w.inner, -1)))
             if e is not None:
                 failed[j] = e
-    return (*out, failed)
+    return EstimateColumns(np.where(same, est[outer], best), np.where(same, lo[outer], lower),
+                           np.where(same, up[outer], upper), relative[outer], eps[outer],
+                           np.where(same, conf[outer], both), read.method, failed)
 
 
 def own_items(body: dict) -> list:
@@ -143,10 +147,9 @@ class QueryKind:
     # ``run`` of many windows at once (answers over time, ``app.ranges``): a list with
     # each window's result or the SketchError its ``run`` raises, or None (run each)
     run_many: Callable[[StreamSummary, StreamConfig, list, dict], list | None] | None = None
-    # the numbers of ``run``'s estimates of many windows at once, ``(estimate, lower,
-    # upper, refused)`` (float arrays, and ``{index: SketchError}``), for a kind whose result
-    # is one estimate (answers over time shown as Prometheus samples, ``app.ranges``)
-    run_columns: Callable[[StreamSummary, StreamConfig, list, dict], tuple] | None = None
+    # ``run``'s estimates of many windows at once, as columns (``EstimateColumns``), for a
+    # kind whose result is one estimate (answers over time, ``app.ranges``)
+    run_columns: Callable[[StreamSummary, StreamConfig, list, dict], EstimateColumns] | None = None
     # The Prometheus API (``app.promql``) serves every kind as ``tidemark_<kind>`` series
     # (``-`` written ``_``), its parameters as labels; a kind whose answer is no set of
     # estimates with bounds per instant says here why it is not served, and where to read it.

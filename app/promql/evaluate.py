@@ -169,8 +169,9 @@ def _shower():
     # object is made for it); the same rows as ``_prometheus_samples`` makes of its answer
     show.estimate = lambda at, e: (at, ((None, (_text(e.estimate), _text(e.lower), _text(e.upper))),))
     # many such answers at once, from their numbers as columns
-    show.estimates = lambda ats, est, lower, upper: [
-        (at, ((None, texts),)) for at, texts in zip(ats, zip(_texts(est), _texts(lower), _texts(upper)))]
+    show.estimates = lambda ats, columns, about: [
+        (at, ((None, texts),))
+        for at, texts in zip(ats, zip(_texts(columns.estimate), _texts(columns.lower), _texts(columns.upper)))]
     return show
 
 

@@ -9,6 +9,7 @@ kept for a version must be what computing them again gives.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import NamedTuple
 
@@ -85,6 +86,38 @@ def test_every_point_of_a_range_is_the_instant_answer(data):
         for at, point in zip(ats, got):
             expected = _instant(kind, case, summary, params, at)
             assert _same(point, expected), (attempt, kind, at, point, expected)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.data())
+def test_every_point_shown_as_json_is_the_instant_answers_json(data):
+    """The history route's form (``show=as_json``): count and sum are shown from columns
+    (``_json_of_columns``) unless an answer would say more (events lost: incomplete, its
+    confidence 0), the other kinds from their answer objects; each is byte for byte the
+    JSON of the instant answer."""
+    from app.ranges import as_json
+
+    case = data.draw(cases(max_events=60))
+    summary = summarize(case)
+    if summary is not None and data.draw(st.booleans()):
+        lost_at = (case.clock or T0) - data.draw(st.floats(0, case.config.max_window))
+        summary.record_lost(1, 1.0, lost_at, lost_at, "a failed update")
+    res = case.config.resolution
+    window = min(data.draw(st.sampled_from([case.config.max_window, res, res * 2.5])), case.config.max_window)
+    clock = case.clock or T0
+    # past 16 (read as columns) with the drawn instants among a grid over the kept span
+    ats = data.draw(instants(case)) + [clock - case.config.max_window * i / 19 for i in range(20)]
+    kind = data.draw(st.sampled_from(["count", "sum", "count", "sum", "distinct", "quantiles"]))
+    params = {**KINDS[kind], "window": repr(window)}
+    cache = RangeCache()
+    for attempt in range(2):  # computed, then kept for this version
+        got = answers_at(kind, "s", case.config, summary, status(case), params, ats, cache, V1, show=as_json)
+        for at, shown in zip(ats, got):
+            expected = _instant(kind, case, summary, params, at)
+            if isinstance(expected, QueryError):
+                assert _same(shown, expected), (attempt, at, shown, expected)
+            else:
+                assert shown == as_json(expected), (attempt, at, shown, as_json(expected))
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
@@ -225,18 +258,21 @@ def _histogram_states(data, eps, window):
 def _assert_read_as_in_rationals(h: SplittableHistogram, ranges) -> None:
     """``query_many``, ``query`` and ``query_columns`` give what the rational reading gives,
     refusals included (the columns' floats written alike, so a -0.0 would show)."""
-    est, lower, upper, relative, refused = h.query_columns(ranges)
+    columns = h.query_columns(ranges)
     for j, (r, got, one) in enumerate(zip(ranges, h.query_many(ranges), [_refusal_or(h.query, r) for r in ranges])):
         expected = _refusal_or(h.query_rational, r)
         if isinstance(expected, SketchError):
-            for answer_ in (got, one, refused.get(j)):
+            for answer_ in (got, one, columns.refused.get(j)):
                 assert isinstance(answer_, SketchError) and str(answer_) == str(expected), (r, answer_, expected)
         else:
             assert got == expected and one == expected, (r, got, one, expected)
-            assert j not in refused, (r, refused[j])
-            columns = (repr(float(est[j])), repr(float(lower[j])), repr(float(upper[j])), bool(relative[j]))
-            assert columns == (repr(expected.estimate), repr(expected.lower), repr(expected.upper),
-                               expected.guarantee == "relative"), (r, columns, expected)
+            assert j not in columns.refused, (r, columns.refused[j])
+            assert _written(columns.row(j)) == _written(expected), (r, columns.row(j), expected)
+
+
+def _written(e) -> tuple:
+    """An estimate's fields, each float as written (a -0.0 would show)."""
+    return tuple(repr(v) if isinstance(v, float) else v for v in dataclasses.astuple(e))
 
 
 def _refusal_or(read, r):
@@ -318,16 +354,15 @@ def test_window_estimates_are_each_window_estimate(data):
         inner = {"none": (lo, hi), "lo": (lo + 1, hi), "hi": (lo, hi - 1), "both": (lo + 1, hi - 1),
                  "empty": EMPTY_RANGE}[cut]
         windows.append(_Ticks(inner if inner[0] <= inner[1] else EMPTY_RANGE, (lo, hi) if lo <= hi else EMPTY_RANGE))
-    est, lower, upper, refused = window_estimates(h.query_columns, windows)
+    columns = window_estimates(h.query_columns, windows)
     for j, w in enumerate(windows):
         try:
             one = window_estimate(h.query, w, "splittable-histogram")
         except SketchError as e:
-            assert str(refused.get(j)) == str(e), (w, refused.get(j), e)
+            assert str(columns.refused.get(j)) == str(e), (w, columns.refused.get(j), e)
             continue
-        assert j not in refused, (w, refused[j])
-        got = (repr(float(est[j])), repr(float(lower[j])), repr(float(upper[j])))
-        assert got == (repr(one.estimate), repr(one.lower), repr(one.upper)), (w, got, one)
+        assert j not in columns.refused, (w, columns.refused[j])
+        assert _written(columns.row(j)) == _written(one), (w, columns.row(j), one)
 
 
 V1 = ((0, (1, 1)),)  # shard 0, generation 1, version 1
