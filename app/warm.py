@@ -12,7 +12,7 @@ import gc
 import logging
 
 from app.answers import QUERY_KINDS, answer
-from app.ranges import answers_at
+from app.ranges import answers_at, as_json
 from app.stream_status import status_of
 from tidemark.wire.records import ShardStatus
 
@@ -38,6 +38,9 @@ def warm_answers() -> int:
             answer(kind, "warm-up", config, summary, status, params)
             # the range kernels: enough instants for the reads ahead (app.ranges._READ_AHEAD_FROM)
             answers_at(kind, "warm-up", config, summary, status, params, [1.0 + i / 16 for i in range(24)])
+            # and as the history route shows them (some kinds read as columns: QueryKind.run_columns)
+            answers_at(kind, "warm-up", config, summary, status, params, [1.0 + i / 16 for i in range(24)],
+                       show=as_json)
             answered += 1
         except Exception as e:  # best effort: the real query will say what is wrong
             log.debug("warming %s: %s", kind, type(e).__name__)

@@ -189,6 +189,24 @@ def key_readings_many(counts, in_start, inside, st_start, strad, cells, cell_sta
 
 
 @nb.njit(cache=True)
+def summed_rows(counts, masks):
+    """``counts[mask].sum(axis=0)`` of each row of ``masks``: the rows of ``counts`` it
+    selects added in their order, from the first (NumPy's reduction over the first axis),
+    so the floats are the same."""
+    out = np.zeros((masks.shape[0], counts.shape[1]))
+    for k in range(masks.shape[0]):
+        first = True
+        for b in range(masks.shape[1]):
+            if masks[k, b]:
+                if first:
+                    out[k, :] = counts[b, :]
+                    first = False
+                else:
+                    out[k, :] += counts[b, :]
+    return out
+
+
+@nb.njit(cache=True)
 def materialize(n_out, old_counts, old_dest, ev_dest, ev_ids, ev_w, tables, shift, table, offset, width):
     """New ``counts``: old rows added into their destination rows, then every event
     added to its cell in each slot of its destination row (rows of ``-1`` are dropped)."""

@@ -25,12 +25,14 @@ from sketches._ecm_kernels import (
     hash_tables,
     key_readings_many,
     materialize,
+    summed_rows,
     read_bucket_columns,
     read_state_pages,
     write_bucket_columns,
     write_state_pages,
 )
-from sketches.base import CorruptSketchError, Estimate, Family, IncompatibleSketchError, Sketch, SketchError
+from sketches.base import (CorruptSketchError, Estimate, EstimateColumns, Family, IncompatibleSketchError, Sketch,
+                           SketchError)
 from sketches.base import not_expired, seed_value, tick_bounds, unit_interval, window_ticks
 
 # TICK_LIMIT and cell_index: the tick range and the cell hashing of CellSketch, which
@@ -610,6 +612,54 @@ class ECMSketch(CellSketch):
             return self._zero(self._method)
         low, high = (self._rows(v) for v in self._vectors(r[0], r[1]))
         return self._inner(low, high, r, low, high, r, self._rounding())
+
+    def self_join_columns(self, ranges) -> EstimateColumns:
+        """:meth:`self_join` of every ``(lo, hi)`` of ``ranges``, as columns (a refused
+        range in ``refused``): each set of buckets a range covers (``range_key``) read
+        once, every set's count vectors added in one compiled call (``summed_rows``, in
+        the order NumPy adds them) and the products of all sets taken at once (each row's
+        sum is NumPy's over the same ``width`` terms), so the floats are those of
+        :meth:`self_join` (``tests/sketches/test_ecm.py``)."""
+        ranges = list(ranges)
+        n = len(ranges)
+        cols = EstimateColumns(np.zeros(n), np.zeros(n), np.zeros(n), np.zeros(n, bool), np.zeros(n), np.ones(n),
+                               self._method, {})
+        keys = self.range_keys(ranges)
+        sets: dict = {}  # range key -> its row among the sets read
+        rows = np.full(n, -1, np.int64)
+        for i, key in enumerate(keys):
+            if isinstance(key, SketchError):
+                cols.refused[i] = key
+            elif key is not None:
+                rows[i] = sets.setdefault(key, len(sets))
+        if not sets:
+            return cols
+        tb = self._tb
+        inside = np.array([np.frombuffer(key[0], bool) for key in sets]).reshape(len(sets), len(tb))
+        strad = np.array([np.frombuffer(key[1], bool) for key in sets]).reshape(len(sets), len(tb))
+        low = np.array([float(tb.m[mask].sum()) for mask in inside])
+        high = low + np.array([float(tb.m[mask].sum()) for mask in strad])
+        k = np.array([1 if key[2] else 2 for key in sets])
+        lo_vec = summed_rows(self._counts, inside)
+        hi_vec = lo_vec + summed_rows(self._counts, strad)
+        la = lo_vec.reshape(len(sets), self.depth, self.width)
+        ua = hi_vec.reshape(len(sets), self.depth, self.width)
+        # ``_inner`` of each set with itself
+        upper = (ua * ua).sum(axis=2).min(axis=1)
+        lower = np.maximum(0.0, (la * la).sum(axis=2).min(axis=1) - self.eps_cm_eff * high * high)
+        est = ((la + ua) * (la + ua)).sum(axis=2).min(axis=1) / 4.0
+        eta = k * self.eps_sw
+        g = 2 * (self._rounding() + self._rounding()) + (self.width + 2) * _TWO_52
+        lower, upper = np.maximum(0.0, lower * (1 - g)), upper * (1 + g)
+        est = np.minimum(np.maximum(est, lower), upper)
+        eps = 2 * eta + eta * eta + self.eps_cm_eff
+        read = rows >= 0
+        # a set with no weight reads an exact zero (``_range`` is None), as an empty range
+        read[read] = high[rows[read]] != 0
+        at = rows[read]
+        cols.estimate[read], cols.lower[read], cols.upper[read] = est[at], lower[at], upper[at]
+        cols.epsilon[read], cols.confidence[read] = eps[at], 1.0 - self.delta
+        return cols
 
     # -- merging ------------------------------------------------------------------------
     def _params(self) -> tuple:

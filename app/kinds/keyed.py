@@ -19,7 +19,7 @@ import bisect
 
 import numpy as np
 
-from app.kinds.kind import QueryError, QueryKind, ServedFamily, Window, window_estimate
+from app.kinds.kind import QueryError, QueryKind, ServedFamily, Window, window_estimate, window_estimates
 from sketches.base import Estimate, SketchError
 from tidemark.events import MAX_KEY_BYTES
 from tidemark.families import keyed as core
@@ -294,6 +294,8 @@ FAMILY = ServedFamily(core.FAMILY, (
               run_many=_heavy_hitters_many, monotone=True,  # each listed key's count
               read_ahead=(("count", "ranges"), ("keys", "buckets"), ("key_candidates", "buckets"))),
     QueryKind("self-join", _self_join, lambda c, p: _zero(c), alert=True, monotone=True,
-              read_ahead=(("keys", "buckets"),)),
+              read_ahead=(("keys", "buckets"),),
+              run_columns=lambda summary, config, windows, p: window_estimates(summary["keys"].self_join_columns,
+                                                                               windows)),
     QueryKind("inner-product", _inner_product, check=_same_shape, streams=2, alert=True, monotone=True),
 ))

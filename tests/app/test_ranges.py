@@ -91,8 +91,8 @@ def test_every_point_of_a_range_is_the_instant_answer(data):
 @settings(max_examples=100, deadline=None, suppress_health_check=list(HealthCheck))
 @given(st.data())
 def test_every_point_shown_as_json_is_the_instant_answers_json(data):
-    """The history route's form (``show=as_json``): count and sum are shown from columns
-    (``_json_of_columns``) unless an answer would say more (events lost: incomplete, its
+    """The history route's form (``show=as_json``): count, sum and self-join are shown from
+    columns (``_json_of_columns``) unless an answer would say more (events lost: incomplete, its
     confidence 0), the other kinds from their answer objects; each is byte for byte the
     JSON of the instant answer."""
     from app.ranges import as_json
@@ -107,7 +107,7 @@ def test_every_point_shown_as_json_is_the_instant_answers_json(data):
     clock = case.clock or T0
     # past 16 (read as columns) with the drawn instants among a grid over the kept span
     ats = data.draw(instants(case)) + [clock - case.config.max_window * i / 19 for i in range(20)]
-    kind = data.draw(st.sampled_from(["count", "sum", "count", "sum", "distinct", "quantiles"]))
+    kind = data.draw(st.sampled_from(["count", "sum", "count", "sum", "self-join", "distinct", "quantiles"]))
     params = {**KINDS[kind], "window": repr(window)}
     cache = RangeCache()
     for attempt in range(2):  # computed, then kept for this version

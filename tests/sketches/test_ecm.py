@@ -541,3 +541,28 @@ def test_compiled_plan_update_is_the_former_one(batches, ratio, window):
             assert np.array_equal(a, b)
         for name in ("lvl", "idx", "s", "e", "m", "clock"):
             assert np.array_equal(getattr(new, name), getattr(ref, name)), name
+
+
+@SETTINGS
+@given(streams, st.booleans())
+def test_self_joins_as_columns_are_each_self_join(p, fractional):
+    """``self_join_columns`` (each set of buckets read once, the sets' vectors added in one
+    compiled call and their products taken at once) is ``self_join`` range by range: the
+    same floats, written alike, refusals and exact zeros included. Fractional weights make
+    every sum round, so a sum taken in another order would show."""
+    rng, sk, t, k, w = build(p)
+    if fractional:
+        w = w * rng.uniform(0.1, 3.0, w.size)
+        sk = feed(ECMSketch(p["eps"], 0.1, p["window"], seed=p["seed"] % 7, purpose=p["purpose"]), t, k, w, rng)
+    c = sk.clock if sk.clock != NO_CLOCK else 0
+    rs = ranges(rng, sk, 20) if not sk.is_empty else [(c, c + 1), (c + 1, c)]
+    rs += [(c - sk.window, c), (c + 2, c + 1), (c - sk.window - 1, c)]
+    columns = sk.self_join_columns(rs)
+    for j, r in enumerate(rs):
+        try:
+            one = sk.self_join(*r)
+        except SketchError as e:
+            assert str(columns.refused.get(j)) == str(e), (r, columns.refused.get(j), e)
+            continue
+        assert j not in columns.refused, (r, columns.refused[j])
+        assert repr(columns.row(j)) == repr(one), (r, columns.row(j), one)
