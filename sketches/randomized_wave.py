@@ -123,8 +123,8 @@ from sketches._randomized_wave_kernels import (
 from sketches._bytes import HEADER_SIZE, Reader, Writer
 from sketches._codec import varint_size
 from sketches._pages import PAGE_MIN, cut_candidates, page_bytes, page_stops, starts_at
-from sketches.base import (CorruptSketchError, Estimate, Family, Sketch, SketchError, int_ranges, seed_value, tick_bounds,
-                           window_size, window_ticks)
+from sketches.base import (CorruptSketchError, Estimate, EstimateColumns, Family, Sketch, SketchError, int_ranges,
+                           seed_value, tick_bounds, window_size, window_ticks)
 
 __all__ = ["RandomizedWave", "suggest_sizes", "per_instance_failure"]
 
@@ -516,18 +516,7 @@ class RandomizedWave(Sketch):
             return out
         if not todo:
             return out
-        self._canonicalize()
-        columns = []
-        for w in self._waves:
-            ok = (w.fhas[None, :] == 0) | (w.fT[None, :] < los[:, None])
-            levs = np.where(ok.any(axis=1), np.argmax(ok, axis=1), -1)
-            read = np.where(levs < 0, self.top, levs)
-            xs = np.zeros(los.size, np.int64)
-            for lev in np.unique(read).tolist():
-                at = read == lev
-                latest = latest_ticks(lev, w.eT, w.s, w.bufs)
-                xs[at] = latest.size - np.searchsorted(latest, los[at], "left")
-            columns.append((levs.tolist(), xs.tolist()))
+        columns = [(levs.tolist(), xs.tolist()) for levs, xs in zip(*self._readings(los))]
         for j, i in enumerate(todo):
             readings = []
             for levs, xs in columns:
@@ -537,9 +526,58 @@ class RandomizedWave(Sketch):
             out[i] = self._estimate(readings)
         return out
 
-    def _checked_many(self, ranges: list, out: list) -> tuple[list[int], "np.ndarray"]:
+    def _readings(self, los: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(levels, xs)``, each ``(instances, len(los))``: every instance's covering level
+        of each ``lo`` (−1: none covers) and X, the entries of that level (the top one where
+        none covers) whose latest tick is at or after ``lo``; each level's latest ticks
+        sorted once and searched."""
+        self._canonicalize()
+        levels = np.zeros((len(self._waves), los.size), np.int64)
+        xs = np.zeros((len(self._waves), los.size), np.int64)
+        for r, w in enumerate(self._waves):
+            ok = (w.fhas[None, :] == 0) | (w.fT[None, :] < los[:, None])
+            levels[r] = np.where(ok.any(axis=1), np.argmax(ok, axis=1), -1)
+            read = np.where(levels[r] < 0, self.top, levels[r])
+            for lev in np.unique(read).tolist():
+                at = read == lev
+                latest = latest_ticks(lev, w.eT, w.s, w.bufs)
+                xs[r, at] = latest.size - np.searchsorted(latest, los[at], "left")
+        return levels, xs
+
+    def query_columns(self, ranges) -> EstimateColumns:
+        """:meth:`query_many`'s estimates as columns (refusals in ``refused``), each
+        :meth:`_estimate` taken for all ranges at once: the same floats, from the same
+        operations on the same operands (``tests/sketches/test_randomized_wave.py``)."""
+        ranges = list(ranges)
+        n = len(ranges)
+        cols = EstimateColumns(np.zeros(n), np.zeros(n), np.zeros(n), np.ones(n, bool), np.full(n, self.epsilon),
+                               np.ones(n), METHOD, {})
+        todo, los = self._checked_many(ranges, cols.refused)
+        if not todo or self.is_empty:
+            return cols
+        levels, xs = self._readings(los)
+        at = np.asarray(todo, np.int64)
+        miss = levels < 0
+        # Y = X / q_l with q_l = 2^(61-l) / (2^61 - 1); an uncovered level has X > C
+        values = (xs + miss).astype(np.float64) * (float(_P) / np.ldexp(1.0, 61 - np.where(miss, self.top, levels)))
+        med = np.sort(values, axis=0)[len(self._waves) // 2]
+        sure = np.maximum(self.capacity + 1.0, xs.max(axis=0).astype(np.float64))  # X keys are held: certain
+        lower = np.maximum(sure, np.ceil(med / (1 + self.epsilon) * (1 - 1e-12)))
+        upper = np.maximum(lower, np.floor(med / (1 - self.epsilon) * (1 + 1e-12)))
+        est = np.minimum(np.maximum(med, lower), upper)
+        confidence = np.full(at.size, 1.0 - self.delta)
+        uncovered = miss.any(axis=0)
+        est, lower = np.where(uncovered, np.maximum(med, sure), est), np.where(uncovered, sure, lower)
+        upper, confidence = np.where(uncovered, np.inf, upper), np.where(uncovered, 1.0, confidence)
+        exact = levels[0] == 0  # level 0 of the first instance holds every key
+        n0 = xs[0].astype(np.float64)
+        cols.estimate[at], cols.lower[at], cols.upper[at] = (np.where(exact, n0, c) for c in (est, lower, upper))
+        cols.confidence[at] = np.where(exact, 1.0, confidence)
+        return cols
+
+    def _checked_many(self, ranges: list, out) -> tuple[list[int], "np.ndarray"]:
         """The indices of the ranges :meth:`_checked` takes and their ``lo`` as an int64
-        array (a refused range's :class:`SketchError` goes to ``out``): ranges of Python
+        array (a refused range's :class:`SketchError` goes to ``out[i]``): ranges of Python
         ints at once, any other (or any refused) one at a time, for its message."""
         ends = int_ranges(ranges)
         if ends is not None:

@@ -171,10 +171,12 @@ def test_queries_read_a_covering_level_exactly(stream, params):
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(streams(), st.sampled_from([SMALL, dict(epsilon=0.3, delta=0.05, window=500)]), st.data())
+@given(streams(), st.sampled_from([SMALL, dict(epsilon=0.3, delta=0.05, window=500),
+                                   dict(SMALL, max_distinct=20)]), st.data())
 def test_query_many_is_query_range_by_range(stream, params, data):
-    """The batched read (answers over time) gives each range what ``query`` gives it, or
-    the same refusal: ranges before the clock, too long, empty, over every level."""
+    """The batched reads (answers over time) give each range what ``query`` gives it, or
+    the same refusal: ranges before the clock, too long, empty, over every level, and
+    past the top one (``max_distinct`` small: no level covers)."""
     ticks, keys, s = stream
     sk = RandomizedWave(**params, seed=s)
     _feed(sk, ticks, keys, np.random.default_rng(s))
@@ -191,6 +193,9 @@ def test_query_many_is_query_range_by_range(stream, params, data):
 
     got = [g if not isinstance(g, SketchError) else str(g) for g in sk.query_many(ranges)]
     assert got == [one(lo, hi) for lo, hi in ranges]
+    columns = sk.query_columns(ranges)  # the same, as columns (each float written alike)
+    assert [str(columns.refused[j]) if j in columns.refused else repr(columns.row(j))
+            for j in range(len(ranges))] == [g if isinstance(g, str) else repr(g) for g in got]
 
 
 @given(streams(max_n=2000), st.integers(2, 64), st.sampled_from(["chain", "balanced", "random"]),
