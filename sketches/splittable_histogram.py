@@ -579,6 +579,7 @@ class SplittableHistogram(Sketch):
         in integers when the interval is exact (integer masses: counts, integer sums),
         and the bracket finished in integers (``_finish_exact``). Ranges over an interval
         that is not exact, or whose numbers reach 2^53, are read by :meth:`query_rational`."""
+        ranges = list(ranges)
         out, todo, terms = self._read_many(ranges)
         if terms is None:
             return out
