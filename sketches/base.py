@@ -136,6 +136,14 @@ class EstimateColumns(NamedTuple):
     method: str
     refused: dict
 
+    @classmethod
+    def zeros(cls, n: int, method: str, relative: bool, epsilon: float = 0.0) -> "EstimateColumns":
+        """``n`` rows of an exact zero (0 on every side, certain), to be filled in."""
+        import numpy as np
+
+        return cls(np.zeros(n), np.zeros(n), np.zeros(n), np.full(n, relative), np.full(n, epsilon), np.ones(n),
+                   method, {})
+
     def row(self, i: int) -> Estimate:
         """Row ``i`` as the :class:`Estimate` it stands for."""
         return Estimate(float(self.estimate[i]), float(self.lower[i]), float(self.upper[i]),

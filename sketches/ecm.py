@@ -622,8 +622,7 @@ class ECMSketch(CellSketch):
         :meth:`self_join` (``tests/sketches/test_ecm.py``)."""
         ranges = list(ranges)
         n = len(ranges)
-        cols = EstimateColumns(np.zeros(n), np.zeros(n), np.zeros(n), np.zeros(n, bool), np.zeros(n), np.ones(n),
-                               self._method, {})
+        cols = EstimateColumns.zeros(n, self._method, relative=False)
         keys = self.range_keys(ranges)
         sets: dict = {}  # range key -> its row among the sets read
         rows = np.full(n, -1, np.int64)
@@ -649,7 +648,8 @@ class ECMSketch(CellSketch):
         lower = np.maximum(0.0, (la * la).sum(axis=2).min(axis=1) - self.eps_cm_eff * high * high)
         est = ((la + ua) * (la + ua)).sum(axis=2).min(axis=1) / 4.0
         eta = k * self.eps_sw
-        g = 2 * (self._rounding() + self._rounding()) + (self.width + 2) * _TWO_52
+        rounding = self._rounding()  # (``_inner``'s own sum of both sides' roundings)
+        g = 2 * (rounding + rounding) + (self.width + 2) * _TWO_52
         lower, upper = np.maximum(0.0, lower * (1 - g)), upper * (1 + g)
         est = np.minimum(np.maximum(est, lower), upper)
         eps = 2 * eta + eta * eta + self.eps_cm_eff

@@ -550,8 +550,7 @@ class RandomizedWave(Sketch):
         operations on the same operands (``tests/sketches/test_randomized_wave.py``)."""
         ranges = list(ranges)
         n = len(ranges)
-        cols = EstimateColumns(np.zeros(n), np.zeros(n), np.zeros(n), np.ones(n, bool), np.full(n, self.epsilon),
-                               np.ones(n), METHOD, {})
+        cols = EstimateColumns.zeros(n, METHOD, relative=True, epsilon=self.epsilon)
         todo, los = self._checked_many(ranges, cols.refused)
         if not todo or self.is_empty:
             return cols

@@ -602,8 +602,7 @@ class SplittableHistogram(Sketch):
         finished in Python integers, one range at a time, as :meth:`_finish_exact` does."""
         ranges = list(ranges)
         k = len(ranges)
-        cols = EstimateColumns(np.zeros(k), np.zeros(k), np.zeros(k), np.ones(k, bool), np.full(k, self.epsilon),
-                               np.ones(k), METHOD, {})
+        cols = EstimateColumns.zeros(k, METHOD, relative=True, epsilon=self.epsilon)
         out, todo, terms = self._read_many(ranges)
         cols.refused.update((i, got) for i, got in enumerate(out) if isinstance(got, SketchError))
         if terms is None:  # refusals, an empty sketch's zeros, or rational readings

@@ -73,8 +73,7 @@ def _distinct_columns(summary, config, windows: list, params) -> EstimateColumns
     before = np.array([not wave.is_empty and w.outer[0] <= w.outer[1] and w.outer[1] < clock for w in windows],
                       bool)
     n = len(windows)
-    out = EstimateColumns(np.zeros(n), np.zeros(n), np.zeros(n), np.zeros(n, bool), np.zeros(n), np.ones(n),
-                          "randomized-wave", {})
+    out = EstimateColumns.zeros(n, "randomized-wave", relative=False)
     reaching = np.flatnonzero(~before)
     if reaching.size:
         got = window_estimates(lambda ranges: _reaching_clock(wave, clock, ranges), [windows[j] for j in reaching])
@@ -91,8 +90,7 @@ def _reaching_clock(wave, clock: int, ranges: list) -> EstimateColumns:
     live = [j for j, r in enumerate(ranges) if r[1] >= clock]
     got = wave.query_columns([ranges[j] for j in live])
     n = len(ranges)
-    cols = EstimateColumns(np.zeros(n), np.zeros(n), np.zeros(n), np.ones(n, bool), np.zeros(n), np.ones(n),
-                           got.method, {})
+    cols = EstimateColumns.zeros(n, got.method, relative=True)
     _put(cols, np.asarray(live, np.int64), got)
     return cols
 

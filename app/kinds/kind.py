@@ -87,8 +87,7 @@ def window_estimates(read_columns: Callable[[list], EstimateColumns], windows: l
     failed = {}
     if read.refused:
         for j, w in enumerate(windows):
-            e = read.refused.get(at.get(w.outer, -1)) or (
-                None if w.inner == w.outer else read.refused.get(at.get(w.inner, -1)))
+            e = read.refused.get(at.get(w.outer, -1)) or (None if same[j] else read.refused.get(at.get(w.inner, -1)))
             if e is not None:
                 failed[j] = e
     return EstimateColumns(np.where(same, est[outer], best), np.where(same, lo[outer], lower),
