@@ -152,23 +152,32 @@ class _Readings:
 
 
 class _Tables:
-    """The value part, answering the ranges read ahead from their rank tables."""
+    """The value part, answering the ranges read ahead from their rank tables (one
+    ``RankTables`` batch, ``rows``: each (range, inner) pair's row or its SketchError)."""
 
-    def __init__(self, part, tables: dict):
-        self._part, self._tables = part, tables
+    def __init__(self, part, batch, rows: dict):
+        self._part, self._batch, self._rows, self._brackets = part, batch, rows, {}
 
-    def _table(self, lo, hi, inner):
-        got = self._tables.get(((lo, hi), None if inner is None else tuple(inner)))
+    def _row(self, lo, hi, inner):
+        got = self._rows.get(((lo, hi), None if inner is None else tuple(inner)))
         if isinstance(got, SketchError):
             raise got
         return got
 
     def quantiles(self, qs, lo, hi, inner=None):
-        return self._part.quantiles(qs, lo, hi, inner, table=self._table(lo, hi, inner))
+        """The part's ``quantiles``; the brackets of every table read ahead are found at
+        the first call for these ``qs`` (each instant asks the same), all at once."""
+        row = self._row(lo, hi, inner)
+        if row is None:
+            return self._part.quantiles(qs, lo, hi, inner)
+        got = self._brackets.get(tuple(qs))
+        if got is None:
+            got = self._brackets[tuple(qs)] = self._part.brackets_of(qs, self._batch)
+        return got[row]
 
     def rank_table(self, lo, hi, inner=None):
-        table = self._table(lo, hi, inner)
-        return self._part.rank_table(lo, hi, inner) if table is None else table
+        row = self._row(lo, hi, inner)
+        return self._part.rank_table(lo, hi, inner) if row is None else self._batch.table(row)
 
     def __getattr__(self, name):
         return getattr(self._part, name)
@@ -251,7 +260,8 @@ def _read_ahead(kind: str, summary: StreamSummary, windows: list) -> StreamSumma
         if how == "rank-tables":
             pairs = sorted({_value_ranges(w) for w in windows
                             if isinstance(w, Window) and w.outer[0] <= w.outer[1]})
-            parts[part] = _Tables(summary[part], dict(zip(pairs, summary[part].rank_tables(pairs))))
+            batch, rows = summary[part].table_batch(pairs)
+            parts[part] = _Tables(summary[part], batch, dict(zip(pairs, rows)))
         elif how == "buckets":
             parts[part] = _ByBuckets(summary[part], ranges)
         else:  # "ranges", "ranges-to-clock"

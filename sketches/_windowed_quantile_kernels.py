@@ -470,6 +470,41 @@ def keys_from_gaps(gaps, off, max_key):
     return keys, True
 
 
+# -- the value keys a read meets (windowed_quantiles._universe) ---------------------------------
+@njit(cache=True)
+def key_span(keys):
+    """(smallest, largest) of a non-empty key array, as int64."""
+    lo = hi = np.int64(keys[0])
+    for k in keys:
+        lo = min(lo, np.int64(k))
+        hi = max(hi, np.int64(k))
+    return lo, hi
+
+
+@njit(cache=True)
+def dense_unique(keys, lo, hi):
+    """``np.unique(keys, return_inverse=True)`` by a tally over ``[lo, hi]`` (keys within it):
+    the distinct keys in order (keys' dtype) and each key's position among them (intp)."""
+    rank = np.zeros(hi - lo + 1, np.int64)
+    for k in keys:
+        rank[np.int64(k) - lo] = 1
+    n = 0
+    for x in range(rank.shape[0]):
+        if rank[x]:
+            rank[x] = n
+            n += 1
+        else:
+            rank[x] = -1
+    universe = np.empty(n, keys.dtype)
+    for x in range(rank.shape[0]):
+        if rank[x] >= 0:
+            universe[rank[x]] = x + lo
+    inv = np.empty(keys.shape[0], np.intp)
+    for i in range(keys.shape[0]):
+        inv[i] = rank[np.int64(keys[i]) - lo]
+    return universe, inv
+
+
 # -- rank tables of many ranges (WindowedQuantiles.rank_tables) ------------------------------
 @njit(cache=True)
 def _add_entries(n, off, kidx, cnts, into):
@@ -478,78 +513,117 @@ def _add_entries(n, off, kidx, cnts, into):
 
 
 @njit(cache=True)
-def sweep_table(first, last, off, kidx, cnts, wt, m, by_last, by_first, upto, before, ptr,
-                lo, top, mode, ilo, itop):
-    """One range of ``rank_tables``' sweep, ranges taken with ``top`` and ``lo`` never
-    decreasing: ``upto``/``before`` (int64 per value key) hold the nodes with
-    ``last <= top`` and with ``first < lo`` so far, ``ptr`` how many of each order they are.
+def sweep_tables(first, last, off, kidx, cnts, wt, m, by_last, by_first, upto, before, ptr,
+                 los, tops, modes, ilos, itops):
+    """``rank_tables``' sweep: the table of every range ``r`` (``los[r]``, ``tops[r]``,
+    taken in this order: ``tops`` and ``los`` never decrease) in one call.
 
-    Returns the range's table on the keys present: (key positions, est, cl, cu, delta),
-    the same numbers as ``WindowedQuantiles.rank_table``: nodes classified as its
-    ``_classify`` does (``mode`` 0: the inner range is the range, 1: it is empty, 2: it is
-    ``[ilo, itop]``), the inside histogram ``upto − before + spanning nodes``, and the cut
-    nodes' shares summed per key in entry order (the float sums ``rank_table`` takes)."""
-    N = first.shape[0]
-    while ptr[0] < N and last[by_last[ptr[0]]] <= top:
-        _add_entries(by_last[ptr[0]], off, kidx, cnts, upto)
-        ptr[0] += 1
-    while ptr[1] < N and first[by_first[ptr[1]]] < lo:
-        _add_entries(by_first[ptr[1]], off, kidx, cnts, before)
-        ptr[1] += 1
-    inside_h = upto - before
-    cut_h = np.zeros(m, np.int64)
-    drop_h = np.zeros(m, np.int64)
-    share_h = np.zeros(m, np.float64)
-    delta_o = 0
-    delta_i = 0
+    ``upto``/``before`` (int64 per value key) hold the nodes with ``last <= top`` and with
+    ``first < lo`` so far, ``ptr`` how many of each order they are (kept by the caller, so
+    that a long sweep can be made in several calls, each holding ``ranges × keys`` numbers:
+    its output is allocated once, since an array grown in the loop slows it fourfold).
+
+    A range's table on the keys present is the same numbers as
+    ``WindowedQuantiles.rank_table``: nodes classified as its ``_classify`` does (``modes[r]``
+    0: the inner range is the range, 1: it is empty, 2: it is ``[ilos[r], itops[r]]``), the
+    inside histogram ``upto − before + spanning nodes``, and the cut nodes' shares summed per
+    key in node order (the float sums ``rank_table`` takes). Only the nodes that can meet the
+    range are visited: those whose ``first`` lies in ``[lo − widest + 1, top]`` (the list is
+    sorted by ``first``; module notes), so a range costs its own nodes and the value keys.
+
+    Returns the tables laid end to end: (key positions, est, cl, cu), ``starts`` (range
+    ``r`` owns ``starts[r]:starts[r + 1]``) and each range's Δ."""
+    N, R = first.shape[0], los.shape[0]
+    widest = np.int64(1)
     for n in range(N):
-        f, l = first[n], last[n]
-        meets = l >= lo and f <= top
-        inside = meets and f >= lo and l <= top
-        if meets and not inside:
-            delta_o += wt[n]
-            share = (min(l, top) - max(f, lo) + 1) / (l - f + 1)
-            for e in range(off[n], off[n + 1]):
-                cut_h[kidx[e]] += cnts[e]
-                share_h[kidx[e]] += np.float64(cnts[e]) * share
-        if f < lo and l > top:  # spanning the whole range: in ``before``, not in ``upto``
-            _add_entries(n, off, kidx, cnts, inside_h)
-        if mode == 2:
-            i_meets = l >= ilo and f <= itop
-            i_inside = i_meets and f >= ilo and l <= itop
-            if i_meets and not i_inside:
-                delta_i += wt[n]
-            if inside and not i_inside:
-                _add_entries(n, off, kidx, cnts, drop_h)
-    if mode == 0:
-        delta_i = delta_o
-    present = 0
-    for k in range(m):
-        if inside_h[k] + cut_h[k] > 0:
-            present += 1
-    pos = np.empty(present, np.int64)
-    est = np.empty(present, np.int64)
-    cl = np.empty(present, np.int64)
-    cu = np.empty(present, np.int64)
-    c_in = 0
-    c_cut = 0
-    c_i = 0
-    c_share = 0.0
-    j = 0
-    for k in range(m):
-        c_in += inside_h[k]
-        c_cut += cut_h[k]
-        c_share += share_h[k]
-        if mode == 2:
-            c_i += inside_h[k] - drop_h[k]
-        if inside_h[k] + cut_h[k] > 0:
-            pos[j] = k
-            cu[j] = c_in + c_cut
-            cl[j] = c_in if mode == 0 else (0 if mode == 1 else c_i)
-            e = np.int64(np.floor((c_in + c_share) + 0.5))
-            est[j] = min(max(e, c_in), c_in + c_cut)
-            j += 1
-    return pos, est, cl, cu, max(delta_o, delta_i)
+        widest = max(widest, last[n] - first[n] + 1)
+    inside_h = np.empty(m, np.int64)
+    cut_h = np.empty(m, np.int64)
+    drop_h = np.empty(m, np.int64)
+    share_h = np.empty(m, np.float64)
+    pos = np.empty(R * m, np.int64)
+    est = np.empty(R * m, np.int64)
+    cl = np.empty(R * m, np.int64)
+    cu = np.empty(R * m, np.int64)
+    starts = np.empty(R + 1, np.int64)
+    deltas = np.empty(R, np.int64)
+    p_last, p_first, j = ptr[0], ptr[1], 0
+    for r in range(R):
+        lo, top, mode, ilo, itop = los[r], tops[r], modes[r], ilos[r], itops[r]
+        while p_last < N and last[by_last[p_last]] <= top:
+            _add_entries(by_last[p_last], off, kidx, cnts, upto)
+            p_last += 1
+        while p_first < N and first[by_first[p_first]] < lo:
+            _add_entries(by_first[p_first], off, kidx, cnts, before)
+            p_first += 1
+        for k in range(m):
+            inside_h[k] = upto[k] - before[k]
+            cut_h[k] = 0
+            drop_h[k] = 0
+            share_h[k] = 0.0
+        delta_o = 0
+        delta_i = 0
+        for n in range(_first_at_least(first, lo - widest + 1), N):
+            f, l = first[n], last[n]
+            if f > top:
+                break
+            meets = l >= lo
+            inside = meets and f >= lo and l <= top
+            if meets and not inside:
+                delta_o += wt[n]
+                share = (min(l, top) - max(f, lo) + 1) / (l - f + 1)
+                for e in range(off[n], off[n + 1]):
+                    cut_h[kidx[e]] += cnts[e]
+                    share_h[kidx[e]] += np.float64(cnts[e]) * share
+            if f < lo and l > top:  # spanning the whole range: in ``before``, not in ``upto``
+                _add_entries(n, off, kidx, cnts, inside_h)
+            if mode == 2:
+                i_meets = l >= ilo and f <= itop
+                i_inside = i_meets and f >= ilo and l <= itop
+                if i_meets and not i_inside:
+                    delta_i += wt[n]
+                if inside and not i_inside:
+                    _add_entries(n, off, kidx, cnts, drop_h)
+        if mode == 0:
+            delta_i = delta_o
+        starts[r] = j
+        c_in = 0
+        c_cut = 0
+        c_i = 0
+        c_share = 0.0
+        for k in range(m):
+            c_in += inside_h[k]
+            c_cut += cut_h[k]
+            c_share += share_h[k]
+            if mode == 2:
+                c_i += inside_h[k] - drop_h[k]
+            if inside_h[k] + cut_h[k] > 0:
+                pos[j] = k
+                cu[j] = c_in + c_cut
+                cl[j] = c_in if mode == 0 else (0 if mode == 1 else c_i)
+                e = np.int64(np.floor((c_in + c_share) + 0.5))
+                est[j] = min(max(e, c_in), c_in + c_cut)
+                j += 1
+        deltas[r] = max(delta_o, delta_i)
+    starts[R] = j
+    ptr[0], ptr[1] = p_last, p_first
+    return pos[:j], est[:j], cl[:j], cu[:j], starts, deltas
+
+
+@njit(cache=True)
+def bracket_tables(cu, cl, est, starts, n_lower, n_upper, n_est, nums, dens):
+    """:func:`bracket_keys` of every table laid end to end as :func:`sweep_tables` returns
+    them (table ``r`` owns ``starts[r]:starts[r + 1]``, its counts ``n_*[r]``): the
+    positions, each inside its table, as arrays of (tables, q)."""
+    R, Q = starts.shape[0] - 1, nums.shape[0]
+    j_lo = np.zeros((R, Q), np.int64)
+    j_hi = np.zeros((R, Q), np.int64)
+    j_est = np.zeros((R, Q), np.int64)
+    for r in range(R):
+        a, b = starts[r], starts[r + 1]
+        j_lo[r], j_hi[r], j_est[r] = bracket_keys(cu[a:b], cl[a:b], est[a:b], n_lower[r],
+                                                  n_upper[r], n_est[r], nums, dens)
+    return j_lo, j_hi, j_est
 
 
 @njit(cache=True)

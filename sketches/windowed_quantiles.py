@@ -162,15 +162,10 @@ def _universe(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     buckets), so a history of many instants does not sort every entry at each."""
     if keys.size == 0:
         return keys.astype(np.int64), np.zeros(0, np.intp)
-    lo = int(keys.min())
-    span = int(keys.max()) - lo + 1
-    if span > 4 * keys.size + 65536:
+    lo, hi = K.key_span(keys)
+    if hi - lo + 1 > 4 * keys.size + 65536:
         return np.unique(keys, return_inverse=True)
-    offset = keys.astype(np.int64) - lo
-    present = np.bincount(offset, minlength=span) > 0
-    universe = np.flatnonzero(present)
-    rank = np.cumsum(present) - 1
-    return (universe + lo).astype(keys.dtype), rank[offset]
+    return K.dense_unique(keys, lo, hi)
 
 
 def _first_passing(rank: np.ndarray, basis: np.ndarray, q: Fraction) -> int:
@@ -206,6 +201,9 @@ def _exact_qs(qs: tuple[float, ...]) -> tuple[list[Fraction], np.ndarray | None,
         return fqs, None, None
     # (shared by every call asking these q: the search only reads them)
     return fqs, np.array([f.numerator for f in fqs], np.int64), np.array([f.denominator for f in fqs], np.int64)
+
+
+_SWEEP_NUMBERS = 1 << 20  # keys × ranges of one ``K.sweep_tables`` call (its output's size)
 
 
 @dataclass(frozen=True)
@@ -249,6 +247,48 @@ class RankTable:
         low = np.maximum(np.nextafter(low, -np.inf), 0.0)
         high = np.minimum(np.nextafter(high, np.inf), 1.0)
         return low, high
+
+
+@dataclass(frozen=True)
+class RankTables:
+    """Many ranges' :class:`RankTable` laid end to end (``WindowedQuantiles.table_batch``):
+    table ``r`` owns ``starts[r]:starts[r + 1]`` of the arrays, its numbers are ``[r]`` of
+    the others'. The brackets of all are found at once (``WindowedQuantiles.brackets_of``)."""
+
+    keys: np.ndarray
+    lo_edge: np.ndarray
+    hi_edge: np.ndarray
+    est: np.ndarray
+    cl: np.ndarray
+    cu: np.ndarray
+    starts: np.ndarray
+    n_lower: np.ndarray
+    n_upper: np.ndarray
+    n_est: np.ndarray
+    rank_error: np.ndarray
+    epsilon: np.ndarray
+    to_clock: np.ndarray
+
+    @classmethod
+    def of(cls, tables: list) -> RankTables:
+        """The batch of these tables (copied)."""
+        starts = np.concatenate(([0], np.cumsum([t.keys.size for t in tables], dtype=np.int64)))
+        ends = [np.concatenate([getattr(t, f) for t in tables]) if tables else np.zeros(0, np.int64)
+                for f in ("keys", "lo_edge", "hi_edge", "est", "cl", "cu")]
+        numbers = [np.array([getattr(t, f) for t in tables], dtype)
+                   for f, dtype in (("n_lower", np.int64), ("n_upper", np.int64), ("n_est", np.int64),
+                                    ("rank_error", np.int64), ("epsilon", np.float64), ("to_clock", bool))]
+        return cls(*ends, starts, *numbers)
+
+    def __len__(self) -> int:
+        return self.starts.size - 1
+
+    def table(self, r: int) -> RankTable:
+        a, b = self.starts[r], self.starts[r + 1]
+        return RankTable(self.keys[a:b], self.lo_edge[a:b], self.hi_edge[a:b], self.est[a:b],
+                         self.cl[a:b], self.cu[a:b], int(self.n_lower[r]), int(self.n_upper[r]),
+                         int(self.n_est[r]), int(self.rank_error[r]), float(self.epsilon[r]),
+                         bool(self.to_clock[r]))
 
 
 @dataclass(frozen=True)
@@ -494,7 +534,14 @@ class WindowedQuantiles(Sketch):
 
     def rank_tables(self, ranges) -> list:
         """:meth:`rank_table` of every ``((lo, hi), inner)`` of ``ranges`` (each the table
-        it returns, or the :class:`SketchError` it raises), in one sweep over time.
+        it returns, or the :class:`SketchError` it raises), in one sweep (:meth:`table_batch`)."""
+        batch, where = self.table_batch(ranges)
+        return [w if isinstance(w, SketchError) else batch.table(w) for w in where]
+
+    def table_batch(self, ranges) -> tuple[RankTables, list]:
+        """The :meth:`rank_table` of every ``((lo, hi), inner)`` of ``ranges`` as one
+        :class:`RankTables`, and for each range its table's row there, or the
+        :class:`SketchError` its read raises; in one sweep over time.
 
         A range's table needs the value histogram of the nodes wholly inside it, which
         :meth:`rank_table` sums entry by entry. Here the ranges are taken in time order,
@@ -502,54 +549,60 @@ class WindowedQuantiles(Sketch):
         + Σ(nodes with first < lo and last > hi)`` (the first two are running sums over the
         nodes in order of their last and first ticks, each node's entries added once; the
         third holds the few nodes spanning the whole range): the work is the entries once,
-        plus per range the nodes cut by its edges and a pass over the value keys, not the
-        entries of every range. Integer counts, so the sums are exact; the estimate's
-        float part comes from the cut nodes alone, as :meth:`rank_table` computes it."""
-        out: list = [None] * len(ranges)
+        plus per range the nodes that meet it and a pass over the value keys, not the
+        entries of every range, all in compiled code (``K.sweep_tables``). Integer counts,
+        so the sums are exact; the estimate's float part comes from the cut nodes alone, as
+        :meth:`rank_table` computes it."""
+        where: list = [None] * len(ranges)
         todo = []
         for i, ((lo, hi), inner) in enumerate(ranges):
             try:
                 lo, hi = self._check_range(lo, hi)
-                if inner is not None and tuple(inner) != (lo, hi) and inner[0] <= inner[1]:
-                    self._check_range(*inner)
+                if inner is None or tuple(inner) == (lo, hi):
+                    mode, ilo, itop = 0, 0, 0
+                elif inner[0] > inner[1]:
+                    mode, ilo, itop = 1, 0, 0
+                else:
+                    ilo, ihi = self._check_range(*inner)
+                    mode, itop = 2, min(ihi, self._clock)
             except SketchError as e:
-                out[i] = e
+                where[i] = e
                 continue
-            todo.append((i, lo, hi, inner))
-        if not todo or self._keys.size == 0:
-            for i, lo, hi, inner in todo:
-                out[i] = self.rank_table(lo, hi, inner)
-            return out
-        todo.sort(key=lambda r: (r[2], r[1]))
-        if any(b[1] < a[1] for a, b in zip(todo, todo[1:])):  # not one sweep: one at a time
-            for i, lo, hi, inner in todo:
-                out[i] = self.rank_table(lo, hi, inner)
-            return out
+            todo.append((hi, lo, i, inner, mode, ilo, itop))
+        todo.sort(key=lambda r: r[:2])
+        if not todo or self._keys.size == 0 or any(b[1] < a[1] for a, b in zip(todo, todo[1:])):
+            for r, (hi, lo, i, inner, *_) in enumerate(todo):  # not one sweep: one at a time
+                where[i] = r
+            return RankTables.of([self.rank_table(lo, hi, inner) for hi, lo, _, inner, *_ in todo]), where
+        his, los, rows, modes, ilos, itops = (np.array([r[c] for r in todo], np.int64) for c in (0, 1, 2, 4, 5, 6))
+        tops = np.minimum(his, self._clock)
         first, last = self._spans()
         universe, inv = _universe(self._keys)
-        lo_edges, hi_edges = self.edges_of(universe)
         by_last, by_first = np.argsort(last, kind="stable"), np.argsort(first, kind="stable")
-        kidx, cnts = inv.astype(np.int64), self._cnts.astype(np.int64)
-        upto, before = np.zeros(universe.size, np.int64), np.zeros(universe.size, np.int64)
-        ptr = np.zeros(2, np.int64)
-        for i, lo, hi, inner in todo:
-            top = min(hi, self._clock)
-            if inner is None or tuple(inner) == (lo, hi):
-                mode, ilo, itop = 0, 0, 0
-            elif inner[0] > inner[1]:
-                mode, ilo, itop = 1, 0, 0
-            else:
-                ilo, ihi = self._check_range(*inner)
-                mode, itop = 2, min(ihi, self._clock)
-            pos, est, cl, cu, delta = K.sweep_table(
-                first, last, self._off, kidx, cnts, self._wt, universe.size, by_last, by_first,
-                upto, before, ptr, lo, top, mode, ilo, itop)
-            n = pos.size
-            to_clock = hi >= self._clock
-            out[i] = RankTable(universe[pos], lo_edges[pos], hi_edges[pos], est, cl, cu,
-                               int(cl[-1]) if n else 0, int(cu[-1]) if n else 0, int(est[-1]) if n else 0,
-                               int(delta), self.epsilon if to_clock else 2 * self.epsilon, to_clock)
-        return out
+        kidx, cnts, m = inv.astype(np.int64, copy=False), self._cnts.astype(np.int64, copy=False), universe.size
+        upto, before, ptr = np.zeros(m, np.int64), np.zeros(m, np.int64), np.zeros(2, np.int64)
+        step = max(1, _SWEEP_NUMBERS // m)  # ranges per call: its output holds ranges × keys
+        pieces = [K.sweep_tables(first, last, self._off, kidx, cnts, self._wt, m, by_last, by_first,
+                                 upto, before, ptr, los[a:a + step], tops[a:a + step],
+                                 modes[a:a + step], ilos[a:a + step], itops[a:a + step])
+                  for a in range(0, len(todo), step)]
+        if len(pieces) == 1:
+            pos, est, cl, cu, starts, deltas = pieces[0]
+        else:
+            pos, est, cl, cu, deltas = (np.concatenate([p[f] for p in pieces]) for f in (0, 1, 2, 3, 5))
+            ends = np.cumsum([p[4][-1] for p in pieces])
+            starts = np.concatenate([[0]] + [p[4][1:] + e - p[4][-1] for p, e in zip(pieces, ends)])
+        lo_edges, hi_edges = self.edges_of(universe)
+        top_row = np.maximum(starts[1:] - 1, 0)  # each table's last row (its n), if it has one
+        has = starts[1:] > starts[:-1]
+        to_clock = his >= self._clock
+        for r, i in enumerate(rows.tolist()):
+            where[i] = r
+        batch = RankTables(universe[pos], lo_edges[pos], hi_edges[pos], est, cl, cu, starts,
+                           *(np.where(has, a[top_row], 0) if a.size else np.zeros(len(todo), np.int64)
+                             for a in (cl, cu, est)), deltas,
+                           np.where(to_clock, self.epsilon, 2 * self.epsilon), to_clock)
+        return batch, where
 
     # -- queries -----------------------------------------------------------------------------
     def quantiles(self, qs, lo: int, hi: int, inner: tuple[int, int] | None = None,
@@ -564,39 +617,54 @@ class WindowedQuantiles(Sketch):
         return self._brackets(qs, table)
 
     def _brackets(self, qs: list[float], tb: RankTable) -> list:
-        """The bracket of each q from one consistent world per side (module notes), the
-        keys of every q found in one compiled call where the numbers allow."""
-        if tb.n_upper == 0 or tb.keys.size == 0:
-            return [None] * len(qs)
+        return self.brackets_of(qs, RankTables.of([tb]))[0]
+
+    def brackets_of(self, qs, tables: RankTables) -> list:
+        """The :class:`QuantileBracket` of each q (None when the range has no event) from
+        each table of ``tables``: one consistent world per side (module notes), the keys of
+        every (table, q) found in one compiled call where the numbers allow, the brackets'
+        floats taken for all at once."""
+        qs = [float(q) for q in qs]
+        if any(not 0.0 <= q <= 1.0 for q in qs):
+            raise SketchError("each q must be in [0, 1]")
+        out = [[None] * len(qs) for _ in range(len(tables))]
+        sizes = np.diff(tables.starts)
+        live = np.flatnonzero((tables.n_upper > 0) & (sizes > 0))
+        if live.size == 0 or not qs:
+            return out
         fqs, nums, dens = _exact_qs(tuple(qs))  # q as written: 0.1 is one tenth, not its binary neighbour
+        starts = tables.starts
+        n_lower, n_upper, n_est = tables.n_lower, tables.n_upper, tables.n_est
         # cl ≤ cu, both non-decreasing: every rank and basis is at most ``top``
-        top = max(tb.n_lower, tb.n_upper, tb.n_est, 0) + int(tb.cu[-1])
-        if top < 2**38 and dens is not None:  # products below 2^62
-            keys = K.bracket_keys(tb.cu.astype(np.int64, copy=False), tb.cl.astype(np.int64, copy=False),
-                                  tb.est.astype(np.int64, copy=False), tb.n_lower, tb.n_upper, tb.n_est,
-                                  nums, dens)
-            found = list(zip(*(k.tolist() for k in keys)))
-        else:
-            straddle = tb.cu - tb.cl  # X(≤k)
-            found = [(_first_passing(tb.cu, tb.n_lower + straddle, f), _first_passing(tb.cl, tb.n_upper - straddle, f),
-                      int(np.searchsorted(tb.est, max(-(-f.numerator * tb.n_est // f.denominator), 1)))
-                      if tb.n_est > 0 else 0) for f in fqs]
-        last = tb.keys.size - 1
-        out = []
-        for q, (j_lo, j_hi, j_est) in zip(qs, found):
-            lower = float(tb.lo_edge[min(j_lo, last)])
-            upper = float(tb.hi_edge[min(j_hi, last)])
-            # One ulp outward: the edges are the kernels' own exp(), the reported floats exact.
-            lower, upper = math.nextafter(lower, -math.inf), math.nextafter(upper, math.inf)
-            if tb.n_est > 0:
-                j = min(j_est, last)
-                a, b = float(tb.lo_edge[j]), float(tb.hi_edge[j])
-                point = 0.0 if tb.keys[j] == 0 else 2 * a * b / (a + b)  # ±2γ^i/(1 + γ)
-            else:
-                point = (lower + upper) / 2
-            point = min(max(point, lower), upper)
-            out.append(QuantileBracket(q, point, lower, upper, tb.rank_error, tb.epsilon,
-                                       self.value_accuracy, tb.to_clock))
+        top = np.maximum(np.maximum(n_lower, n_upper), np.maximum(n_est, 0)) + tables.cu[np.maximum(starts[1:] - 1, 0)]
+        if dens is not None and int(top[live].max()) < 2**38:  # products below 2^62
+            j_lo, j_hi, j_est = K.bracket_tables(tables.cu, tables.cl, tables.est, starts,
+                                                 n_lower, n_upper, n_est, nums, dens)
+        else:  # counts too large for int64 products: in Python integers, table by table
+            j_lo, j_hi, j_est = (np.zeros((len(tables), len(qs)), np.int64) for _ in range(3))
+            for r in live.tolist():
+                tb = tables.table(r)
+                straddle = tb.cu - tb.cl  # X(≤k)
+                for i, f in enumerate(fqs):
+                    j_lo[r, i] = _first_passing(tb.cu, tb.n_lower + straddle, f)
+                    j_hi[r, i] = _first_passing(tb.cl, tb.n_upper - straddle, f)
+                    j_est[r, i] = (int(np.searchsorted(tb.est, max(-(-f.numerator * tb.n_est // f.denominator), 1)))
+                                   if tb.n_est > 0 else 0)
+        first, last = starts[live, None], starts[live + 1, None] - 1
+        # One ulp outward: the edges are the kernels' own exp(), the reported floats exact.
+        lower = np.nextafter(tables.lo_edge[np.minimum(first + j_lo[live], last)], -np.inf)
+        upper = np.nextafter(tables.hi_edge[np.minimum(first + j_hi[live], last)], np.inf)
+        at = np.minimum(first + j_est[live], last)
+        a, b = tables.lo_edge[at], tables.hi_edge[at]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            harmonic = np.where(tables.keys[at] == 0, 0.0, 2 * a * b / (a + b))  # ±2γ^i/(1 + γ)
+        point = np.where((n_est[live] > 0)[:, None], harmonic, (lower + upper) / 2)
+        point = np.where(lower > point, lower, point)  # min(max(point, lower), upper), as Python takes them
+        point = np.where(upper < point, upper, point)
+        errors, epsilons, to_clock = (c.tolist() for c in (tables.rank_error, tables.epsilon, tables.to_clock))
+        for r, p, lw, up in zip(live.tolist(), point.tolist(), lower.tolist(), upper.tolist()):
+            out[r] = [QuantileBracket(q, p[k], lw[k], up[k], errors[r], epsilons[r], self.value_accuracy,
+                                      to_clock[r]) for k, q in enumerate(qs)]
         return out
 
     def distribution(self, lo: int, hi: int, inner: tuple[int, int] | None = None) -> list:

@@ -144,6 +144,30 @@ def test_brackets_hold_on_adversarial_streams_and_any_share_of_the_edge_ticks(st
     check_against_truth(sk, ticks, values, lo, hi, inner, truth)
 
 
+@settings(SETTINGS, max_examples=SETTINGS.max_examples // 2)
+@given(adversarial(), st.data())
+def test_the_brackets_of_many_tables_at_once_are_each_tables_own(stream, data):
+    """``brackets_of`` over a batch (empty tables, ranges refused, inner ranges) gives
+    each table the brackets it gets alone; and the compiled search (q of small
+    denominators) agrees with the one in Python integers (a q of a big denominator in the
+    same call sends every q there)."""
+    window, ticks, values, shards, eps, rng = stream
+    sk = build(window, ticks, values, shards, eps, rng)
+    ranges = []
+    for _ in range(data.draw(st.integers(1, 12))):
+        lo, hi = draw_range(data, sk, window)
+        inner = data.draw(st.sampled_from([None, (lo + 1, hi - 1), (1, 0)]))
+        ranges.append(((lo, hi), inner if inner is None or inner[0] <= inner[1] or inner == (1, 0) else (1, 0)))
+    batch, rows = sk.table_batch(ranges)
+    small, big = [0.0, 0.1, 0.5, 0.99, 1.0], [0.1234567890123456]
+    compiled, slow = sk.brackets_of(small, batch), sk.brackets_of(small + big, batch)
+    for r, row in zip(ranges, rows):
+        if not isinstance(row, int):
+            continue
+        alone = sk.quantiles(small + big, *r[0], r[1])
+        assert compiled[row] == alone[:len(small)] and slow[row] == alone, (r, compiled[row], alone)
+
+
 def test_empty_window_and_empty_sketch_have_no_bracket():
     sk = WindowedQuantiles(0.1, 100)
     assert sk.quantiles(QS, 0, 10) == [None] * len(QS)
