@@ -28,7 +28,7 @@ from app.routes.ingest import take
 from app.security import allows, may_see, presented_key
 from tidemark.streams import STREAM_NAME_PATTERN
 
-__all__ = ["FastIngest"]
+__all__ = ["FastIngest", "exception_handler"]
 
 _PREFIX, _SUFFIX = "/v1/streams/", "/events"
 _NAME = re.compile(STREAM_NAME_PATTERN)
@@ -70,18 +70,19 @@ class FastIngest:
         try:
             response = await take(state, request, name, principal, idempotency_key)
         except Exception as exc:
-            handler = self._handler(exc)
+            handler = exception_handler(self.app, exc)
             if handler is None:
                 raise
             response = await handler(request, exc)
         await GZipMiddleware(response, minimum_size=GZIP_FROM, compresslevel=5)(scope, receive, send)
         return True
 
-    def _handler(self, exc: Exception):
-        """The app's handler of ``exc`` (the nearest class up its MRO, as Starlette's
-        exception middleware looks it up), None for none (a 500 as the full way's)."""
-        handlers = self.app.exception_handlers
-        for cls in type(exc).__mro__:
-            if cls in handlers:
-                return handlers[cls]
-        return None
+
+def exception_handler(app, exc: Exception):
+    """The app's handler of ``exc`` (the nearest class up its MRO, as Starlette's exception
+    middleware looks it up), None for none (a 500 as the full way's)."""
+    handlers = app.exception_handlers
+    for cls in type(exc).__mro__:
+        if cls in handlers:
+            return handlers[cls]
+    return None

@@ -24,6 +24,7 @@ from app.alerts.store import AlertNotFound, AlertStore
 from app.answer_cache import AnswerCache, FastAnswers
 from app.answers import QueryError
 from app.fast_ingest import FastIngest
+from app.fast_ranges import FastRanges
 from app.fast_reads import FastReads
 from app.ingest_pool import IngestPool
 from app.live_hub import LiveHub
@@ -163,13 +164,14 @@ def _check_guarded(app: FastAPI) -> None:
 class TidemarkAPI(FastAPI):
     """FastAPI, with the requests asked most answered before the middleware stack when the
     full way would answer them exactly so: a repeated query whose kept answer is current
-    (``app.answer_cache.FastAnswers``), ``/healthz`` and ``/readyz`` (``app.fast_reads``)
-    and an ingest post (``app.fast_ingest``). At thousands of requests a second the stack's
+    (``app.answer_cache.FastAnswers``), ``/healthz`` and ``/readyz`` (``app.fast_reads``),
+    a Prometheus range (``app.fast_ranges``) and an ingest post (``app.fast_ingest``). At thousands of requests a second the stack's
     layers cost more than the answer (bench/bench_request_cpu.py)."""
 
     fast_answers: FastAnswers | None = None
     fast_ingest: FastIngest | None = None  # likewise a post the full way would take (app.fast_ingest)
     fast_reads: FastReads | None = None  # and /healthz, /readyz (app.fast_reads)
+    fast_ranges: FastRanges | None = None  # and a Prometheus range (app.fast_ranges)
 
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] == "http":
@@ -178,6 +180,10 @@ class TidemarkAPI(FastAPI):
                     return
                 if self.fast_reads and await self.fast_reads.answer(scope, send):
                     return
+                if self.fast_ranges and await self.fast_ranges.take(scope, receive, send):
+                    return
+            elif self.fast_ranges and await self.fast_ranges.take(scope, receive, send):
+                return
             elif self.fast_ingest and await self.fast_ingest.take(scope, receive, send):
                 return
         await super().__call__(scope, receive, send)
@@ -231,4 +237,5 @@ def create_app(settings: Settings, redis_url: str) -> FastAPI:
     app.fast_answers = FastAnswers(app.state, settings.answered_hosts())
     app.fast_ingest = FastIngest(app, settings.answered_hosts())
     app.fast_reads = FastReads(app.state, settings.answered_hosts())
+    app.fast_ranges = FastRanges(app, settings.answered_hosts())
     return app

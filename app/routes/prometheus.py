@@ -17,6 +17,7 @@ key may see).
 
 from __future__ import annotations
 
+import functools
 import re
 import time
 from urllib.parse import parse_qsl
@@ -119,9 +120,19 @@ def _query(form):
         raise bad_data('invalid parameter "query": no query given; '
                        'e.g. tidemark_count{stream="web", window="5m"}')
     try:
-        return plan(parse(text))
+        return _planned(text) if len(text) <= _KEPT_TEXT else plan(parse(text))
     except (ParseError, BadQuery) as e:
         raise bad_data(f'invalid parameter "query": {e}') from None
+
+
+_KEPT_TEXT = 4096  # characters: a query text longer than any panel's is planned each time
+
+
+@functools.lru_cache(maxsize=1024)
+def _planned(text: str) -> Scalar | SeriesQuery:
+    """``plan(parse(text))``, kept: a panel asks the same text at every refresh, and the
+    plan is immutable (a text refused raises each time: nothing is kept of it)."""
+    return plan(parse(text))
 
 
 def _now_ms() -> int:
