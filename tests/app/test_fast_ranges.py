@@ -61,6 +61,20 @@ def _cases(end: float) -> list[tuple[str, str, dict, dict, bytes | None]]:
         ("POST", "/api/v1/query_range", {"content-type": FORM}, read, b"x" * (MAX_BODY + 1)),  # 400
         ("PUT", "/api/v1/query_range", {"content-type": FORM}, read, body),  # 405
         ("GET", f"/api/v1/query?{httpx.QueryParams({'query': q, 'time': end})}", {}, read, None),  # another route
+        # histories
+        ("GET", "/v1/streams/team-a.web/quantiles/history?window=300&q=0.5,0.9&points=50", {}, read, None),
+        ("GET", "/v1/streams/team-a.web/count/history?window=60", {}, tenant, None),  # 120 points
+        ("GET", "/v1/streams/team-a.web/count/history?window=1h5m&points=3", {}, read, None),  # 422: window
+        ("GET", "/v1/streams/team-a.web/no-such-kind/history?points=3", {}, read, None),  # 422
+        ("GET", "/v1/streams/team-a.absent/count/history?points=3", {}, read, None),  # 404
+        # left to the full way:
+        ("GET", "/v1/streams/team-b.web/count/history?window=60&points=3", {}, tenant, None),  # 404
+        ("GET", "/v1/streams/team-a.web/count/history?window=60&points=501", {}, read, None),  # 422
+        ("GET", "/v1/streams/team-a.web/count/history?window=60&points=07", {}, read, None),  # as the full way
+        ("GET", "/v1/streams/team-a.web/count/history?points=3&points=4", {}, read, None),
+        ("GET", "/v1/streams/bad%20name!/count/history?points=3", {}, read, None),  # 422
+        ("GET", "/v1/streams/team-a.web/count/history?points=3", {}, ingest, None),  # 403
+        ("GET", "/v1/streams/team-a.web/count/history?points=3", {}, {}, None),  # 401
     ]
 
 
@@ -85,8 +99,7 @@ def test_the_fast_path_answers_what_the_full_way_answers(server):
 
     async def spy(scope, receive, send):
         answered = await original(scope, receive, send)
-        if scope["path"].startswith("/api/v1/query"):
-            taken.append(answered)
+        taken.append(answered)
         return answered
 
     app.fast_ranges = None
@@ -100,13 +113,16 @@ def test_the_fast_path_answers_what_the_full_way_answers(server):
     finally:
         fast.take = original
     assert [a[0] for a in full] == [200, 200, 200, 400, 400, 200, 422, 200,
-                                    403, 401, 400, 404, 400, 405, 200], [(a[0], a[1][:200]) for a in full]
+                                    403, 401, 400, 404, 400, 405, 200,
+                                    200, 200, 422, 422, 404,
+                                    404, 422, 200, 200, 422, 403, 401], [(a[0], a[1][:200]) for a in full]
     for i, (a, b) in enumerate(zip(full, quick)):
         assert a == b, (i, a[0], b[0], a[1][:300], b[1][:300], a[2], b[2])
     assert full[0][2]["content-encoding"] == "gzip" and full[2][2]["content-encoding"] is None
     assert b'"q":"0.99"' in full[0][1] and full[0][1] == full[1][1] == full[2][1]
     # What the fast path took and what it left to the full way.
-    assert taken == [True] * 8 + [False] * 7, taken
+    assert taken == [True] * 8 + [False] * 7 + [True] * 5 + [False] * 7, taken
+    assert full[15][1].count(b'"estimate"') >= 50 and full[16][1].count(b'"at"') == 120
 
 
 def test_a_gzipped_range_is_the_body_compressed(server):
