@@ -32,13 +32,15 @@ _PREFIX = "/v1/streams/"
 
 
 class _Sent:
-    """A request as sent, answered from ``versions`` of ``name``."""
+    """A request as sent, answered from ``versions`` of ``name``; ``ahead``: a question
+    of the query route, which ``render_ahead`` may answer for the next version."""
 
-    __slots__ = ("name", "query", "versions", "body", "gzipped")
+    __slots__ = ("name", "query", "versions", "body", "gzipped", "ahead")
 
-    def __init__(self, name: str, query: str, versions: tuple, body: bytes):
+    def __init__(self, name: str, query: str, versions: tuple, body: bytes, ahead: bool = True):
         self.name, self.query, self.versions, self.body = name, query, versions, body
         self.gzipped: bytes | None = None
+        self.ahead = ahead
 
     def gzip(self) -> bytes:
         if self.gzipped is None:
@@ -52,8 +54,9 @@ class AnswerCache:
     first out); the index holds one entry per request form, replaced when the version moves.
     """
 
-    def __init__(self, size: int = 4096):
-        self.size = size
+    def __init__(self, size: int = 4096, sent_bytes: int = 64 << 20):
+        self.size, self.sent_bytes = size, sent_bytes
+        self._sent_held = 0  # bytes of the bodies the index holds (a history's: 0.2-3 MB)
         self._answers: OrderedDict[tuple, bytes] = OrderedDict()
         self._sent: OrderedDict[tuple[str, bytes], _Sent] = OrderedDict()
         self._lock = threading.Lock()  # answers are also rendered in the thread pool
@@ -73,16 +76,18 @@ class AnswerCache:
                 self._answers.popitem(last=False)
 
     def index(self, path: str, query_string: bytes, name: str, query: str, versions: tuple,
-              rendered: bytes) -> None:
-        """Remember that ``path?query_string`` is answered by ``rendered`` at ``versions``."""
-        if len(query_string) > MAX_SENT_QUERY or len(path) > 256:
+              rendered: bytes, ahead: bool = True) -> None:
+        """Remember that ``path?query_string`` is answered by ``rendered`` at ``versions``
+        (``ahead``: a question of the query route, see :class:`_Sent`)."""
+        if len(query_string) > MAX_SENT_QUERY or len(path) > 256 or len(rendered) > self.sent_bytes // 16:
             return
         key = (path, query_string)
         with self._lock:
-            self._sent[key] = _Sent(name, query, versions, rendered)
-            self._sent.move_to_end(key)
-            while len(self._sent) > self.size:
-                self._sent.popitem(last=False)
+            old = self._sent.pop(key, None)
+            self._sent_held += len(rendered) - (len(old.body) if old is not None else 0)
+            self._sent[key] = _Sent(name, query, versions, rendered, ahead)
+            while len(self._sent) > self.size or self._sent_held > self.sent_bytes:
+                self._sent_held -= len(self._sent.popitem(last=False)[1].body)
 
     def asked(self, name: str, versions: tuple | None, limit: int = 16) -> list[tuple[str, bytes]]:
         """The query kinds and query strings asked of ``name`` while it served ``versions``
@@ -90,7 +95,7 @@ class AnswerCache:
         version. A question asked only of older versions is nobody's now."""
         with self._lock:
             found = [(hit.query, qs) for (_, qs), hit in reversed(self._sent.items())
-                     if hit.name == name and hit.versions == versions]
+                     if hit.ahead and hit.name == name and hit.versions == versions]
         return found[:limit]
 
     def sent(self, path: str, query_string: bytes) -> _Sent | None:

@@ -77,6 +77,7 @@ def history(name: StreamName, query: str, request: Request, store: StoreDep, met
             ) -> Response:
     started = time.perf_counter()
     params = {k: v for k, v in request.query_params.items() if k != "points"}
+    versions = store.reads.served_versions(name)  # (None for a federated stream: not kept)
     config = store.declarations.config(name)
     summary, status = store.reads.summary(name)  # one read: every answer below is of this version
     clock = status.get("clock")
@@ -94,5 +95,10 @@ def history(name: StreamName, query: str, request: Request, store: StoreDep, met
     # Each answer's JSON is made once per point and kept with it; FastAPI's encoder walking
     # 500 answers (a heavy-hitter history holds some 40,000 values) cost more than they did.
     head = JSONResponse({"stream": name, "query": query, "window": last.seconds}).body
-    return Response(head[:-1] + b',"answers":[' + b",".join(answers) + b"]}",
-                    media_type="application/json")
+    body = head[:-1] + b',"answers":[' + b",".join(answers) + b"]}"
+    if versions is not None and store.reads.served_versions(name) == versions:
+        # the same request again, while these versions serve, is this body: sent before the
+        # middleware stack (``app.answer_cache.FastAnswers``), as a query's answer is
+        request.app.state.answer_cache.index(request.scope["path"], request.scope["query_string"], name,
+                                             "history", versions, body, ahead=False)
+    return Response(body, media_type="application/json")

@@ -88,6 +88,39 @@ def test_asked_again_the_same_bytes_come_back_without_the_route(api, redis_url, 
         assert other.content == first.content
 
 
+def test_a_history_asked_again_is_the_same_bytes_until_a_new_version(api, redis_url, monkeypatch):
+    """A history at the clock asked again while its version serves comes back before the
+    route, byte for byte; once a new version serves, it is answered anew (its newest point
+    is the new clock's); a federated stream's is never kept (its sites' ages move it)."""
+    import app.routes.history as history_route
+
+    calls = []
+    original = history_route.answers_at
+    monkeypatch.setattr(history_route, "answers_at", lambda *a, **k: calls.append(1) or original(*a, **k))
+    name = next(_names)
+    publisher = Publisher(redis_url)
+    with api.client("admin") as c:
+        _declare(c, name)
+        publisher.publish_summary(name, _summary(12), version=1, events=12)
+        _wait_version(c, name, 1)
+    with api.client("read") as c:
+        assert c.get(f"/v1/streams/{name}/count?window=60").json()["estimate"] == 12  # (decoded now)
+        path = f"/v1/streams/{name}/count/history?window=60&points=20"
+        first = c.get(path)
+        assert first.status_code == 200 and len(first.json()["answers"]) == 20 and len(calls) == 1
+        again = [c.get(path) for _ in range(3)]
+        assert all(r.status_code == 200 and r.content == first.content for r in again) and len(calls) == 1, len(calls)
+        publisher.publish_summary(name, _summary(30), version=2, events=30)
+        _wait_version(c, name, 2)
+        new = c.get(path)
+        assert len(calls) == 2 and new.json()["answers"][-1]["estimate"] == 30
+        assert new.json()["answers"][-1]["as_of"]["sketch_version"] == 2
+        assert c.get(path).content == new.content and len(calls) == 2
+        assert c.get(path, headers={"authorization": "Bearer wrong"}).status_code == 401
+    # render_ahead answers the query route's questions only
+    assert all(q != "history" for q, _ in api.app.state.answer_cache.asked(name, api.app.state.store.reads.served_versions(name)))
+
+
 def test_many_streams_asking_one_question_each_get_their_own(api, redis_url):
     names = [next(_names) for _ in range(40)]
     publisher = Publisher(redis_url)
