@@ -602,8 +602,8 @@ def _by_columns(kind: str, name: str, summary, config: StreamConfig, status: dic
     None when the kind or ``show`` has no such form, for a few windows, when an answer
     object would say more (``_as_results``) or when the read is refused as a whole (each
     instant then says so)."""
-    many = getattr(show, "estimates", None)
     query = QUERY_KINDS.get(kind)
+    many = None if query is None else getattr(show, query.columns_shown_by, None)
     if (many is None or query is None or query.run_columns is None or len(windows) < _READ_AHEAD_FROM
             or not _as_results(show, summary, status, checked)):
         return None
@@ -674,6 +674,7 @@ def _json_of_columns(ats: list[float], columns, about: dict) -> list[bytes]:
 
 
 as_json.estimates = _json_of_columns  # many answers of one estimate each (``answers_at``)
+as_json.quantiles = lambda ats, columns, about: [as_json(body) for body in columns.bodies(ats, about)]
 as_json.whole_answer = True  # shows the confidence and what an incomplete answer misses
 
 

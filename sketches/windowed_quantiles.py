@@ -621,28 +621,43 @@ class WindowedQuantiles(Sketch):
 
     def brackets_of(self, qs, tables: RankTables) -> list:
         """The :class:`QuantileBracket` of each q (None when the range has no event) from
-        each table of ``tables``: one consistent world per side (module notes), the keys of
-        every (table, q) found in one compiled call where the numbers allow, the brackets'
-        floats taken for all at once."""
+        each table of ``tables`` (:meth:`bracket_columns`' numbers)."""
+        qs = [float(q) for q in qs]
+        live, point, lower, upper = self.bracket_columns(qs, tables)
+        out = [[None] * len(qs) for _ in range(len(tables))]
+        errors, epsilons, to_clock = (c.tolist() for c in (tables.rank_error, tables.epsilon, tables.to_clock))
+        for r, p, lw, up in zip(np.flatnonzero(live).tolist(), point[live].tolist(), lower[live].tolist(),
+                                upper[live].tolist()):
+            out[r] = [QuantileBracket(q, p[k], lw[k], up[k], errors[r], epsilons[r], self.value_accuracy,
+                                      to_clock[r]) for k, q in enumerate(qs)]
+        return out
+
+    def bracket_columns(self, qs, tables: RankTables) -> tuple[np.ndarray, ...]:
+        """The brackets of each q from each table of ``tables`` as columns: ``(live, point,
+        lower, upper)``, ``live[r]`` whether table r's range holds an event (else it has no
+        bracket), the others (tables, q) arrays of floats (rows not live: 0). One consistent
+        world per side (module notes), the keys of every (table, q) found in one compiled
+        call where the numbers allow, the floats taken for all at once."""
         qs = [float(q) for q in qs]
         if any(not 0.0 <= q <= 1.0 for q in qs):
             raise SketchError("each q must be in [0, 1]")
-        out = [[None] * len(qs) for _ in range(len(tables))]
-        sizes = np.diff(tables.starts)
-        live = np.flatnonzero((tables.n_upper > 0) & (sizes > 0))
-        if live.size == 0 or not qs:
-            return out
+        R, Q = len(tables), len(qs)
+        point, lower, upper = np.zeros((R, Q)), np.zeros((R, Q)), np.zeros((R, Q))
+        live = (tables.n_upper > 0) & (np.diff(tables.starts) > 0)
+        rows = np.flatnonzero(live)
+        if rows.size == 0 or not qs:
+            return live, point, lower, upper
         fqs, nums, dens = _exact_qs(tuple(qs))  # q as written: 0.1 is one tenth, not its binary neighbour
         starts = tables.starts
         n_lower, n_upper, n_est = tables.n_lower, tables.n_upper, tables.n_est
         # cl ≤ cu, both non-decreasing: every rank and basis is at most ``top``
         top = np.maximum(np.maximum(n_lower, n_upper), np.maximum(n_est, 0)) + tables.cu[np.maximum(starts[1:] - 1, 0)]
-        if dens is not None and int(top[live].max()) < 2**38:  # products below 2^62
+        if dens is not None and int(top[rows].max()) < 2**38:  # products below 2^62
             j_lo, j_hi, j_est = K.bracket_tables(tables.cu, tables.cl, tables.est, starts,
                                                  n_lower, n_upper, n_est, nums, dens)
         else:  # counts too large for int64 products: in Python integers, table by table
-            j_lo, j_hi, j_est = (np.zeros((len(tables), len(qs)), np.int64) for _ in range(3))
-            for r in live.tolist():
+            j_lo, j_hi, j_est = (np.zeros((R, Q), np.int64) for _ in range(3))
+            for r in rows.tolist():
                 tb = tables.table(r)
                 straddle = tb.cu - tb.cl  # X(≤k)
                 for i, f in enumerate(fqs):
@@ -650,22 +665,18 @@ class WindowedQuantiles(Sketch):
                     j_hi[r, i] = _first_passing(tb.cl, tb.n_upper - straddle, f)
                     j_est[r, i] = (int(np.searchsorted(tb.est, max(-(-f.numerator * tb.n_est // f.denominator), 1)))
                                    if tb.n_est > 0 else 0)
-        first, last = starts[live, None], starts[live + 1, None] - 1
+        first, last = starts[rows, None], starts[rows + 1, None] - 1
         # One ulp outward: the edges are the kernels' own exp(), the reported floats exact.
-        lower = np.nextafter(tables.lo_edge[np.minimum(first + j_lo[live], last)], -np.inf)
-        upper = np.nextafter(tables.hi_edge[np.minimum(first + j_hi[live], last)], np.inf)
-        at = np.minimum(first + j_est[live], last)
+        low = np.nextafter(tables.lo_edge[np.minimum(first + j_lo[rows], last)], -np.inf)
+        high = np.nextafter(tables.hi_edge[np.minimum(first + j_hi[rows], last)], np.inf)
+        at = np.minimum(first + j_est[rows], last)
         a, b = tables.lo_edge[at], tables.hi_edge[at]
         with np.errstate(divide="ignore", invalid="ignore"):
             harmonic = np.where(tables.keys[at] == 0, 0.0, 2 * a * b / (a + b))  # ±2γ^i/(1 + γ)
-        point = np.where((n_est[live] > 0)[:, None], harmonic, (lower + upper) / 2)
-        point = np.where(lower > point, lower, point)  # min(max(point, lower), upper), as Python takes them
-        point = np.where(upper < point, upper, point)
-        errors, epsilons, to_clock = (c.tolist() for c in (tables.rank_error, tables.epsilon, tables.to_clock))
-        for r, p, lw, up in zip(live.tolist(), point.tolist(), lower.tolist(), upper.tolist()):
-            out[r] = [QuantileBracket(q, p[k], lw[k], up[k], errors[r], epsilons[r], self.value_accuracy,
-                                      to_clock[r]) for k, q in enumerate(qs)]
-        return out
+        mid = np.where((n_est[rows] > 0)[:, None], harmonic, (low + high) / 2)
+        mid = np.where(low > mid, low, mid)  # min(max(point, lower), upper), as Python takes them
+        point[rows], lower[rows], upper[rows] = np.where(high < mid, high, mid), low, high
+        return live, point, lower, upper
 
     def distribution(self, lo: int, hi: int, inner: tuple[int, int] | None = None) -> list:
         """The CDF of the range by value bucket, each with its rank bracket: a

@@ -149,6 +149,9 @@ class QueryKind:
     # ``run``'s estimates of many windows at once, as columns (``EstimateColumns``), for a
     # kind whose result is one estimate (answers over time, ``app.ranges``)
     run_columns: Callable[[StreamSummary, StreamConfig, list, dict], EstimateColumns] | None = None
+    # the show that writes out what ``run_columns`` gives (``app.ranges``): ``estimates`` for
+    # ``EstimateColumns``, another name for a kind's own columns (``quantiles``)
+    columns_shown_by: str = "estimates"
     # The Prometheus API (``app.promql``) serves every kind as ``tidemark_<kind>`` series
     # (``-`` written ``_``), its parameters as labels; a kind whose answer is no set of
     # estimates with bounds per instant says here why it is not served, and where to read it.

@@ -107,8 +107,81 @@ def _quantiles_many(summary, config, windows: list, params) -> list:
     return out
 
 
+@dataclass
+class QuantileColumns:
+    """``_quantiles`` of many windows as columns: ``point``, ``lower``, ``upper`` as
+    (windows, q) float arrays, ``has[w]`` whether window w holds an event (else every item
+    has no estimate), its ``rank_error``, ``epsilon`` and ``to_clock``; ``refused``: the
+    SketchError of each window whose read is refused, by index."""
+
+    qs: list[float]
+    has: np.ndarray
+    point: np.ndarray
+    lower: np.ndarray
+    upper: np.ndarray
+    rank_error: np.ndarray
+    epsilon: np.ndarray
+    to_clock: np.ndarray
+    value_accuracy: float
+    refused: dict
+
+    def bodies(self, ats: list[float], about: dict) -> list[dict]:
+        """The answer object of each window (``app.answers.shape`` of ``_quantiles``' items,
+        ``about`` its outer fields but ``at``): the same keys, in the same order, and the
+        same numbers as ``_item`` and ``_bound`` write."""
+        stream, query, window, as_of = about["stream"], about["query"], about["window"], about["as_of"]
+        empty = [{"q": q, "estimate": None, "bound": None} for q in self.qs]
+        out = []
+        rows = zip(ats, self.has.tolist(), self.point.tolist(), self.lower.tolist(), self.upper.tolist(),
+                   self.rank_error.tolist(), self.epsilon.tolist(), self.to_clock.tolist())
+        for at, has, points, lowers, uppers, error, eps, to_clock in rows:
+            basis = "window" if to_clock else "window start to clock"
+            items = [{"q": q, "estimate": p, "bound": {
+                "lower": lo, "upper": up, "kind": "additive", "epsilon": eps, "confidence": 1.0, "method": METHOD,
+                "value_accuracy": self.value_accuracy, "rank_error": error,
+                "relative_width": _finite(_relative_width(p, lo, up)), "rank_basis": basis}}
+                for q, p, lo, up in zip(self.qs, points, lowers, uppers)] if has else [dict(e) for e in empty]
+            out.append({"items": items, "stream": stream, "query": query, "window": window, "at": at,
+                        "as_of": as_of})
+        return out
+
+
+def _relative_width(estimate: float, lower: float, upper: float) -> float:
+    """``QuantileBracket.relative_width`` of these numbers."""
+    scale = abs(estimate)
+    return (upper - lower) / scale if scale > 0 else (0.0 if upper == lower else math.inf)
+
+
+def _quantile_columns(summary, config, windows: list, params) -> QuantileColumns:
+    """``_quantiles`` of every window, as columns: the rank tables of their distinct
+    (outer, inner) pairs in one sweep, the brackets of all in one pass
+    (``WindowedQuantiles.table_batch``, ``bracket_columns``)."""
+    part, qs = summary["values"], params["q"]
+    pairs: dict = {}
+    for w in windows:
+        if w.outer[0] <= w.outer[1]:
+            pairs.setdefault(_ranges(w), len(pairs))
+    batch, rows = part.table_batch(list(pairs))
+    live, point, lower, upper = part.bracket_columns(qs, batch)
+    row = np.full(len(windows), -1, np.int64)
+    refused = {}
+    for j, w in enumerate(windows):
+        if w.outer[0] <= w.outer[1]:
+            got = rows[pairs[_ranges(w)]]
+            if isinstance(got, SketchError):
+                refused[j] = got
+            else:
+                row[j] = got
+    take = np.maximum(row, 0)
+    has = (row >= 0) & live[take] if len(batch) else np.zeros(len(windows), bool)
+    pick = (lambda a: a[take]) if len(batch) else (lambda a: np.zeros((len(windows), *a.shape[1:]), a.dtype))
+    return QuantileColumns(list(qs), has, pick(point), pick(lower), pick(upper), pick(batch.rank_error),
+                           pick(batch.epsilon), pick(batch.to_clock), part.value_accuracy, refused)
+
+
 QUANTILES = QueryKind("quantiles", _quantiles, lambda c, p: [_item(q, None, c) for q in p["q"]], _check_q,
-                      alert=True, run_many=_quantiles_many, read_ahead=(("values", "rank-tables"),))
+                      alert=True, run_many=_quantiles_many, read_ahead=(("values", "rank-tables"),),
+                      run_columns=_quantile_columns, columns_shown_by="quantiles")
 
 
 # -- distribution ------------------------------------------------------------------------------

@@ -172,7 +172,19 @@ def _shower():
     show.estimates = lambda ats, columns, about: [
         (at, ((None, texts),))
         for at, texts in zip(ats, zip(_texts(columns.estimate), _texts(columns.lower), _texts(columns.upper)))]
+    show.quantiles = _quantile_rows
     return show
+
+
+def _quantile_rows(ats: list[float], columns, about: dict) -> list[tuple]:
+    """The rows ``_prometheus_samples`` makes of each answer of quantile columns
+    (``app.kinds.values.QuantileColumns``): an item per q, labelled as ``_item_label``
+    labels it, for a window that holds an event; none for one that holds none."""
+    labels = [("q", format_value(q)) for q in columns.qs]
+    texts = [list(zip(_texts(columns.point[:, k]), _texts(columns.lower[:, k]), _texts(columns.upper[:, k])))
+             for k in range(len(labels))]
+    rows = [tuple(zip(labels, per)) for per in zip(*texts)] if labels else [()] * len(ats)
+    return [(at, row if has else ()) for at, row, has in zip(ats, rows, columns.has.tolist())]
 
 
 def _texts(values) -> list[str]:
