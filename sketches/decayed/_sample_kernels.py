@@ -310,3 +310,31 @@ def read_pages(buf, p, n, pages, tick_limit):
     if x != n:
         return 3, p, t, r, v, w, lev, starts
     return 0, p, t, r, v, w, lev, starts
+
+
+# -- the estimator's sums over the ticks held (DecayedAdditiveSketch._estimates) ------------
+@njit(cache=True)
+def decayed_sums(g, table, at, g0, total, sums, ticks, untils):
+    """Per query ``i``: ``(Ŝ₀, Ŝ, ok)``, ``Σ_j x_ij·total[j]`` and ``Σ_{ticks[j] <=
+    untils[i]} x_ij·sums[j]`` each summed in tick order (newest first: ``T − 1`` roundings,
+    the module notes of ``additive``), ``x_ij`` the query's decay of tick ``j``; ``ok``:
+    every ``x_ij`` in [0, 1] and never growing along the ticks, and ``g0[i]`` (the decay
+    at age 0) in [0, 1]. ``x_ij`` is ``g[i, j]`` (queries × ticks), or, with a ``table``
+    (queries sharing one decay of whole ages, ``table[a]`` that of age ``a``; ``g`` then
+    unread), ``table[max(at[i] − ticks[j], 0)]``, read where it is summed."""
+    R, T = at.shape[0], ticks.shape[0]
+    shared = table.shape[0] > 0
+    s0, est, ok = np.empty(R), np.empty(R), np.empty(R, np.bool_)
+    for i in range(R):
+        good = 0.0 <= g0[i] <= 1.0
+        a, b, prev, until = 0.0, 0.0, 1.0, untils[i]
+        for j in range(T):
+            x = table[max(at[i] - ticks[j], 0)] if shared else g[i, j]
+            if not (0.0 <= x <= prev):  # (a NaN fails too)
+                good = False
+            prev = x
+            a += x * total[j]
+            if ticks[j] <= until:
+                b += x * sums[j]
+        s0[i], est[i], ok[i] = a, b, good
+    return s0, est, ok

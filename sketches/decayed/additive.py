@@ -85,6 +85,7 @@ from sketches._pages import PAGE_MIN, mix64, page_bytes, page_starts
 from sketches._codec import max_float_column_size, varint_size
 from sketches.base import CorruptSketchError, Estimate, Family, IncompatibleSketchError, Sketch, SketchError
 from sketches.base import integer_ticks, seed_value, unit_interval
+from sketches.decayed import _sample_kernels as K
 from sketches.decayed._sample_kernels import (
     PAGE_ERRORS,
     coefficients,
@@ -107,6 +108,12 @@ TOP = 63  # levels 0..63
 _GOOD_LEVELS = TOP - 1  # the levels 1..62 the good event G speaks about
 _TICK_LIMIT = 2**62
 _ULP = 2.0**-52
+_NO_TABLE, _NO_ROWS = np.zeros(0), np.zeros((0, 0))  # (``K.decayed_sums``' unread argument)
+
+
+def _untils(untils) -> np.ndarray:
+    """The last tick each query counts (None: every tick), as ``K.decayed_sums`` takes them."""
+    return np.array([np.iinfo(np.int64).max if u is None else int(u) for u in untils], np.int64)
 
 
 def _h(c: float) -> float:
@@ -395,26 +402,26 @@ class DecayedAdditiveSketch(Sketch):
             raise SketchError("decay function must return one value per age")
         g0 = float(np.asarray(d(np.zeros(1)))[0])
         # ``contributions``' check, tick by tick (a tick's elements share g): in [0, 1] and
-        # never growing along the scan, newest first.
-        if not (bool(np.all((g >= 0.0) & (g <= np.concatenate(([1.0], g[:-1]))))) and 0.0 <= g0 <= 1.0):
+        # never growing along the scan, newest first; and the sums (``K.decayed_sums``)
+        s0, est, ok = K.decayed_sums(np.ascontiguousarray(g)[None, :], _NO_TABLE, np.array([at], np.int64),
+                                     np.array([g0]), total, sums, ticks, _untils([until]))
+        if not ok[0]:
             raise SketchError("decay must take values in [0, 1] and never increase with age")
         unc = 0.0
         if self._ovf >= 0:
             f_ovf = float(np.asarray(d(np.array([max(at - self._ovf, 0)])))[0])
             unc = f_ovf * self._total * (1 + (self._inserted + 2) * _ULP)
-        s0 = float((g * total).sum())
-        part = g * sums
-        est = float((part if until is None else part[ticks <= int(until)]).sum())
-        return self._interval(s0, est, unc, self._t.size)
+        return self._interval(float(s0[0]), float(est[0]), unc, self._t.size)
 
     def _estimates(self, decay, ats, untils, mask_fn, selection) -> list | None:
         """:meth:`_estimate` of many queries at once: query i reads row i of ``decay``, a
         function of a 2-D array of ages (a decay per row), at ``ats[i]`` counting ticks
         ``<= untils[i]``. The same float operations as one query's, row by row (the
-        decay's values, each row's sums, its selection), so each result is the one
-        :meth:`_estimate` gives; the decay is evaluated on a block of rows at a time.
-        Each entry is an Estimate or the SketchError that query raises; None when the
-        sample holds nothing (ask one at a time)."""
+        decay's values, each row's sums in one compiled call, ``K.decayed_sums``), so each
+        result is the one :meth:`_estimate` gives; the decay is evaluated on a block of rows
+        at a time, or read from one table of whole ages for rows that share it. Each entry
+        is an Estimate or the SketchError that query raises; None when the sample holds
+        nothing (ask one at a time)."""
         n = len(ats)
         if self.is_empty:
             return [Estimate(0.0, 0.0, 0.0, "additive", self.epsilon, 1.0, METHOD)] * n
@@ -424,31 +431,28 @@ class DecayedAdditiveSketch(Sketch):
             at = np.array([check_at(a) for a in ats], np.int64)
         except SketchError:
             return None
+        last = _untils(untils)
         ticks, total, sums = self._by_tick(selection, mask_fn)
-        older_first = -ticks if bool(np.all(ticks[1:] < ticks[:-1])) else None  # (searchable)
+        newest_first = bool(np.all(ticks[1:] < ticks[:-1]))
         out: list = [None] * n
         block = max(1, (1 << 16) // max(ticks.size, 1))  # rows per block: 512 KB of floats, in cache
         for rows, table in self._row_blocks(decay, at, ticks, block):
             g0 = self._rows_of(decay, np.zeros((rows.size, 1)), rows)[:, 0]
-            # Ticks at or after every instant of the block are of age 0 in each row: their
-            # decay is the row's decay at 0, so it is evaluated for the older ticks alone
-            # (with the ticks newest first, the young ones lead every row).
-            young = 0 if older_first is None else int(np.searchsorted(older_first, -int(at[rows].max()), "right"))
-            g = np.empty((g0.size, ticks.size))
-            g[:, :young] = g0[:, None]
-            ages = np.maximum(at[rows, None] - ticks[None, young:], 0)
-            g[:, young:] = self._rows_of(decay, ages, rows) if table is None else table[ages]
-            # in [0, 1] and never growing along the row: the test of one query, in fewer passes
-            ok = np.all(g[:, 1:] <= g[:, :-1], axis=1) & (g[:, 0] <= 1.0) & (g[:, -1] >= 0.0)
-            ok &= (g0 >= 0.0) & (g0 <= 1.0)
-            unc = np.zeros(g.shape[0])
+            if table is None:
+                # Ticks at or after every instant of the block are of age 0 in each row: their
+                # decay is the row's decay at 0, so it is evaluated for the older ticks alone
+                # (with the ticks newest first, the young ones lead every row).
+                young = 0 if not newest_first else int(np.searchsorted(-ticks, -int(at[rows].max()), "right"))
+                g = np.empty((g0.size, ticks.size))
+                g[:, :young] = g0[:, None]
+                g[:, young:] = self._rows_of(decay, np.maximum(at[rows, None] - ticks[None, young:], 0), rows)
+                s0, est, ok = K.decayed_sums(g, _NO_TABLE, at[rows], g0, total, sums, ticks, last[rows])
+            else:
+                s0, est, ok = K.decayed_sums(_NO_ROWS, table, at[rows], g0, total, sums, ticks, last[rows])
+            unc = np.zeros(rows.size)
             if self._ovf >= 0:
                 f_ovf = self._rows_of(decay, np.maximum(at[rows, None] - self._ovf, 0), rows)[:, 0]
                 unc = f_ovf * self._total * (1 + (self._inserted + 2) * _ULP)
-            s0 = (g * total).sum(axis=1)
-            part = g * sums
-            est = np.array([self._selected_sum(part[j], ticks, untils[i], older_first)
-                            for j, i in enumerate(rows.tolist())])
             # ``_interval`` of every row: its half-width and roundings, on arrays
             a = self._half_widths(s0, 3)
             rnd = (self._t.size + 8) * _ULP * s0
@@ -495,17 +499,6 @@ class DecayedAdditiveSketch(Sketch):
         rest = np.sort(np.concatenate(alone)) if alone else np.zeros(0, np.int64)
         for first in range(0, rest.size, block):
             yield rest[first:first + block], None
-
-    @staticmethod
-    def _selected_sum(part: np.ndarray, ticks: np.ndarray, until, negated) -> float:
-        """``part[ticks <= until].sum()`` (all without ``until``): with the ticks newest
-        first (``negated``: ``-ticks``, ascending) the selection is a suffix, and its sum the
-        same pairwise sum of the same terms in the same order."""
-        if until is None:
-            return float(part.sum())
-        if negated is not None:
-            return float(part[int(np.searchsorted(negated, -int(until), "left")):].sum())
-        return float(part[ticks <= int(until)].sum())
 
     @staticmethod
     def _rows_of(decay, ages: np.ndarray, rows: slice) -> np.ndarray:

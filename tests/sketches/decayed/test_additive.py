@@ -219,6 +219,34 @@ def test_many_queries_read_together_are_each_query(stream, data):
             assert got[i] == want, (i, got[i], want)
 
 
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(streams(max_n=80), st.data())
+def test_a_sample_holding_every_event_answers_the_exact_sum_of_the_ticks_counted(stream, data):
+    """Fewer events than a level keeps: every event is sampled at level 0 with its own
+    weight, so the estimate is the exact decayed sum over the ticks counted (``until``
+    included, the ticks after it left out), one query at a time and many at once."""
+    ticks, values, weights, seed = stream
+    rng = np.random.default_rng(seed)
+    sk = DecayedAdditiveSketch(0.3, 0.05, VMIN, VMAX, stream=7)
+    assert ticks.size < sk.k
+    _feed(sk, ticks, values, weights, rng)
+    top = int(ticks.max()) if ticks.size else 10
+    spec = data.draw(st.sampled_from(SPECS))
+    ats = [data.draw(st.integers(0, top + 20)) for _ in range(data.draw(st.integers(1, 8)))]
+    picks = [data.draw(st.sampled_from(ticks.tolist())) for _ in ats] if ticks.size else [5] * len(ats)
+    untils = [data.draw(st.sampled_from([None, u, u - 1, u + 1])) for u in picks]
+    lo, hi = data.draw(st.sampled_from([(VMIN, VMAX), (30.0, 60.0)]))
+    decay = parse_decay(spec)
+    rows = sk.range_sums(lambda a, r: decay(a), lo, hi, ats, untils)
+    for i, (at, until) in enumerate(zip(ats, untils)):
+        counted = ticks <= (np.iinfo(np.int64).max if until is None else until)
+        s, s0 = oracle(ticks[counted], values[counted], weights[counted], spec, at, lambda v: (v >= lo) & (v <= hi))
+        _, total = oracle(ticks, values, weights, spec, at, lambda v: v >= VMIN)
+        e = sk.range_sum(spec, lo, hi, at, until)
+        assert abs(e.estimate - s) <= 1e-9 * total + 1e-300, (at, until, s, e)
+        assert rows is None or rows[i] == e, (i, rows[i], e)
+
+
 def test_uncovered_events_widen_the_interval_honestly():
     """With max_total far too small the top level overflows; old events stay accounted."""
     rng = np.random.default_rng(5)
