@@ -33,7 +33,7 @@ from sketches._ecm_kernels import (
 )
 from sketches.base import (CorruptSketchError, Estimate, EstimateColumns, Family, IncompatibleSketchError, Sketch,
                            SketchError)
-from sketches.base import not_expired, seed_value, tick_bounds, unit_interval, window_ticks
+from sketches.base import int_ranges, not_expired, seed_value, tick_bounds, unit_interval, window_ticks
 
 # TICK_LIMIT and cell_index: the tick range and the cell hashing of CellSketch, which
 # sketches_extra's dyadic ECM shares.
@@ -170,27 +170,40 @@ class TimeBucketed(Sketch):
     def range_keys(self, ranges) -> list:
         """``range_key`` of every ``(lo, hi)`` of ``ranges`` (or the :class:`SketchError` it
         raises), the buckets classified for all of them at once."""
-        out: list = []
-        live = []
+        out: list = [None] * len(ranges)
         clock = None if self._tb.clock == NO_CLOCK else int(self._tb.clock)
-        for lo, hi in ranges:
-            try:
-                lo, hi = tick_bounds(lo, hi)
-                if hi >= lo:
-                    self._not_expired(lo)
-            except SketchError as e:
-                out.append(e)
-                continue
-            out.append(None)
-            if hi >= lo and not self.is_empty:
-                live.append((len(out) - 1, lo, hi))
-        if not live:
+        checked = int_ranges(ranges)
+        if checked is not None:  # whole ticks all: the expired ones found at once
+            los, his = checked
+            kept = his >= los
+            if clock is not None:
+                for i in np.flatnonzero(kept & (los < clock - self.window + 1)).tolist():
+                    try:
+                        self._not_expired(int(los[i]))  # (its message)
+                    except SketchError as e:
+                        out[i] = e
+                        kept[i] = False
+            at = np.flatnonzero(kept) if not self.is_empty else np.zeros(0, np.int64)
+            los, his = los[at], his[at]
+        else:
+            live = []
+            for i, (lo, hi) in enumerate(ranges):
+                try:
+                    lo, hi = tick_bounds(lo, hi)
+                    if hi >= lo:
+                        self._not_expired(lo)
+                except SketchError as e:
+                    out[i] = e
+                    continue
+                if hi >= lo and not self.is_empty:
+                    live.append((i, lo, hi))
+            at, los, his = (np.array(col, np.int64) for col in zip(*live)) if live else (np.zeros(0, np.int64),) * 3
+        if at.size == 0:
             return out
-        at, los, his = (np.array(col, np.int64) for col in zip(*live))
         tb = self._tb
         inside = (tb.s >= los[:, None]) & (tb.e <= his[:, None])
         strad = (tb.e >= los[:, None]) & (tb.s <= his[:, None]) & ~inside
-        reaches = (his >= clock).tolist() if clock is not None else [True] * len(live)
+        reaches = (his >= clock).tolist() if clock is not None else [True] * at.size
         rows = _row_bytes(inside), _row_bytes(strad)  # each row as range_key's bytes, in one call
         for j, i in enumerate(at.tolist()):
             out[i] = (rows[0][j], rows[1][j], reaches[j])
