@@ -204,6 +204,7 @@ def _exact_qs(qs: tuple[float, ...]) -> tuple[list[Fraction], np.ndarray | None,
 
 
 _SWEEP_NUMBERS = 1 << 20  # keys × ranges of one ``K.sweep_tables`` call (its output's size)
+_DIRECT_RANGES = 8  # up to this many ranges, each sums the nodes it meets (no running sums)
 
 
 @dataclass(frozen=True)
@@ -577,14 +578,15 @@ class WindowedQuantiles(Sketch):
         his, los, rows, modes, ilos, itops = (np.array([r[c] for r in todo], np.int64) for c in (0, 1, 2, 4, 5, 6))
         tops = np.minimum(his, self._clock)
         first, last = self._spans()
-        universe, inv = _universe(self._keys)
+        universe, inv = self._all_keys()
         by_last, by_first = np.argsort(last, kind="stable"), np.argsort(first, kind="stable")
         kidx, cnts, m = inv.astype(np.int64, copy=False), self._cnts.astype(np.int64, copy=False), universe.size
         upto, before, ptr = np.zeros(m, np.int64), np.zeros(m, np.int64), np.zeros(2, np.int64)
         step = max(1, _SWEEP_NUMBERS // m)  # ranges per call: its output holds ranges × keys
+        direct = len(todo) <= _DIRECT_RANGES
         pieces = [K.sweep_tables(first, last, self._off, kidx, cnts, self._wt, m, by_last, by_first,
                                  upto, before, ptr, los[a:a + step], tops[a:a + step],
-                                 modes[a:a + step], ilos[a:a + step], itops[a:a + step])
+                                 modes[a:a + step], ilos[a:a + step], itops[a:a + step], direct)
                   for a in range(0, len(todo), step)]
         if len(pieces) == 1:
             pos, est, cl, cu, starts, deltas = pieces[0]
@@ -604,17 +606,29 @@ class WindowedQuantiles(Sketch):
                            np.where(to_clock, self.epsilon, 2 * self.epsilon), to_clock)
         return batch, where
 
+    def _all_keys(self) -> tuple[np.ndarray, np.ndarray]:
+        """``_universe`` of every entry's key, kept while the state's key array is the same
+        object (``_set`` installs new arrays; nothing writes into them)."""
+        kept = self.__dict__.get("_keys_universe")
+        if kept is None or kept[0] is not self._keys:
+            kept = self._keys_universe = (self._keys, *_universe(self._keys))
+        return kept[1], kept[2]
+
     # -- queries -----------------------------------------------------------------------------
     def quantiles(self, qs, lo: int, hi: int, inner: tuple[int, int] | None = None,
                   table: RankTable | None = None) -> list:
         """A :class:`QuantileBracket` per q (None when the range has no event); ``table``:
-        the range's :meth:`rank_table` when it was read already (``rank_tables``)."""
+        the range's :meth:`rank_table` when it was read already (``rank_tables``), else it
+        is read by the compiled sweep (``table_batch``: the same table)."""
         qs = [float(q) for q in qs]
         if any(not 0.0 <= q <= 1.0 for q in qs):
             raise SketchError("each q must be in [0, 1]")
-        if table is None:
-            table = self.rank_table(lo, hi, inner)
-        return self._brackets(qs, table)
+        if table is not None:
+            return self._brackets(qs, table)
+        batch, (row,) = self.table_batch([((lo, hi), inner)])
+        if isinstance(row, SketchError):
+            raise row
+        return self.brackets_of(qs, batch)[row]
 
     def _brackets(self, qs: list[float], tb: RankTable) -> list:
         return self.brackets_of(qs, RankTables.of([tb]))[0]
