@@ -482,9 +482,9 @@ def key_span(keys):
 
 
 @njit(cache=True)
-def dense_unique(keys, lo, hi):
-    """``np.unique(keys, return_inverse=True)`` by a tally over ``[lo, hi]`` (keys within it):
-    the distinct keys in order (keys' dtype) and each key's position among them (intp)."""
+def key_ranks(keys, lo, hi):
+    """The distinct keys in order (keys' dtype) and, for each value ``v`` of ``[lo, hi]``,
+    ``rank[v − lo]``: its position among them (−1 for a value no key has)."""
     rank = np.zeros(hi - lo + 1, np.int64)
     for k in keys:
         rank[np.int64(k) - lo] = 1
@@ -499,6 +499,14 @@ def dense_unique(keys, lo, hi):
     for x in range(rank.shape[0]):
         if rank[x] >= 0:
             universe[rank[x]] = x + lo
+    return universe, rank
+
+
+@njit(cache=True)
+def dense_unique(keys, lo, hi):
+    """``np.unique(keys, return_inverse=True)`` by a tally over ``[lo, hi]`` (keys within it):
+    the distinct keys in order (keys' dtype) and each key's position among them (intp)."""
+    universe, rank = key_ranks(keys, lo, hi)
     inv = np.empty(keys.shape[0], np.intp)
     for i in range(keys.shape[0]):
         inv[i] = rank[np.int64(keys[i]) - lo]
@@ -507,19 +515,20 @@ def dense_unique(keys, lo, hi):
 
 # -- rank tables of many ranges (WindowedQuantiles.rank_tables) ------------------------------
 @njit(cache=True)
-def _add_entries(n, off, kidx, cnts, into):
+def _add_entries(n, off, keys, kmin, rank, cnts, into):
     for e in range(off[n], off[n + 1]):
-        into[kidx[e]] += cnts[e]
+        into[rank[keys[e] - kmin]] += cnts[e]
 
 
 @njit(cache=True)
-def sweep_tables(first, last, off, kidx, cnts, wt, m, by_last, by_first, upto, before, ptr,
+def sweep_tables(first, last, off, keys, kmin, rank, cnts, wt, m, by_last, by_first, upto, before, ptr,
                  los, tops, modes, ilos, itops, direct):
     """``rank_tables``' sweep: the table of every range ``r`` (``los[r]``, ``tops[r]``,
     taken in this order: ``tops`` and ``los`` never decrease) in one call.
 
-    ``upto``/``before`` (int64 per value key) hold the nodes with ``last <= top`` and with
-    ``first < lo`` so far, ``ptr`` how many of each order they are (kept by the caller, so
+    Entry ``e``'s value key is the ``rank[keys[e] − kmin]``-th of the ``m`` keys held
+    (``key_ranks``). ``upto``/``before`` (int64 per value key) hold the nodes with ``last <=
+    top`` and with ``first < lo`` so far, ``ptr`` how many of each order they are (kept by the caller, so
     that a long sweep can be made in several calls, each holding ``ranges × keys`` numbers:
     its output is allocated once, since an array grown in the loop slows it fourfold).
     ``direct``: for a few ranges, the inside histogram is summed from the nodes met alone
@@ -553,10 +562,10 @@ def sweep_tables(first, last, off, kidx, cnts, wt, m, by_last, by_first, upto, b
     for r in range(R):
         lo, top, mode, ilo, itop = los[r], tops[r], modes[r], ilos[r], itops[r]
         while not direct and p_last < N and last[by_last[p_last]] <= top:
-            _add_entries(by_last[p_last], off, kidx, cnts, upto)
+            _add_entries(by_last[p_last], off, keys, kmin, rank, cnts, upto)
             p_last += 1
         while not direct and p_first < N and first[by_first[p_first]] < lo:
-            _add_entries(by_first[p_first], off, kidx, cnts, before)
+            _add_entries(by_first[p_first], off, keys, kmin, rank, cnts, before)
             p_first += 1
         for k in range(m):
             inside_h[k] = upto[k] - before[k]  # (0 when direct)
@@ -572,22 +581,23 @@ def sweep_tables(first, last, off, kidx, cnts, wt, m, by_last, by_first, upto, b
             meets = l >= lo
             inside = meets and f >= lo and l <= top
             if direct and inside:
-                _add_entries(n, off, kidx, cnts, inside_h)
+                _add_entries(n, off, keys, kmin, rank, cnts, inside_h)
             if meets and not inside:
                 delta_o += wt[n]
                 share = (min(l, top) - max(f, lo) + 1) / (l - f + 1)
                 for e in range(off[n], off[n + 1]):
-                    cut_h[kidx[e]] += cnts[e]
-                    share_h[kidx[e]] += np.float64(cnts[e]) * share
+                    k = rank[keys[e] - kmin]
+                    cut_h[k] += cnts[e]
+                    share_h[k] += np.float64(cnts[e]) * share
             if not direct and f < lo and l > top:  # spanning the range: in ``before``, not in ``upto``
-                _add_entries(n, off, kidx, cnts, inside_h)
+                _add_entries(n, off, keys, kmin, rank, cnts, inside_h)
             if mode == 2:
                 i_meets = l >= ilo and f <= itop
                 i_inside = i_meets and f >= ilo and l <= itop
                 if i_meets and not i_inside:
                     delta_i += wt[n]
                 if inside and not i_inside:
-                    _add_entries(n, off, kidx, cnts, drop_h)
+                    _add_entries(n, off, keys, kmin, rank, cnts, drop_h)
         if mode == 0:
             delta_i = delta_o
         starts[r] = j

@@ -578,13 +578,13 @@ class WindowedQuantiles(Sketch):
         his, los, rows, modes, ilos, itops = (np.array([r[c] for r in todo], np.int64) for c in (0, 1, 2, 4, 5, 6))
         tops = np.minimum(his, self._clock)
         first, last = self._spans()
-        universe, inv = self._all_keys()
+        universe, keys, kmin, rank = self._all_keys()
         by_last, by_first = np.argsort(last, kind="stable"), np.argsort(first, kind="stable")
-        kidx, cnts, m = inv.astype(np.int64, copy=False), self._cnts.astype(np.int64, copy=False), universe.size
+        cnts, m = self._cnts.astype(np.int64, copy=False), universe.size
         upto, before, ptr = np.zeros(m, np.int64), np.zeros(m, np.int64), np.zeros(2, np.int64)
         step = max(1, _SWEEP_NUMBERS // m)  # ranges per call: its output holds ranges × keys
         direct = len(todo) <= _DIRECT_RANGES
-        pieces = [K.sweep_tables(first, last, self._off, kidx, cnts, self._wt, m, by_last, by_first,
+        pieces = [K.sweep_tables(first, last, self._off, keys, kmin, rank, cnts, self._wt, m, by_last, by_first,
                                  upto, before, ptr, los[a:a + step], tops[a:a + step],
                                  modes[a:a + step], ilos[a:a + step], itops[a:a + step], direct)
                   for a in range(0, len(todo), step)]
@@ -606,13 +606,22 @@ class WindowedQuantiles(Sketch):
                            np.where(to_clock, self.epsilon, 2 * self.epsilon), to_clock)
         return batch, where
 
-    def _all_keys(self) -> tuple[np.ndarray, np.ndarray]:
-        """``_universe`` of every entry's key, kept while the state's key array is the same
-        object (``_set`` installs new arrays; nothing writes into them)."""
-        kept = self.__dict__.get("_keys_universe")
-        if kept is None or kept[0] is not self._keys:
-            kept = self._keys_universe = (self._keys, *_universe(self._keys))
-        return kept[1], kept[2]
+    def _all_keys(self) -> tuple[np.ndarray, np.ndarray, int, np.ndarray]:
+        """``(universe, keys, kmin, rank)``: the distinct value keys held, in order, and entry
+        ``e``'s key as the ``rank[keys[e] − kmin]``-th of them (``K.sweep_tables``). The
+        dense form (a rank per value of the keys' span, the usual case) is kept while the
+        state's key array is the same object (``_set`` installs new arrays; nothing writes
+        into them): a few KB, where each entry's rank would be 8 bytes an entry."""
+        kept = self.__dict__.get("_keys_ranks")
+        if kept is not None and kept[0] is self._keys:
+            return kept[1:]
+        lo, hi = K.key_span(self._keys)
+        if hi - lo + 1 > 4 * self._keys.size + 65536:  # sparse keys: each entry's rank
+            universe, inv = np.unique(self._keys, return_inverse=True)
+            return universe, inv.astype(np.int64), 0, np.arange(universe.size, dtype=np.int64)
+        universe, rank = K.key_ranks(self._keys, lo, hi)
+        self._keys_ranks = (self._keys, universe, self._keys, int(lo), rank)
+        return self._keys_ranks[1:]
 
     # -- queries -----------------------------------------------------------------------------
     def quantiles(self, qs, lo: int, hi: int, inner: tuple[int, int] | None = None,
