@@ -56,7 +56,9 @@ class AnswerCache:
 
     def __init__(self, size: int = 4096, sent_bytes: int = 64 << 20):
         self.size, self.sent_bytes = size, sent_bytes
-        self._sent_held = 0  # bytes of the bodies the index holds (a history's: 0.2-3 MB)
+        # bytes of the bodies the index holds (a history's: 0.2-3 MB; the gzip of one, made
+        # once it is asked for, some fifth as much besides)
+        self._sent_held = 0
         self._answers: OrderedDict[tuple, bytes] = OrderedDict()
         self._sent: OrderedDict[tuple[str, bytes], _Sent] = OrderedDict()
         self._lock = threading.Lock()  # answers are also rendered in the thread pool
