@@ -50,8 +50,9 @@ class _Sent:
 
 class AnswerCache:
     """Answers by (stream, decoded shard versions, query, parameters), rendered, and an
-    index of the requests that were answered, as sent. Both bounded (least recently used
-    first out); the index holds one entry per request form, replaced when the version moves.
+    index of the requests that were answered, as sent (a query's answer, or a history).
+    Both bounded (least recently used first out; the index also by the bytes it holds); the
+    index holds one entry per request form, replaced when the version moves.
     """
 
     def __init__(self, size: int = 4096, sent_bytes: int = 64 << 20):
