@@ -39,9 +39,8 @@ $(STAMP): pyproject.toml
 	$(PY) -m compileall -q -j 0 $$($(PY) -c "import sysconfig; print(sysconfig.get_paths()['purelib'])") \
 	  app tidemark sketches workers tidemark_cli >/dev/null
 	# Compile the sketches' kernels into Numba's cache now (the worker's update, the API's
-# answers at an instant and over ranges): the first start is then warm.
-	$(PY) -c "from tidemark.summary import warm_up_in_parallel; warm_up_in_parallel()"
-	$(PY) -c "from app.warm import warm_answers; warm_answers()"
+# answers at an instant and over ranges), on every core: the first start is then warm.
+	$(PY) -c "from app.warm import warm_install; warm_install()"
 	touch $(STAMP)
 
 # Redis, Java for Spark, Chromium for the browser tests and promtool (Debian's `prometheus`,

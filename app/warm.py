@@ -16,7 +16,7 @@ from app.ranges import answers_at, as_json
 from app.stream_status import status_of
 from tidemark.wire.records import ShardStatus
 
-__all__ = ["warm_answers"]
+__all__ = ["warm_answers", "warm_install"]
 
 log = logging.getLogger("tidemark.api")
 
@@ -50,3 +50,13 @@ def warm_answers() -> int:
     # every module object each time were a third of it.
     gc.freeze()
     return answered
+
+
+def warm_install() -> None:
+    """The install's warm-up (``make venv``): every sketch class's kernels and these
+    answers' (:func:`warm_answers`), compiled into Numba's cache as jobs of one pool of
+    processes, so the answers' kernels compile while the last classes' do (94 s against
+    82 + 28 one after the other, on two cores)."""
+    from tidemark.summary import warm_up_in_parallel
+
+    warm_up_in_parallel(also=[warm_answers])

@@ -345,11 +345,13 @@ def warm_up(classes: Collection[str] | None = None) -> tuple[StreamConfig, "Stre
     return config, pickle.loads(pickle.dumps(back))
 
 
-def warm_up_in_parallel(jobs: int | None = None) -> None:
+def warm_up_in_parallel(jobs: int | None = None, also=()) -> None:
     """:func:`warm_up` with each sketch class's kernels compiled in one of ``jobs``
     processes (default: one per core). Compiling is single-threaded LLVM work, about a
     minute for every kernel on one core; the classes share almost nothing, so two cores
-    halve it. A class's kernels stay in one process, which compiles them once."""
+    halve it. A class's kernels stay in one process, which compiles them once. ``also``:
+    more warm-ups (functions of no argument, importable by name) run as jobs of the same
+    pool, after the classes (``app.warm.warm_install``)."""
     from concurrent.futures import ProcessPoolExecutor
     from multiprocessing import get_context
 
@@ -358,9 +360,11 @@ def warm_up_in_parallel(jobs: int | None = None) -> None:
     jobs = max(1, min(jobs or os.cpu_count() or 1, len(classes)))
     if jobs == 1:
         warm_up()
+        for warm in also:
+            warm()
         return
     with ProcessPoolExecutor(jobs, mp_context=get_context("spawn")) as pool:
-        for done in [pool.submit(_warm_up_classes, [c]) for c in classes]:
+        for done in [pool.submit(_warm_up_classes, [c]) for c in classes] + [pool.submit(w) for w in also]:
             done.result()  # a failure is raised here, with its traceback
 
 
