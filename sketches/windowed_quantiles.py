@@ -307,8 +307,13 @@ class QuantileBracket:
 
     @property
     def relative_width(self) -> float:
-        scale = abs(self.estimate)
-        return (self.upper - self.lower) / scale if scale > 0 else (0.0 if self.upper == self.lower else math.inf)
+        return relative_width(self.estimate, self.lower, self.upper)
+
+
+def relative_width(estimate: float, lower: float, upper: float) -> float:
+    """A bracket's width over its estimate (0 for a point at 0, ∞ for a wider one)."""
+    scale = abs(estimate)
+    return (upper - lower) / scale if scale > 0 else (0.0 if upper == lower else math.inf)
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ import numpy as np
 
 from app.kinds.kind import QueryError, QueryKind, ServedFamily
 from sketches.base import Estimate, SketchError
-from sketches.windowed_quantiles import METHOD
+from sketches.windowed_quantiles import METHOD, relative_width
 from tidemark.families import values as core
 from tidemark.streams import parse_duration
 
@@ -57,10 +57,17 @@ def _check_q(config, params: dict) -> dict:
 
 
 def _bound(b, config) -> dict:
-    return {"lower": b.lower, "upper": b.upper, "kind": "additive", "epsilon": b.epsilon,
-            "confidence": 1.0, "method": METHOD, "value_accuracy": b.value_accuracy,
-            "rank_error": b.rank_error, "relative_width": _finite(b.relative_width),
-            "rank_basis": "window" if b.to_clock else "window start to clock"}
+    return _bound_of(b.lower, b.upper, b.epsilon, b.value_accuracy, b.rank_error,
+                     b.relative_width, b.to_clock)
+
+
+def _bound_of(lower: float, upper: float, epsilon: float, value_accuracy: float, rank_error: int,
+              width: float, to_clock: bool) -> dict:
+    """A quantile bracket's ``bound`` from its numbers (``_bound``, ``QuantileColumns``)."""
+    return {"lower": lower, "upper": upper, "kind": "additive", "epsilon": epsilon,
+            "confidence": 1.0, "method": METHOD, "value_accuracy": value_accuracy,
+            "rank_error": rank_error, "relative_width": _finite(width),
+            "rank_basis": "window" if to_clock else "window start to clock"}
 
 
 def _finite(x: float) -> float | None:
@@ -135,21 +142,12 @@ class QuantileColumns:
         rows = zip(ats, self.has.tolist(), self.point.tolist(), self.lower.tolist(), self.upper.tolist(),
                    self.rank_error.tolist(), self.epsilon.tolist(), self.to_clock.tolist())
         for at, has, points, lowers, uppers, error, eps, to_clock in rows:
-            basis = "window" if to_clock else "window start to clock"
-            items = [{"q": q, "estimate": p, "bound": {
-                "lower": lo, "upper": up, "kind": "additive", "epsilon": eps, "confidence": 1.0, "method": METHOD,
-                "value_accuracy": self.value_accuracy, "rank_error": error,
-                "relative_width": _finite(_relative_width(p, lo, up)), "rank_basis": basis}}
-                for q, p, lo, up in zip(self.qs, points, lowers, uppers)] if has else [dict(e) for e in empty]
+            items = [{"q": q, "estimate": p, "bound": _bound_of(lo, up, eps, self.value_accuracy, error,
+                                                                relative_width(p, lo, up), to_clock)}
+                     for q, p, lo, up in zip(self.qs, points, lowers, uppers)] if has else [dict(e) for e in empty]
             out.append({"items": items, "stream": stream, "query": query, "window": window, "at": at,
                         "as_of": as_of})
         return out
-
-
-def _relative_width(estimate: float, lower: float, upper: float) -> float:
-    """``QuantileBracket.relative_width`` of these numbers."""
-    scale = abs(estimate)
-    return (upper - lower) / scale if scale > 0 else (0.0 if upper == lower else math.inf)
 
 
 def _quantile_columns(summary, config, windows: list, params) -> QuantileColumns:
@@ -157,21 +155,19 @@ def _quantile_columns(summary, config, windows: list, params) -> QuantileColumns
     (outer, inner) pairs in one sweep, the brackets of all in one pass
     (``WindowedQuantiles.table_batch``, ``bracket_columns``)."""
     part, qs = summary["values"], params["q"]
-    pairs: dict = {}
-    for w in windows:
-        if w.outer[0] <= w.outer[1]:
-            pairs.setdefault(_ranges(w), len(pairs))
-    batch, rows = part.table_batch(list(pairs))
+    read = [_ranges(w) if w.outer[0] <= w.outer[1] else None for w in windows]
+    pairs = list(dict.fromkeys(r for r in read if r is not None))
+    batch, rows = part.table_batch(pairs)
+    row_of = dict(zip(pairs, rows))
     live, point, lower, upper = part.bracket_columns(qs, batch)
     row = np.full(len(windows), -1, np.int64)
     refused = {}
-    for j, w in enumerate(windows):
-        if w.outer[0] <= w.outer[1]:
-            got = rows[pairs[_ranges(w)]]
-            if isinstance(got, SketchError):
-                refused[j] = got
-            else:
-                row[j] = got
+    for j, r in enumerate(read):
+        got = None if r is None else row_of[r]
+        if isinstance(got, SketchError):
+            refused[j] = got
+        elif got is not None:
+            row[j] = got
     take = np.maximum(row, 0)
     has = (row >= 0) & live[take] if len(batch) else np.zeros(len(windows), bool)
     pick = (lambda a: a[take]) if len(batch) else (lambda a: np.zeros((len(windows), *a.shape[1:]), a.dtype))
