@@ -24,7 +24,7 @@ from starlette.types import Scope, Send
 from app.security import allows, may_see, presented_key
 from app.summary_cache import Served
 
-__all__ = ["AnswerCache", "FastAnswers", "GZIP_FROM", "MAX_SENT_QUERY"]
+__all__ = ["AnswerCache", "AnsweredHosts", "FastAnswers", "GZIP_FROM", "MAX_SENT_QUERY"]
 
 GZIP_FROM = 1024  # bytes: the API's GZipMiddleware ``minimum_size``
 MAX_SENT_QUERY = 1024  # bytes of query string: longer requests are answered, not indexed
@@ -110,6 +110,19 @@ class AnswerCache:
         return len(self._answers)
 
 
+class AnsweredHosts:
+    """The Hosts the API answers for, as the fast paths check a request's ``Host``: by name
+    (or any, for ``*``); a wildcard pattern (``*.example.com``) matches none here, so such a
+    request goes the full way, whose ``TrustedHostMiddleware`` reads the patterns."""
+
+    def __init__(self, allowed_hosts: list[str]) -> None:
+        self.any = "*" in allowed_hosts
+        self.names = frozenset(allowed_hosts)
+
+    def __contains__(self, host: str) -> bool:
+        return self.any or host.split(":")[0] in self.names
+
+
 def first_headers(scope: Scope, *names: bytes) -> dict[bytes, str]:
     """The first value of each of ``names`` (lower case) the request carries, as Starlette
     reads a header: the fast paths (this one and ``app.fast_ingest``) look at no other."""
@@ -141,8 +154,7 @@ class FastAnswers:
 
     def __init__(self, state, allowed_hosts: list[str]) -> None:
         self.state = state  # the app's state: store, answer_cache, keychain, metrics
-        self.any_host = "*" in allowed_hosts
-        self.hosts = frozenset(allowed_hosts)
+        self.hosts = AnsweredHosts(allowed_hosts)
 
     async def answer(self, scope: Scope, send: Send) -> bool:
         if scope["method"] != "GET" or not scope["path"].startswith(_PREFIX):
@@ -153,7 +165,7 @@ class FastAnswers:
         if hit is None or not self._current(state.store.summaries, hit):
             return False
         host, authorization, cookie, gzip_ok = _headers(scope)
-        if not (self.any_host or host.split(":")[0] in self.hosts):
+        if host not in self.hosts:
             return False
         key = presented_key(authorization, cookie, "read")
         principal = state.keychain.principal(key) if key else None

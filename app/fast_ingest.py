@@ -23,7 +23,7 @@ from starlette.middleware.gzip import GZipMiddleware
 from starlette.requests import Request
 from starlette.types import Receive, Scope, Send
 
-from app.answer_cache import GZIP_FROM, first_headers
+from app.answer_cache import GZIP_FROM, AnsweredHosts, first_headers
 from app.routes.ingest import take
 from app.security import allows, may_see, presented_key
 from tidemark.streams import STREAM_NAME_PATTERN
@@ -43,8 +43,7 @@ def _headers(scope: Scope) -> tuple[str, str | None, str | None]:
 class FastIngest:
     def __init__(self, app, allowed_hosts: list[str]) -> None:
         self.app = app  # its state (store, settings, keychain, ...) and exception handlers
-        self.any_host = "*" in allowed_hosts
-        self.hosts = frozenset(allowed_hosts)
+        self.hosts = AnsweredHosts(allowed_hosts)
 
     async def take(self, scope: Scope, receive: Receive, send: Send) -> bool:
         """True when this answered the request; False: nothing was read, go the full way."""
@@ -55,7 +54,7 @@ class FastIngest:
         if not _NAME.fullmatch(name) or scope.get("root_path") or b"streams=" in scope["query_string"]:
             return False
         host, authorization, idempotency_key = _headers(scope)
-        if not (self.any_host or host.split(":")[0] in self.hosts):
+        if host not in self.hosts:
             return False
         if idempotency_key is not None and len(idempotency_key) > 255:
             return False

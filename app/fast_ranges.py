@@ -32,7 +32,7 @@ from starlette.middleware.gzip import GZipMiddleware
 from starlette.requests import Request
 from starlette.types import Receive, Scope, Send
 
-from app.answer_cache import GZIP_FROM, first_headers
+from app.answer_cache import GZIP_FROM, AnsweredHosts, first_headers
 from app.fast_ingest import exception_handler
 from app.routes.history import DEFAULT_POINTS, MAX_POINTS, history
 from app.routes.prometheus import MAX_BODY, query_range
@@ -48,8 +48,7 @@ GZIP_LEVEL = 1  # the app's GZipMiddleware's (app.main)
 class FastRanges:
     def __init__(self, app, allowed_hosts: list[str]) -> None:
         self.app = app  # its state (store, keychain, range cache, ...) and exception handlers
-        self.any_host = "*" in allowed_hosts
-        self.hosts = frozenset(allowed_hosts)
+        self.hosts = AnsweredHosts(allowed_hosts)
 
     async def take(self, scope: Scope, receive: Receive, send: Send) -> bool:
         """True when this answered the request; False: nothing was read, go the full way."""
@@ -65,7 +64,7 @@ class FastRanges:
         else:
             return False
         h = first_headers(scope, b"host", b"authorization", b"cookie", b"content-length")
-        if not (self.any_host or h.get(b"host", "").split(":")[0] in self.hosts):
+        if h.get(b"host", "") not in self.hosts:
             return False
         if method == "POST":
             length = h.get(b"content-length", "")

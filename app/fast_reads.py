@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from starlette.types import Scope, Send
 
-from app.answer_cache import first_headers
+from app.answer_cache import AnsweredHosts, first_headers
 from app.readiness import readiness
 
 __all__ = ["FastReads", "HEALTHY"]
@@ -33,8 +33,7 @@ _JSON = (b"content-type", b"application/json")
 class FastReads:
     def __init__(self, state, allowed_hosts: list[str]) -> None:
         self.state = state  # the app's state: store, settings
-        self.any_host = "*" in allowed_hosts
-        self.hosts = frozenset(allowed_hosts)
+        self.hosts = AnsweredHosts(allowed_hosts)
         self._probe: ThreadPoolExecutor | None = None
         self._reading: asyncio.Future | None = None
 
@@ -44,7 +43,7 @@ class FastReads:
         if path not in ("/healthz", "/readyz") or scope["method"] != "GET" or scope.get("root_path"):
             return False
         host = first_headers(scope, b"host").get(b"host", "")
-        if not (self.any_host or host.split(":")[0] in self.hosts):
+        if host not in self.hosts:
             return False  # the full way's TrustedHostMiddleware refuses it, in its words
         if path == "/healthz":
             await _send(send, 200, HEALTHY)
