@@ -159,7 +159,7 @@ def _services(args, settings: Settings, run_dir: Path, env: dict, streams: dict,
         # A spare with its own local Spark (on a cluster it would hold executors idle).
         slot = WorkerSlot(lambda standby: _spawn(worker_args + ["--standby"] * standby, env,
                                                  subprocess.PIPE if standby else None, worker_log),
-                          _stop, log)
+                          _stop, log, discard=lambda spare: _stop(spare, timeout=0.0))
     services.append(Service("worker", slot.start if slot else
                             lambda: _spawn(worker_args, env, log=worker_log), _stop))
     api_args = ["api", "--redis", redis_url, "--host", args.host, "--port", str(args.port)]

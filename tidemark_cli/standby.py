@@ -25,11 +25,16 @@ __all__ = ["WorkerSlot"]
 class WorkerSlot:
     def __init__(self, spawn: Callable[[bool], subprocess.Popen],
                  stop: Callable[[subprocess.Popen | None], None], log: Callable[[str], None],
-                 settle: float = 20.0, monotonic: Callable[[], float] = time.monotonic):
+                 settle: float = 20.0, monotonic: Callable[[], float] = time.monotonic,
+                 discard: Callable[[subprocess.Popen], None] | None = None):
         """``spawn(standby)`` starts ``tidemark worker`` (with ``--standby`` and a pipe on
         its standard input when asked); ``stop`` stops a process and what it left behind;
-        a spare starts no sooner than ``settle`` seconds after the worker did."""
+        ``discard`` (``stop`` by default) stops a spare at ``close``, without the grace a
+        worker gets: a spare has no query to stop, and one still starting its JVM would not
+        see a SIGTERM until its Spark session is up (up to 30 s of ``up``'s stop). A spare
+        starts no sooner than ``settle`` seconds after the worker did."""
         self.spawn, self.stop_process, self.log = spawn, stop, log
+        self.discard = discard or stop
         self.settle, self.monotonic = settle, monotonic
         self.spare: subprocess.Popen | None = None
         self.spare_at = monotonic() + settle  # no spare before this
@@ -74,4 +79,4 @@ class WorkerSlot:
         """Stop the spare (``up`` stops the worker itself through the supervisor)."""
         spare, self.spare = self.spare, None
         if spare is not None:
-            self.stop_process(spare)
+            self.discard(spare)

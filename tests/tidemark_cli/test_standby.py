@@ -173,3 +173,27 @@ def test_stand_by_starts_on_go_only():
     assert not stand_by(None, stopping, warm_workers=False, lines=lines())
     assert time.monotonic() - started < 2  # SIGTERM while standing by stops it at once
     pipe.set()
+
+
+def test_up_stops_a_spare_at_once_even_one_that_does_not_yet_heed_sigterm(tmp_path):
+    """A spare still starting its JVM handles SIGTERM only once its Spark session is up;
+    ``up``'s stop must not wait for that (it has no query to stop)."""
+    from tidemark_cli.main import _services
+
+    deaf = "import signal, sys, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n" \
+           "print('deaf', flush=True)\ntime.sleep(120)\n"
+    spare = subprocess.Popen([sys.executable, "-c", deaf], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             start_new_session=True)
+    assert spare.stdout.readline() == b"deaf\n"
+
+    class Args:
+        redis, checkpoint, master, host, port, verbose = None, str(tmp_path), None, "127.0.0.1", 1, True
+
+    class Settings:
+        standby_worker, spark_master, checkpoint, redis_url = True, None, str(tmp_path), None
+
+    _, _, slot = _services(Args, Settings, tmp_path, {}, {})
+    slot.spare = spare
+    started = time.monotonic()
+    slot.close()
+    assert spare.poll() == -9 and time.monotonic() - started < 5
