@@ -9,20 +9,20 @@ APT_PACKAGES :=
 
 .PHONY: demo test explore system-deps venv bench clean
 
-demo: venv system-deps
+demo: system-deps venv
 	@$(VENV)/bin/tidemark demo
 
 # Two phases (tests/conftest.py): the tests that share nothing run on every core, then the
 # ones that start Spark or a whole deployment, or measure latency, run alone.
-test: venv system-deps
+test: system-deps venv
 	$(PY) -m pytest -q -n auto -m "not serial"
 	$(PY) -m pytest -q -m serial
 
 # The property tests with new random examples, many more of them (make test repeats the same).
-explore: venv system-deps
+explore: system-deps venv
 	TIDEMARK_EXPLORE=1 $(PY) -m pytest -q
 
-bench: venv system-deps
+bench: system-deps venv
 	$(PY) -m pip install -q -e ".[bench]"
 	for b in bench/bench_*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
 
@@ -39,8 +39,10 @@ $(STAMP): pyproject.toml
 	$(PY) -m compileall -q -j 0 $$($(PY) -c "import sysconfig; print(sysconfig.get_paths()['purelib'])") \
 	  app tidemark sketches workers tidemark_cli >/dev/null
 	# Compile the sketches' kernels into Numba's cache now (the worker's update, the API's
-# answers at an instant and over ranges), on every core: the first start is then warm.
-	$(PY) -c "from app.warm import warm_install; warm_install()"
+	# answers at an instant and over ranges), on every core, and beside it make the local
+	# driver JVM's class-data archive (workers/jvm_archive.py): the first start is then warm.
+	$(PY) -m workers.jvm_archive & archive=$$!; \
+	  $(PY) -c "from app.warm import warm_install; warm_install()" && wait $$archive
 	touch $(STAMP)
 
 # Redis, Java for Spark, Chromium for the browser tests and promtool (Debian's `prometheus`,

@@ -171,6 +171,8 @@ def build_spark(master: str | None, partitions: int, app_name: str = "tidemark-w
 
     from pyspark.sql import SparkSession
 
+    from workers.jvm_archive import java_options
+
     # Spark's Python helpers (the streaming source runner among them) start
     # PYSPARK_PYTHON, not the driver's interpreter: point them at this environment.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -195,6 +197,9 @@ def build_spark(master: str | None, partitions: int, app_name: str = "tidemark-w
         # On a cluster the executors' Python is the cluster's business (spark-defaults).
         settings["spark.pyspark.python"] = sys.executable
         settings.update(LOCAL_CONF)
+        archive = java_options()  # Spark's classes mapped, not loaded: half a session's start
+        if archive:
+            settings["spark.driver.extraJavaOptions"] += " " + archive
     settings.update(conf or {})
     for k, v in settings.items():
         builder = builder.config(k, v)
@@ -262,15 +267,16 @@ class PlannedQuery:
                  secret: HashSecret | None, log_partitions: int | None = None):
         from pyspark.sql.streaming.state import GroupStateTimeout
 
-        from workers.source import RedisChunkSource
+        from workers.source import SCHEMA as SOURCE_SCHEMA, RedisChunkSource
 
         checkpoint = checkpoint.rstrip("/")
         secret = secret or load_or_create(checkpoint)
         spark.dataSource.register(RedisChunkSource)
         self.driver = Driver(spark, redis_url, checkpoint)
         self.log_partitions = log_partitions or _log_partitions_setting()
-        stream = (spark.readStream.format("tidemark-redis").option("redis_url", redis_url)
-                  .option("log_partitions", str(self.log_partitions)).load())
+        # The schema given, Spark asks no Python process for it: 2-3 s of a start.
+        stream = (spark.readStream.format("tidemark-redis").schema(SOURCE_SCHEMA)
+                  .option("redis_url", redis_url).option("log_partitions", str(self.log_partitions)).load())
         self.writer = (
             stream.groupBy("stream", "shard")
             .applyInPandasWithState(shard_updater(redis_url, secret), OUTPUT_SCHEMA, STATE_SCHEMA,
