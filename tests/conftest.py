@@ -38,7 +38,7 @@ settings.load_profile("explore" if os.environ.get("TIDEMARK_EXPLORE") else "repe
 # test took 105 s there instead of 52). The parallel phase starts with its longest test.
 SERIAL = ("tests/workers/test_cluster.py", "tests/workers/test_exactly_once.py", "tests/workers/test_kill.py",
           "tests/workers/test_lifecycle.py", "tests/workers/test_many_streams.py", "tests/test_operations.py",
-          "tests/test_pipeline.py", "tests/test_queries.py", "tests/tidemark_cli/test_main.py::test_up_",
+          "tests/test_pipeline.py", "tests/test_queries.py",
           "tests/app/test_latency_ratio.py", "tests/app/test_federation_spark.py", "tests/app/test_fast_reads.py",
           "tests/app/test_readiness.py")
 FIRST = ("tests/sketches/test_compiled_codec.py::test_compiled_readers_never_crash_on_garbage",)

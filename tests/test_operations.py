@@ -1,7 +1,9 @@
-"""`tidemark up` heals itself: kill -9 of the worker (its standby takes over), the API and
-the embedded Redis in turn, then a frozen worker, under a steady in-order load sent by the
-ingest client; every accepted event counts exactly once, nobody helps, and /readyz never
-says 200 while accepted events wait uncounted (and says 503 while the worker is frozen).
+"""`tidemark up` as a newcomer first runs it, then healing itself: its terminal shows its
+phases and the dashboard's URL with a key it made, none of the engine's chatter; then kill
+-9 of the worker (its standby takes over), the API and the embedded Redis in turn, then a
+frozen worker, under a steady in-order load sent by the ingest client; every accepted
+event counts exactly once, nobody helps, /readyz never says 200 while accepted events wait
+uncounted (and says 503 while the worker is frozen), and a SIGTERM stops it all cleanly.
 """
 
 from __future__ import annotations
@@ -13,7 +15,6 @@ import subprocess
 import sys
 import threading
 import time
-import uuid
 
 import httpx
 import pytest
@@ -99,29 +100,61 @@ def _wait(what, check, timeout, log, load=None, watch=None):
             seen = "" if load is None else (f"load: {load.accepted} accepted of {load.sent} sent, "
                                             f"error {load.error!r}\n")
             seen += "" if watch is None else f"watch, last samples: {watch.samples[-4:]}\n"
-            raise AssertionError(f"{what} after {timeout} s:\n{seen}" + log.read_text()[-4000:])
+            raise AssertionError(f"{what} after {timeout} s:\n{seen}" + _tails(log))
         time.sleep(0.25)
 
 
-def test_up_survives_kill_9_of_each_part_counting_every_event_once(tmp_path):
-    port, key = free_port(), f"ops-admin-{uuid.uuid4().hex}"
+def _tails(log) -> str:
+    """The end of `up`'s terminal and of the worker's own log (the engine's output)."""
+    worker = log.parent / "run" / "logs" / "worker.log"
+    return (log.read_text()[-3000:] + "\n--- worker.log:\n"
+            + (worker.read_text(errors="replace")[-3000:] if worker.exists() else ""))
+
+
+def _first_start(log, port: int, run_dir) -> str:
+    """What a newcomer sees up to "Tidemark is up": its own phases and the URL with the
+    admin key it made (kept private in the run directory), none of the engine's chatter,
+    which goes to the run directory's logs; the key."""
+    text = log.read_text()
+    text = text[:text.index("Tidemark is up")]
+    line = log.read_text()[len(text):].splitlines()[0]
+    for phase in ("Redis", "worker", "API", "first batch"):
+        assert f"✓ {phase}" in text, text
+    for chatter in ("WARN", "[Stage", "log4j", "SparkSession", "py4j", "NativeCodeLoader", "INFO"):
+        assert chatter not in text, (chatter, text)
+    assert len(text.splitlines()) <= 7, text
+    assert (run_dir / "logs" / "worker.log").stat().st_size > 0
+    key_file = run_dir / "api-key"
+    assert key_file.stat().st_mode & 0o777 == 0o600
+    key = key_file.read_text().strip()
+    assert f"http://127.0.0.1:{port}/?key={key} " in line, line
+    assert httpx.get(f"http://127.0.0.1:{port}/v1/streams").status_code == 401
+    streams = httpx.get(f"http://127.0.0.1:{port}/v1/streams", headers={"Authorization": f"Bearer {key}"})
+    assert [s["name"] for s in streams.json()["streams"]] == ["ops"]
+    return key
+
+
+def test_up_first_start_then_kill_9_of_each_part_counting_every_event_once(tmp_path):
+    port = free_port()
     url = f"http://127.0.0.1:{port}"
     config = tmp_path / "streams.yaml"
     config.write_text("streams:\n  ops: {max_window: 1h}\n")
     env = {**os.environ, "TIDEMARK_RUN_DIR": str(tmp_path / "run"),
            "TIDEMARK_CHECKPOINT": str(tmp_path / "ckpt"), "TIDEMARK_STATE_PARTITIONS": "2",
-           "TIDEMARK_API_KEYS": json.dumps([{"key": key, "scopes": ["admin"]}]),
            "TIDEMARK_READY_MAX_WAIT": str(READY_MAX_WAIT),
            "TIDEMARK_WORKER_STALE_AFTER": str(STALE_AFTER)}
-    env.pop("REDIS_URL", None)
+    for setting in ("REDIS_URL", "TIDEMARK_API_KEYS"):  # a first start: `up` makes its key
+        env.pop(setting, None)
     log = tmp_path / "up.log"
     up = subprocess.Popen([sys.executable, "-m", "tidemark_cli", "up", "--config", str(config),
-                           "--port", str(port), "--master", "local[2]", "--verbose"], env=env,
+                           "--port", str(port), "--master", "local[2]"], env=env,
                           stdout=open(log, "wb"), stderr=subprocess.STDOUT, start_new_session=True)
-    load, watch = Load(url, key), Watch(url, key)
     state_file = tmp_path / "run" / "supervisor.json"
+    load = watch = None
     try:
         _wait("not up", lambda: "Tidemark is up" in log.read_text(), 300, log)
+        key = _first_start(log, port, tmp_path / "run")
+        load, watch = Load(url, key), Watch(url, key)
         load.start()
         _wait("no events counted", lambda: httpx.get(
             f"{url}/v1/streams/ops", headers={"Authorization": f"Bearer {key}"}
@@ -177,18 +210,24 @@ def test_up_survives_kill_9_of_each_part_counting_every_event_once(tmp_path):
         metrics = httpx.get(f"{url}/metrics", headers=h).text
         for part in ("worker", "api", "redis"):
             assert f'tidemark_part_restarts{{part="{part}"}}' in metrics
+        count = httpx.get(f"{url}/v1/streams/ops/count", params={"window": "1h"}, headers=h).json()
+        assert count["bound"]["lower"] <= load.accepted <= count["bound"]["upper"], count
         text = log.read_text()
         for part in ("worker", "api", "redis"):
             assert f"tidemark up: {part} was killed by SIGKILL; restarting in" in text
         assert "tidemark up: the standby worker (pid" in text and "takes over" in text
+        worker_log = tmp_path / "run" / "logs" / "worker.log"
+        worker_before = worker_log.read_bytes()
         up.send_signal(signal.SIGTERM)
         assert up.wait(90) == 0
-        stopping = log.read_text()[len(text):]  # a clean stop: the query stopped, no py4j errors
-        assert "Tidemark stopped." in stopping
+        assert "Tidemark stopped." in log.read_text()[len(text):]
+        stopping = worker_log.read_bytes()[len(worker_before):].decode(errors="replace")
+        # a clean stop: the query stopped, no py4j errors
         assert "Py4J" not in stopping and "reentrant call" not in stopping, stopping[-3000:]
     finally:
-        load.stop.set()
-        watch.stop.set()
+        for thread in (load, watch):
+            if thread is not None:
+                thread.stop.set()
         if up.poll() is None:  # failed: stop `up` (and its Redis), then the parts' groups
             os.killpg(up.pid, signal.SIGKILL)
             for part in json.loads(state_file.read_text())["parts"].values() if state_file.exists() else ():

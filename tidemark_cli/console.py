@@ -10,7 +10,7 @@ being waited for is one line redrawn in place; elsewhere (a pipe, a log) each ph
 line when it is done.
 
 Tested by: tests/tidemark_cli/test_main.py
-(test_up_serves_the_configured_streams_and_stops_cleanly: the phases, no engine chatter).
+(test_operations.py, _first_start: the phases, no engine chatter).
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ socket the busiest process tends to accept the most). The parent forks before an
 of its own starts, restarts a process that dies, and stops them all on SIGTERM or SIGINT.
 
 Tested by: tests/app/test_api_workers.py (several processes on one port, api_processes),
-tests/tidemark_cli/test_main.py (test_up_serves_the_configured_streams_and_stops_cleanly).
+tests/test_operations.py (`up` serving the configured streams, and stopping cleanly).
 """
 
 from __future__ import annotations

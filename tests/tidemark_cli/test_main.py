@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 
 import httpx
 import pytest
@@ -69,61 +67,6 @@ def test_errors_are_one_clear_line_and_a_nonzero_status(tmp_path):
 
 
 @pytest.mark.spark
-def test_up_serves_the_configured_streams_and_stops_cleanly(tmp_path):
-    config = tmp_path / "streams.yaml"
-    config.write_text("streams:\n  web:\n    max_window: 1h\n    epsilon: 0.05\n")
-    port = free_port()
-    env = {**os.environ, "TIDEMARK_RUN_DIR": str(tmp_path / "run"),
-           "TIDEMARK_CHECKPOINT": str(tmp_path / "ckpt")}
-    env.pop("REDIS_URL", None)
-    proc = subprocess.Popen([sys.executable, "-m", "tidemark_cli", "up", "--config", str(config),
-                             "--port", str(port)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, env=env, start_new_session=True)
-    try:
-        line, terminal = "", []
-        deadline = time.monotonic() + 240
-        while "Tidemark is up" not in line:
-            assert time.monotonic() < deadline and proc.poll() is None, "up never became ready"
-            line = proc.stdout.readline()
-            terminal.append(line)
-        assert f"http://127.0.0.1:{port}/?key=" in line
-        # What a newcomer sees: its own phases and the URL, none of the engine's chatter,
-        # which is kept in the run directory's log.
-        text = "".join(terminal)
-        for phase in ("Redis", "worker", "API", "first batch"):
-            assert f"✓ {phase}" in text, text
-        for chatter in ("WARN", "[Stage", "log4j", "SparkSession", "py4j", "NativeCodeLoader", "INFO"):
-            assert chatter not in text, (chatter, text)
-        assert len(terminal) <= 8, text
-        assert (tmp_path / "run" / "logs" / "worker.log").stat().st_size > 0
-        # The first start made an admin key, kept private in the run directory.
-        key_file = tmp_path / "run" / "api-key"
-        assert key_file.stat().st_mode & 0o777 == 0o600
-        key = key_file.read_text().strip()
-        assert f"/?key={key} " in line
-        h = {"Authorization": f"Bearer {key}"}
-        assert httpx.get(f"http://127.0.0.1:{port}/v1/streams").status_code == 401
-        streams = httpx.get(f"http://127.0.0.1:{port}/v1/streams", headers=h).json()["streams"]
-        assert [s["name"] for s in streams] == ["web"]
-        r = httpx.post(f"http://127.0.0.1:{port}/v1/streams/web/events", json=[{"ts": 5000.5}], headers=h)
-        assert r.json()["accepted"] == 1
-        deadline = time.monotonic() + 240  # Spark's first batch is slow on a busy 2-core machine
-        while httpx.get(f"http://127.0.0.1:{port}/v1/streams/web", headers=h).json()["status"]["events"] < 1:
-            assert time.monotonic() < deadline
-            time.sleep(0.3)
-        count = httpx.get(f"http://127.0.0.1:{port}/v1/streams/web/count", params={"window": 60}, headers=h).json()
-        assert count["bound"]["lower"] <= 1 <= count["bound"]["upper"]
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(90) == 0
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-    # No orphans: nothing still runs with this test's paths on its command line.
-    time.sleep(1)
-    left = subprocess.run(["pgrep", "-f", str(tmp_path)], capture_output=True, text=True).stdout.split()
-    assert left == [], f"orphan processes: {left}"
-
-
 def test_ingest_retries_a_dropped_connection_and_503_under_one_idempotency_key(api, stream_name, tmp_path):
     from tidemark.errors import CliError
     from tidemark.events import ARROW_STREAM

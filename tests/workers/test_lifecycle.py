@@ -56,7 +56,7 @@ class Worker:
         self.args, self.log, self.spares = (redis_url, checkpoint, log), log, spares
         self._lock = threading.RLock()
         self.process = _worker(*self.args)
-        self.spare = self._next_spare()
+        self.spare = None  # the first once the worker processes (``stand_by``), as `up` does
         self._stopped = threading.Event()
         self._watch = threading.Thread(target=self._watching, daemon=True)
         self._watch.start()
@@ -70,6 +70,13 @@ class Worker:
             return None
         self.spares -= 1
         return _worker(*self.args, standby=True)
+
+    def stand_by(self):
+        """Start the next spare unless one is there (two JVMs starting at once on two cores
+        made Spark's Python helpers time out)."""
+        with self._lock:
+            if self.spare is None:
+                self.spare = self._next_spare()
 
     def kill_9(self):
         with self._lock:
@@ -152,6 +159,7 @@ def test_delete_under_load_and_redeclare_with_kill_9_between(tmp_path, request):
                         assert c.put("/v1/streams/doomed", json=settings).status_code == 201
                     old = _post(c, "doomed", 300 + round_)
                     _wait(c, "doomed", old, log, worker)
+                    worker.stand_by()
                     if round_ == 2:
                         worker.kill_9()
                         _post(c, "doomed", 50, first=old)  # pending when it is deleted
