@@ -10,9 +10,9 @@ query due while the API is stalled waits, and its latency counts from when it wa
 so the share of slow answers is the share of time stalled; back-to-back clients send one
 query each into a stall, and a p99 does not see it). Quiet phases (the publisher stopped
 with SIGSTOP, the poster paused between posts, so no post is still being taken in) and
-moving ones alternate in two pairs; the test fails when in both pairs the p99 moving
+moving ones alternate in three pairs; the test fails when in every pair the p99 moving
 passes ``RATIO`` x the quiet one (``FLOOR`` at least): a burst of other work on a shared
-machine spoils one phase, seldom the moving phase of both pairs, while a regression shows
+machine spoils one phase, seldom the moving phase of every pair, while a regression shows
 in every pair.
 
 What it catches: work of tens of ms per post or publish on the event loop, or holding the
@@ -22,8 +22,9 @@ event loop failed both runs at load average ~5.7 (120 and 3.8; 38 and 50; at loa
 it passed, 5.5 and 2.1); the posts validated in a thread of the API (before issue 23)
 failed one run of two (3.9 and 31; then 1.8 and 1.9); this tree passed five of five at
 load 3.5-12.5, the closer pair 0.8-2.5 (single pairs reached 4.8-7.6 while others' work
-ran: hence two pairs). Under a load average far above the two cores every phase is slow
-and the test tells little either way. ``TIDEMARK_LATENCY_SRC`` runs it against another
+ran: hence more than one pair; a clean CI run's two pairs came to 3.45 and 3.30, the
+machine's noise at its edge, hence three). Under a load average far above the two cores
+every phase is slow and the test tells little either way. ``TIDEMARK_LATENCY_SRC`` runs it against another
 source tree's API and publisher.
 """
 
@@ -52,7 +53,8 @@ from tidemark.summary import StreamSummary
 
 SRC = os.environ.get("TIDEMARK_LATENCY_SRC", str(Path(__file__).resolve().parents[2]))
 RATIO, FLOOR = 3.0, 0.003  # p99 moving <= RATIO x max(p99 quiet, FLOOR seconds)
-PHASE = 3.5  # seconds of each of the four phases
+PHASE = 3.5  # seconds of each phase
+PAIRS = 3  # of a quiet and a moving phase
 WARM = 3.0  # seconds of load before them, not counted
 RATE, CLIENTS = 150, 3  # queries a second offered, by that many clients
 POST_EVENTS, POST_EVERY = 50_000, 1.0  # events a post, seconds between posts
@@ -235,7 +237,7 @@ def test_p99_while_publishing_and_posting_stays_within_a_ratio_of_the_quiet_p99(
         # API's first seconds load its kernels.
         _latencies(base, name, WARM)
         ratios = []
-        for _ in range(2):
+        for _ in range(PAIRS):
             move(False)
             time.sleep(0.2)
             quiet = float(np.percentile(_latencies(base, name, PHASE), 99))
@@ -247,8 +249,8 @@ def test_p99_while_publishing_and_posting_stays_within_a_ratio_of_the_quiet_p99(
         for mover in movers:
             mover.kill()
             mover.wait()
-    # Both pairs must show it: a burst of other work on a shared machine spoils one phase,
-    # seldom the moving phase of both pairs, while a regression shows in every pair.
+    # Every pair must show it: a burst of other work on a shared machine spoils one phase,
+    # seldom the moving phase of every pair, while a regression shows in every pair.
     best = min(ratios)
     assert best[0] <= RATIO, (f"p99 {best[1] * 1000:.1f} ms while publishing and posting, "
-                              f"{best[2] * 1000:.1f} ms quiet (the closer of two pairs: {ratios})")
+                              f"{best[2] * 1000:.1f} ms quiet (the closest of {PAIRS} pairs: {ratios})")
