@@ -6,7 +6,8 @@ gains that.
 
 The archive is made once per Java installation and set of Spark jars, by a short run that
 does what a worker's start and first batches do (a session, a Python streaming source, a
-grouped stateful Python function over the RocksDB state store, a few batches), and kept in
+grouped stateful Python function over the RocksDB state store, two batches:
+``workers.jvm_archive_run``), and kept in
 this environment's ``share/tidemark`` (``make`` runs ``python -m workers.jvm_archive``).
 :func:`java_options` names it for a local master when it exists. Nothing depends on it:
 a JVM that finds the archive does not match (another JDK build, another class path) runs
@@ -24,8 +25,6 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-
-from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
 __all__ = ["archive_path", "java_options", "make_archive"]
 
@@ -80,7 +79,7 @@ def make_archive(timeout: float = 600.0) -> Path | None:
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(f"{path.name}.{os.getpid()}.partial")
     try:
-        subprocess.run([sys.executable, "-m", "workers.jvm_archive", "--dump", str(partial)],
+        subprocess.run([sys.executable, "-m", "workers.jvm_archive_run", str(partial)],
                        check=True, timeout=timeout, stdout=subprocess.DEVNULL,
                        stderr=subprocess.PIPE)
         if not partial.exists():
@@ -93,98 +92,10 @@ def make_archive(timeout: float = 600.0) -> Path | None:
     return path
 
 
-class _Tick(InputPartition):
-    def __init__(self, batch: int):
-        self.batch = batch
-
-
-class _TickReader(DataSourceStreamReader):
-    """One batch of a few rows for each offset asked: a worker's Python source, in small."""
-
-    def initialOffset(self) -> dict:
-        return {"batch": 0}
-
-    def latestOffset(self, start: dict | None = None, limit=None) -> dict:
-        return {"batch": (start or {"batch": 0})["batch"] + 1}
-
-    def partitions(self, start: dict, end: dict):
-        return [_Tick(b) for b in range(start["batch"], end["batch"])]
-
-    def read(self, partition: _Tick):
-        for shard in range(4):
-            yield ("archive", shard, bytes([partition.batch % 256]) * 64)
-
-    def commit(self, end: dict) -> None:
-        pass
-
-
-class Ticks(DataSource):
-    SCHEMA = "stream string, shard int, chunk binary"
-
-    @classmethod
-    def name(cls) -> str:
-        return "tidemark-jvm-archive-ticks"
-
-    def schema(self):
-        return self.SCHEMA
-
-    def streamReader(self, schema):
-        return _TickReader()
-
-
-def count_in_state(key, frames, state):
-    """A grouped stateful function in small: events counted in the group's state."""
-    import pandas as pd
-
-    events = (state.get[0] if state.exists else 0) + sum(len(f) for f in frames)
-    state.update((events,))
-    yield pd.DataFrame({"stream": [key[0]], "shard": [key[1]], "events": [events]})
-
-
-def _dump(target: str) -> None:
-    """The archive's run (in its own process: the JVM writes the archive as it exits)."""
-    import tempfile
-
-    from pyspark.sql.streaming.state import GroupStateTimeout
-
-    from workers.job import LOCAL_CONF, build_spark
-    # by module name, not __main__'s copies: the Python workers import them
-    from workers.jvm_archive import Ticks, count_in_state
-
-    how = os.environ.get("DUMPOPT") or f"-XX:ArchiveClassesAtExit={target}"
-    options = (f"{LOCAL_CONF['spark.driver.extraJavaOptions']} {how} "
-               "-Xlog:cds=off -Xlog:cds+dynamic=off")
-    spark = build_spark("local[2]", 2, app_name="tidemark-jvm-archive",
-                        conf={"spark.driver.extraJavaOptions": options,
-                              "spark.sql.streaming.noDataMicroBatches.enabled": "false"})
-    spark.sparkContext.setLogLevel("ERROR")
-    spark.dataSource.register(Ticks)
-    with tempfile.TemporaryDirectory() as checkpoint:
-        query = (spark.readStream.format(Ticks.name()).schema(Ticks.SCHEMA).load()
-                 .groupBy("stream", "shard")
-                 .applyInPandasWithState(count_in_state, "stream string, shard int, events long",
-                                         "events long", "Update", GroupStateTimeout.NoTimeout)
-                 .writeStream.outputMode("update").format("noop")
-                 .option("checkpointLocation", checkpoint).trigger(processingTime="0 seconds").start())
-        try:
-            while (query.lastProgress or {}).get("batchId", -1) < 1:  # a first batch and a later one
-                query.awaitTermination(0.2)
-                if query.exception() is not None:
-                    raise RuntimeError(str(query.exception()))
-        finally:
-            query.stop()
-    gateway = spark.sparkContext._gateway.proc  # the JVM: it exits (and writes) when its stdin closes
-    spark.stop()
-    gateway.stdin.close()
-    gateway.wait(300)
-
-
 if __name__ == "__main__":
-    if sys.argv[1:2] == ["--dump"]:
-        _dump(sys.argv[2])
-    else:  # the install's step: an archive not made only costs its speed, so it is said, not fatal
-        try:
-            made = make_archive()
-            print(f"JVM class-data archive: {made}" if made else "JVM class-data archive: none (no Java, or off)")
-        except (RuntimeError, OSError, subprocess.TimeoutExpired) as e:
-            print(f"JVM class-data archive not made; Spark starts without it: {e}", file=sys.stderr)
+    # the install's step: an archive not made only costs its speed, so it is said, not fatal
+    try:
+        made = make_archive()
+        print(f"JVM class-data archive: {made}" if made else "JVM class-data archive: none (no Java, or off)")
+    except (RuntimeError, OSError, subprocess.TimeoutExpired) as e:
+        print(f"JVM class-data archive not made; Spark starts without it: {e}", file=sys.stderr)
