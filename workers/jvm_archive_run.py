@@ -1,6 +1,9 @@
 """The run whose JVM writes the driver's class-data archive (``workers.jvm_archive``): in
 small, what a worker's start and first batches make the JVM load. Its own process, started
 by ``jvm_archive.make_archive``: the JVM writes the archive as it exits.
+
+Tested by: tests/workers/test_jvm_archive.py (the run's Spark session maps the archive this
+run made at install).
 """
 
 from __future__ import annotations
