@@ -110,7 +110,8 @@ def shard_updater(redis_url: str, secret: HashSecret):
         group_state.update(tuple(state[f] for f in _STATE_FIELDS))
         if state["blob"] is not None or state["failed"]:
             publisher.publish(stream, shard, shard_status(state, state.get("sizes")),
-                              state["blob"] or b"", _config_dict(state), state.get("segments"))
+                              state["blob"] or b"", _config_dict(state), state.get("segments"),
+                              first=state["version"] == 1)
 
     return update
 

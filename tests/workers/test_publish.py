@@ -160,3 +160,16 @@ def test_the_worker_rides_out_a_redis_restart_and_gives_up_on_an_outage(tmp_path
         if restart.is_alive():
             restart.join()  # a restart under way is stopped too, even when the test failed
         server.stop()
+
+
+def test_a_first_version_is_sent_whole_without_reading_what_redis_holds(redis_url, monkeypatch):
+    """A shard whose state is new publishes every segment without a read; should Redis
+    hold an earlier manifest of it (a lost checkpoint, an earlier generation), the whole
+    blob still lands."""
+    name, blob = next(_names), b"a new shard's summary"
+    Publisher(redis_url).publish(name, 0, _status(1), b"an earlier run's", CONFIG)
+    p = Publisher(redis_url)
+    monkeypatch.setattr(p, "_stored_digests", lambda *a: pytest.fail("read what Redis holds"))
+    p.redis.delete(keys.shard_segments(name))
+    assert p.publish(name, 0, _status(2), blob, CONFIG, first=True)
+    assert _held(p, name, 0) == (2, blob)
