@@ -1,14 +1,12 @@
 """A class-data archive of the local driver JVM (the JDK's dynamic CDS archive): a worker's
 JVM maps Spark's classes, already parsed and verified, instead of loading them from the
-jars. On a 2-core machine a Spark session took 3.6–4.6 s with it and 7–8 s without, and
-the query's planning ran about a second faster; every worker start, spare and restart
-gains that.
+jars. On a 2-core machine a Spark session took 3.1–4.2 s with it and 6.7–9.8 s without,
+and the query's planning 2.3–2.7 s instead of 3.6–4.3; every worker start, spare and
+restart gains that.
 
 The archive is made once per Java installation and set of Spark jars, by a short run that
-does what a worker's start and first batches do (a session, a Python streaming source, a
-grouped stateful Python function over the RocksDB state store, two batches:
-``workers.jvm_archive_run``), and kept in
-this environment's ``share/tidemark`` (``make`` runs ``python -m workers.jvm_archive``).
+does what a worker's start does (``workers.jvm_archive_run``: 36 s), and kept in this
+environment's ``share/tidemark`` (``make`` runs ``python -m workers.jvm_archive``).
 :func:`java_options` names it for a local master when it exists. Nothing depends on it:
 a JVM that finds the archive does not match (another JDK build, another class path) runs
 without it (``-Xshare:auto``, Java's default), and ``TIDEMARK_JVM_ARCHIVE=off`` leaves it
