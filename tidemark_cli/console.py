@@ -9,8 +9,7 @@ would: Redis answers, the worker's heartbeat names a running query, the API answ
 being waited for is one line redrawn in place; elsewhere (a pipe, a log) each phase is one
 line when it is done.
 
-Tested by: tests/tidemark_cli/test_main.py
-(test_operations.py, _first_start: the phases, no engine chatter).
+Tested by: tests/test_operations.py (_first_start: the phases, no engine chatter).
 """
 
 from __future__ import annotations
