@@ -4,6 +4,7 @@ every accepted event is still counted exactly once."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -15,6 +16,7 @@ import pytest
 
 from tests.conftest import TEST_SECRET, ApiServer
 from tidemark.redis_server import EmbeddedRedis, free_port
+from workers.jvm_archive import java_options
 
 pytestmark = pytest.mark.spark
 T0 = 1_700_000_000.0
@@ -44,6 +46,13 @@ def _events(c) -> int:
 def test_standalone_cluster_survives_losing_a_worker(tmp_path):
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1",
            "TIDEMARK_HASH_SECRET": TEST_SECRET.secret.hex(), "SPARK_LOG_DIR": str(tmp_path)}
+    # The cluster's JVMs map the install's class-data archive too, as an operator may have
+    # theirs do: its daemons' by SPARK_DAEMON_JAVA_OPTS, the job's by its Spark settings.
+    archive = java_options()
+    if archive:
+        env["SPARK_DAEMON_JAVA_OPTS"] = archive
+        env["TIDEMARK_SPARK_CONF"] = json.dumps({"spark.driver.extraJavaOptions": archive,
+                                                 "spark.executor.extraJavaOptions": archive})
     port = free_port()
     master_url = f"spark://127.0.0.1:{port}"
     procs = [_spark_class("org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
