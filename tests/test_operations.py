@@ -115,9 +115,9 @@ def _first_start(log, port: int, run_dir) -> str:
     """What a newcomer sees up to "Tidemark is up": its own phases and the URL with the
     admin key it made (kept private in the run directory), none of the engine's chatter,
     which goes to the run directory's logs; the key."""
-    text = log.read_text()
-    text = text[:text.index("Tidemark is up")]
-    line = log.read_text()[len(text):].splitlines()[0]
+    whole = log.read_text()
+    text = whole[:whole.index("Tidemark is up")]
+    line = whole[len(text):].splitlines()[0]
     for phase in ("Redis", "worker", "API", "first batch"):
         assert f"✓ {phase}" in text, text
     for chatter in ("WARN", "[Stage", "log4j", "SparkSession", "py4j", "NativeCodeLoader", "INFO"):
